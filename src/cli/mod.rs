@@ -1,0 +1,4 @@
+//! Command line.
+pub fn main() -> std::process::ExitCode {
+    std::process::ExitCode::SUCCESS
+}

@@ -1,0 +1,71 @@
+//! Plain configuration structs, built once by the CLI (flags > env > defaults) and passed down.
+
+use std::path::{Path, PathBuf};
+
+/// Limits on what one call may store; bad input beyond them is refused with a clear error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Largest `content` of one memory, in bytes.
+    pub max_content_bytes: usize,
+    /// Most tags on one memory.
+    pub max_tags: usize,
+    /// Longest tag, in bytes.
+    pub max_tag_bytes: usize,
+    /// Longest name, namespace or kind, in bytes.
+    pub max_name_bytes: usize,
+    /// Most memories or relations in one `remember` / `relate` call.
+    pub max_batch: usize,
+    /// Largest `metadata` object, serialised, in bytes.
+    pub max_metadata_bytes: usize,
+    /// Most hits one recall page returns.
+    pub max_limit: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_content_bytes: 64 * 1024,
+            max_tags: 32,
+            max_tag_bytes: 64,
+            max_name_bytes: 200,
+            max_batch: 10_000,
+            max_metadata_bytes: 16 * 1024,
+            max_limit: 100,
+        }
+    }
+}
+
+/// Everything the engine needs to open a memory file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The SQLite database: the source of truth.
+    pub db_path: PathBuf,
+    /// Folder of the derived indexes (`<db>.index/`).
+    pub index_dir: PathBuf,
+    /// Memory budget of the tantivy writer, in bytes.
+    pub text_writer_bytes: usize,
+    /// How long a write waits for another process's lock before failing, in milliseconds.
+    pub busy_timeout_ms: u64,
+    pub limits: Limits,
+}
+
+impl Config {
+    /// Defaults for a database at `db_path`, with the indexes beside it.
+    pub fn for_db(db_path: impl AsRef<Path>) -> Config {
+        let db_path = db_path.as_ref().to_path_buf();
+        let mut index_dir = db_path.clone().into_os_string();
+        index_dir.push(".index");
+        Config {
+            db_path,
+            index_dir: PathBuf::from(index_dir),
+            text_writer_bytes: 64 * 1024 * 1024,
+            busy_timeout_ms: 10_000,
+            limits: Limits::default(),
+        }
+    }
+
+    /// Folder of the tantivy index.
+    pub fn text_index_dir(&self) -> PathBuf {
+        self.index_dir.join("text")
+    }
+}

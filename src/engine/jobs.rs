@@ -1,0 +1,110 @@
+//! Background work of a serving process: index soon after writes, pick up other processes' writes,
+//! record accesses, and let go of the index writer when idle so other processes can index.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crate::engine::Engine;
+use crate::model::{MemoryKey, Millis};
+use crate::store::memories;
+
+/// How often the background loop looks for work.
+const TICK: Duration = Duration::from_millis(50);
+/// How long the index writer is kept after the last indexing.
+const WRITER_IDLE: Duration = Duration::from_millis(500);
+
+/// Every kind of background work, in one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Job {
+    /// Apply new change-log entries (ours or another process's) to the text index.
+    CommitText,
+    /// Write recorded accesses (last accessed, access count) to the database.
+    FlushAccess,
+    /// Release the text index writer after a quiet spell.
+    ReleaseWriter,
+}
+
+/// Handle of the background thread; it stops when the engine is dropped.
+pub struct Background {
+    _thread: std::thread::JoinHandle<()>,
+}
+
+impl Engine {
+    /// Starts the background thread of a long-running process (the server).
+    pub fn start_background(self: &Arc<Self>) -> std::io::Result<Background> {
+        let weak: Weak<Engine> = Arc::downgrade(self);
+        let thread = std::thread::Builder::new()
+            .name("mnemograph-jobs".into())
+            .spawn(move || run(weak))?;
+        Ok(Background { _thread: thread })
+    }
+
+    pub(crate) fn note_touched(&self, keys: impl Iterator<Item = MemoryKey>, now: Millis) {
+        if let Ok(mut t) = self.touched.lock() {
+            t.extend(keys.map(|k| (k, now)));
+        }
+    }
+
+    /// Writes recorded accesses to the database.
+    pub(crate) fn flush_touched(&self) {
+        let batch = match self.touched.lock() {
+            Ok(mut t) => std::mem::take(&mut *t),
+            Err(_) => return,
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let now = batch.iter().map(|(_, t)| *t).max().unwrap_or(0);
+        let keys: Vec<MemoryKey> = batch.into_iter().map(|(k, _)| k).collect();
+        if let Err(e) = self.store.write(|tx| memories::touch(tx, &keys, now)) {
+            tracing::warn!(error = %e, "could not record memory accesses");
+        }
+    }
+
+    fn run_job(&self, job: Job) -> crate::Result<()> {
+        match job {
+            Job::CommitText => self.sync_text(),
+            Job::FlushAccess => {
+                self.flush_touched();
+                Ok(())
+            }
+            Job::ReleaseWriter => {
+                self.text.release_writer();
+                Ok(())
+            }
+        }
+    }
+}
+
+fn run(weak: Weak<Engine>) {
+    let mut last_index = Instant::now();
+    loop {
+        std::thread::sleep(TICK);
+        let Some(engine) = weak.upgrade() else { return };
+        let mut jobs = Vec::with_capacity(3);
+        let dirty = engine.dirty.swap(false, Ordering::AcqRel);
+        // Another process's writes show up only in the change log, so look there too.
+        let lagging = engine.text_lag().map(|lag| lag > 0).unwrap_or(false);
+        if dirty || lagging {
+            jobs.push(Job::CommitText);
+            last_index = Instant::now();
+        }
+        if engine
+            .touched
+            .lock()
+            .map(|t| !t.is_empty())
+            .unwrap_or(false)
+        {
+            jobs.push(Job::FlushAccess);
+        }
+        if engine.text.holds_writer() && last_index.elapsed() > WRITER_IDLE {
+            jobs.push(Job::ReleaseWriter);
+        }
+        for job in jobs {
+            if let Err(e) = engine.run_job(job) {
+                tracing::warn!(?job, error = %e, "background job failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The synchronous facade every front end uses: remember, relate, recall, get, update, forget,
+//! restore, stats. It is the only place that coordinates the store and the derived indexes; it
+//! never knows about MCP or async runtimes.
+
+mod jobs;
+mod read;
+pub mod snippet;
+mod sync;
+pub mod validate;
+mod write;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::config::Config;
+use crate::error::Result;
+use crate::index::text::{OpenState, TextIndex};
+use crate::model::{MemoryKey, Millis};
+use crate::store::Store;
+
+pub use jobs::Background;
+pub use read::{DoctorReport, MemoryDetail};
+pub use write::{ForgetReport, Link, RelateItem, RelationRef, RememberItem, Remembered};
+
+/// One open memory file: the database and its indexes.
+pub struct Engine {
+    cfg: Config,
+    store: Store,
+    text: TextIndex,
+    /// Set by writes; the background job indexes soon after.
+    dirty: AtomicBool,
+    /// Memories returned to callers, recorded off the hot path.
+    touched: Mutex<Vec<(MemoryKey, Millis)>>,
+}
+
+impl Engine {
+    /// Opens (creating when missing) the database of `cfg` and its text index, rebuilding the
+    /// index from the database when it is missing or unusable, and catching it up otherwise.
+    pub fn open(cfg: Config) -> Result<Engine> {
+        let store = Store::open(&cfg)?;
+        let (text, state) = TextIndex::open(&cfg.text_index_dir(), cfg.text_writer_bytes)?;
+        if state == OpenState::Recreated {
+            tracing::warn!("text index was rebuilt from the database");
+        }
+        let engine = Engine {
+            cfg,
+            store,
+            text,
+            dirty: AtomicBool::new(false),
+            touched: Mutex::new(Vec::new()),
+        };
+        Ok(engine)
+    }
+
+    /// The configuration this engine was opened with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    fn mark_dirty(&self) {
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    fn resolve_namespace(&self, field: &str, ns: Option<&str>) -> Result<String> {
+        let ns = ns.unwrap_or(crate::model::DEFAULT_NAMESPACE);
+        validate::label(field, ns, self.cfg.limits.max_name_bytes)?;
+        Ok(ns.to_owned())
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.flush_touched();
+        self.text.release_writer();
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// An engine on real files in a fresh temporary folder.
+    pub(crate) fn temp_engine() -> (tempfile::TempDir, Engine) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let engine = Engine::open(Config::for_db(dir.path().join("memory.db"))).expect("open");
+        (dir, engine)
+    }
+}

@@ -1,0 +1,533 @@
+//! Writes: remember, relate, update, forget, restore. Each is one SQLite transaction that also
+//! appends to the change log and keeps the previous version in history.
+
+use rusqlite::Connection;
+
+use crate::engine::{Engine, validate};
+use crate::error::{Error, Result};
+use crate::model::{
+    DEFAULT_IMPORTANCE, DEFAULT_KIND, Memory, MemoryKey, MemoryPatch, MemoryRef, Millis, NewMemory,
+    Relation, now_millis,
+};
+use crate::store::history::{self, Entity};
+use crate::store::relations::{self, NewRelation};
+use crate::store::{self, changes, memories, new_id};
+
+/// Weight of a relation that names none.
+const DEFAULT_WEIGHT: f64 = 1.0;
+
+/// A link created together with a memory: from the new memory to `to`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Link {
+    /// Id or name (in the new memory's namespace) of the target.
+    pub to: String,
+    pub kind: String,
+    pub weight: Option<f64>,
+}
+
+/// One memory to remember, as a caller gives it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RememberItem {
+    pub content: String,
+    pub kind: Option<String>,
+    pub name: Option<String>,
+    pub tags: Vec<String>,
+    pub importance: Option<f64>,
+    pub namespace: Option<String>,
+    pub metadata: Option<serde_json::Value>,
+    pub valid_from: Option<Millis>,
+    pub valid_until: Option<Millis>,
+    pub links: Vec<Link>,
+}
+
+/// What `remember` did with one item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remembered {
+    pub id: String,
+    /// True when the same content already existed in the namespace; its id is returned.
+    pub duplicate: bool,
+    pub n_links: usize,
+}
+
+/// One relation to create or update.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelateItem {
+    pub from: String,
+    pub to: String,
+    pub kind: String,
+    pub weight: Option<f64>,
+    pub metadata: Option<serde_json::Value>,
+    pub namespace: Option<String>,
+}
+
+/// A relation named by id, or by its two ends and kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RelationRef {
+    Id(String),
+    Ends {
+        from: String,
+        to: String,
+        kind: String,
+        namespace: Option<String>,
+    },
+}
+
+/// What `forget` or `restore` changed.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ForgetReport {
+    pub memories: Vec<String>,
+    pub relations: Vec<String>,
+}
+
+/// A caller's reference: an id when it looks like one (`m_…`) and exists, else a name.
+fn memory_ref(s: &str, namespace: &str) -> MemoryRef {
+    if s.starts_with("m_") {
+        MemoryRef::Id(s.to_owned())
+    } else {
+        MemoryRef::Name {
+            namespace: namespace.to_owned(),
+            name: s.to_owned(),
+        }
+    }
+}
+
+/// Finds a memory by reference; forgotten ones only with `include_forgotten`.
+pub(crate) fn lookup(
+    conn: &Connection,
+    r: &MemoryRef,
+    include_forgotten: bool,
+) -> Result<Option<Memory>> {
+    let found = match r {
+        MemoryRef::Id(id) => match memories::by_id(conn, id)? {
+            Some(m) => Some(m),
+            // An id-looking string may still be someone's name.
+            None => {
+                memories::by_name(conn, crate::model::DEFAULT_NAMESPACE, id, include_forgotten)?
+            }
+        },
+        MemoryRef::Name { namespace, name } => {
+            memories::by_name(conn, namespace, name, include_forgotten)?
+        }
+    };
+    Ok(found.filter(|m| include_forgotten || m.deleted_at.is_none()))
+}
+
+fn describe(r: &MemoryRef) -> String {
+    match r {
+        MemoryRef::Id(id) => id.clone(),
+        MemoryRef::Name { namespace, name } => format!("{name:?} in namespace {namespace:?}"),
+    }
+}
+
+fn require(conn: &Connection, field: &str, r: &MemoryRef) -> Result<Memory> {
+    lookup(conn, r, false)?.ok_or_else(|| {
+        Error::not_found(
+            "memory",
+            describe(r),
+            format!("check `{field}`: use an id returned by remember/recall, or a name in the right namespace"),
+        )
+    })
+}
+
+fn snapshot(m: &Memory) -> serde_json::Value {
+    serde_json::to_value(m).unwrap_or(serde_json::Value::Null)
+}
+
+impl Engine {
+    fn validate_item(&self, i: usize, item: &RememberItem) -> Result<NewMemory> {
+        let limits = &self.cfg.limits;
+        let f = |name: &str| format!("memories[{i}].{name}");
+        validate::content(&f("content"), &item.content, limits)?;
+        let namespace = self.resolve_namespace(&f("namespace"), item.namespace.as_deref())?;
+        let kind = item.kind.as_deref().unwrap_or(DEFAULT_KIND);
+        validate::label(&f("kind"), kind, limits.max_name_bytes)?;
+        if let Some(name) = &item.name {
+            validate::name(&f("name"), name, limits)?;
+        }
+        validate::tags(&f("tags"), &item.tags, limits)?;
+        let importance = item.importance.unwrap_or(DEFAULT_IMPORTANCE);
+        validate::unit(&f("importance"), importance)?;
+        if let Some(m) = &item.metadata {
+            validate::metadata(&f("metadata"), m, limits)?;
+        }
+        if let (Some(a), Some(b)) = (item.valid_from, item.valid_until)
+            && a > b
+        {
+            return Err(Error::invalid(
+                f("valid_until"),
+                "is before valid_from",
+                "give a valid_until after valid_from",
+            ));
+        }
+        for (j, link) in item.links.iter().enumerate() {
+            validate::label(
+                &f(&format!("links[{j}].kind")),
+                &link.kind,
+                limits.max_name_bytes,
+            )?;
+            if let Some(w) = link.weight {
+                validate::unit(&f(&format!("links[{j}].weight")), w)?;
+            }
+        }
+        let mut tags = item.tags.clone();
+        tags.dedup();
+        Ok(NewMemory {
+            namespace,
+            kind: kind.to_owned(),
+            name: item.name.clone(),
+            content: item.content.clone(),
+            tags,
+            importance,
+            metadata: item
+                .metadata
+                .clone()
+                .unwrap_or_else(|| serde_json::json!({})),
+            valid_from: item.valid_from,
+            valid_until: item.valid_until,
+        })
+    }
+
+    /// Stores memories (one transaction for the whole batch). Each item succeeds or fails on its
+    /// own: a bad item gets its error and every valid one is kept. Idempotent on (namespace,
+    /// content): a repeat returns the existing id with `duplicate`.
+    pub fn remember(&self, items: &[RememberItem]) -> Result<Vec<Result<Remembered>>> {
+        validate::batch("memories", items.len(), &self.cfg.limits)?;
+        let checked: Vec<Result<NewMemory>> = items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| self.validate_item(i, it))
+            .collect();
+        let now = now_millis();
+        let out = self.store.write(|tx| {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, (item, new)) in items.iter().zip(checked).enumerate() {
+                let res = new.and_then(|new| {
+                    store::in_savepoint(tx, || remember_one(tx, i, item, &new, now))
+                });
+                out.push(res);
+            }
+            Ok(out)
+        })?;
+        if out.iter().any(|r| r.is_ok()) {
+            self.mark_dirty();
+        }
+        Ok(out)
+    }
+
+    /// Creates relations, or updates weight/metadata of existing ones (unique on from, to, kind).
+    /// Each item succeeds or fails on its own.
+    pub fn relate(&self, items: &[RelateItem]) -> Result<Vec<Result<(Relation, bool)>>> {
+        validate::batch("relations", items.len(), &self.cfg.limits)?;
+        let now = now_millis();
+        let out = self.store.write(|tx| {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                out.push(store::in_savepoint(tx, || {
+                    self.relate_one(tx, i, item, now)
+                }));
+            }
+            Ok(out)
+        })?;
+        self.mark_dirty();
+        Ok(out)
+    }
+
+    fn relate_one(
+        &self,
+        tx: &Connection,
+        i: usize,
+        item: &RelateItem,
+        now: Millis,
+    ) -> Result<(Relation, bool)> {
+        let f = |name: &str| format!("relations[{i}].{name}");
+        let ns = self.resolve_namespace(&f("namespace"), item.namespace.as_deref())?;
+        validate::label(&f("kind"), &item.kind, self.cfg.limits.max_name_bytes)?;
+        let weight = item.weight.unwrap_or(DEFAULT_WEIGHT);
+        validate::unit(&f("weight"), weight)?;
+        if let Some(m) = &item.metadata {
+            validate::metadata(&f("metadata"), m, &self.cfg.limits)?;
+        }
+        let src = require(tx, &f("from"), &memory_ref(&item.from, &ns))?;
+        let dst = require(tx, &f("to"), &memory_ref(&item.to, &ns))?;
+        let new = NewRelation {
+            src: src.key,
+            dst: dst.key,
+            kind: &item.kind,
+            weight,
+            metadata: item.metadata.as_ref(),
+        };
+        upsert_relation(tx, &new, now)
+    }
+
+    /// Changes one memory; the previous version is kept in history.
+    pub fn update(&self, target: &MemoryRef, patch: &MemoryPatch, actor: &str) -> Result<Memory> {
+        let limits = &self.cfg.limits;
+        if let Some(c) = &patch.content {
+            validate::content("content", c, limits)?;
+        }
+        if let Some(k) = &patch.kind {
+            validate::label("kind", k, limits.max_name_bytes)?;
+        }
+        if let Some(t) = &patch.tags {
+            validate::tags("tags", t, limits)?;
+        }
+        if let Some(i) = patch.importance {
+            validate::unit("importance", i)?;
+        }
+        if let Some(m) = &patch.metadata {
+            validate::metadata("metadata", m, limits)?;
+        }
+        if *patch == MemoryPatch::default() {
+            return Err(Error::invalid(
+                "update",
+                "changes nothing",
+                "give at least one of content, kind, tags, importance, metadata, valid_from, valid_until",
+            ));
+        }
+        let now = now_millis();
+        let updated = self.store.write(|tx| {
+            let old = require(tx, "id", target)?;
+            let mut m = old.clone();
+            if let Some(c) = &patch.content {
+                m.content = c.clone();
+            }
+            if let Some(k) = &patch.kind {
+                m.kind = k.clone();
+            }
+            if let Some(t) = &patch.tags {
+                m.tags = t.clone();
+            }
+            if let Some(i) = patch.importance {
+                m.importance = i;
+            }
+            if let Some(md) = &patch.metadata {
+                m.metadata = md.clone();
+            }
+            if let Some(v) = patch.valid_from {
+                m.valid_from = v;
+            }
+            if let Some(v) = patch.valid_until {
+                m.valid_until = v;
+            }
+            if let (Some(a), Some(b)) = (m.valid_from, m.valid_until)
+                && a > b
+            {
+                return Err(Error::invalid(
+                    "valid_until",
+                    "is before valid_from",
+                    "give a valid_until after valid_from",
+                ));
+            }
+            m.version += 1;
+            m.updated_at = now;
+            history::record(
+                tx,
+                Entity::Memory,
+                old.key.0,
+                "update",
+                actor,
+                now,
+                &snapshot(&old),
+            )?;
+            memories::save(tx, &m)?;
+            changes::log_memory(tx, m.key, changes::ChangeOp::Upsert)?;
+            Ok(m)
+        })?;
+        self.mark_dirty();
+        Ok(updated)
+    }
+
+    /// Soft-deletes memories and relations; each is kept in history and can be restored.
+    pub fn forget(
+        &self,
+        mems: &[MemoryRef],
+        rels: &[RelationRef],
+        actor: &str,
+    ) -> Result<ForgetReport> {
+        self.set_forgotten(mems, rels, actor, true)
+    }
+
+    /// Undoes `forget` for these memories and relations.
+    pub fn restore(
+        &self,
+        mems: &[MemoryRef],
+        rels: &[RelationRef],
+        actor: &str,
+    ) -> Result<ForgetReport> {
+        self.set_forgotten(mems, rels, actor, false)
+    }
+
+    fn set_forgotten(
+        &self,
+        mems: &[MemoryRef],
+        rels: &[RelationRef],
+        actor: &str,
+        forget: bool,
+    ) -> Result<ForgetReport> {
+        if mems.is_empty() && rels.is_empty() {
+            return Err(Error::invalid(
+                "ids",
+                "names nothing",
+                "give memory ids or names in `ids`/`names`, or relations in `relations`",
+            ));
+        }
+        validate::batch("ids", mems.len() + rels.len(), &self.cfg.limits)?;
+        let op = if forget { "forget" } else { "restore" };
+        let now = now_millis();
+        let report = self.store.write(|tx| {
+            let mut report = ForgetReport::default();
+            for (i, r) in mems.iter().enumerate() {
+                let field = format!("ids[{i}]");
+                let m = lookup(tx, r, true)?.ok_or_else(|| {
+                    Error::not_found("memory", describe(r), format!("check `{field}`"))
+                })?;
+                if m.deleted_at.is_some() == forget {
+                    report.memories.push(m.id); // already in the wanted state
+                    continue;
+                }
+                if !forget
+                    && let Some(name) = &m.name
+                    && memories::by_name(tx, &m.namespace, name, false)?.is_some()
+                {
+                    return Err(Error::Conflict {
+                        reason: format!("a live memory named {name:?} exists in {:?}", m.namespace),
+                        hint: "forget or rename the live one first".into(),
+                    });
+                }
+                history::record(tx, Entity::Memory, m.key.0, op, actor, now, &snapshot(&m))?;
+                let mut changed = m.clone();
+                changed.deleted_at = forget.then_some(now);
+                changed.version += 1;
+                changed.updated_at = now;
+                memories::save(tx, &changed)?;
+                let change = if forget {
+                    changes::ChangeOp::Delete
+                } else {
+                    changes::ChangeOp::Upsert
+                };
+                changes::log_memory(tx, m.key, change)?;
+                report.memories.push(m.id);
+            }
+            for (i, r) in rels.iter().enumerate() {
+                let field = format!("relations[{i}]");
+                let (key, rel) = find_relation(tx, r)?.ok_or_else(|| {
+                    Error::not_found(
+                        "relation",
+                        format!("{r:?}"),
+                        format!("check `{field}`: give a relation id or its from, to and kind"),
+                    )
+                })?;
+                if rel.deleted_at.is_none() == forget {
+                    let prev = serde_json::to_value(&rel)?;
+                    history::record(tx, Entity::Relation, key, op, actor, now, &prev)?;
+                    relations::set_deleted(tx, key, forget.then_some(now))?;
+                    changes::log_relation(tx, key)?;
+                }
+                report.relations.push(rel.id);
+            }
+            Ok(report)
+        })?;
+        self.mark_dirty();
+        Ok(report)
+    }
+}
+
+fn find_relation(conn: &Connection, r: &RelationRef) -> Result<Option<(i64, Relation)>> {
+    match r {
+        RelationRef::Id(id) => relations::by_id(conn, id),
+        RelationRef::Ends {
+            from,
+            to,
+            kind,
+            namespace,
+        } => {
+            let ns = namespace
+                .as_deref()
+                .unwrap_or(crate::model::DEFAULT_NAMESPACE);
+            let (Some(src), Some(dst)) = (
+                lookup(conn, &memory_ref(from, ns), true)?,
+                lookup(conn, &memory_ref(to, ns), true)?,
+            ) else {
+                return Ok(None);
+            };
+            relations::find(conn, src.key, dst.key, kind)
+        }
+    }
+}
+
+fn upsert_relation(
+    tx: &Connection,
+    new: &NewRelation<'_>,
+    now: Millis,
+) -> Result<(Relation, bool)> {
+    let created = match relations::find(tx, new.src, new.dst, new.kind)? {
+        Some((key, _)) => {
+            relations::reinforce(tx, key, new, now)?;
+            changes::log_relation(tx, key)?;
+            false
+        }
+        None => {
+            let key = relations::insert(tx, &new_id("r_"), new, now)?;
+            changes::log_relation(tx, key)?;
+            true
+        }
+    };
+    let (_, rel) = relations::find(tx, new.src, new.dst, new.kind)?
+        .ok_or_else(|| Error::Internal("relation vanished inside its transaction".into()))?;
+    Ok((rel, created))
+}
+
+fn remember_one(
+    tx: &Connection,
+    i: usize,
+    item: &RememberItem,
+    new: &NewMemory,
+    now: Millis,
+) -> Result<Remembered> {
+    let hash = memories::content_hash(&new.content);
+    if let Some(existing) = memories::by_hash(tx, &new.namespace, &hash)? {
+        return Ok(Remembered {
+            id: existing.id,
+            duplicate: true,
+            n_links: 0,
+        });
+    }
+    if let Some(name) = &new.name
+        && let Some(existing) = memories::by_name(tx, &new.namespace, name, false)?
+    {
+        return Err(Error::Conflict {
+            reason: format!(
+                "memories[{i}].name {name:?} is taken in namespace {:?} by {}",
+                new.namespace, existing.id
+            ),
+            hint: "use `update` to change that memory, or choose another name".into(),
+        });
+    }
+    // Resolve links before inserting, so a bad link leaves nothing half-written.
+    let mut targets: Vec<(MemoryKey, &Link)> = Vec::with_capacity(item.links.len());
+    for (j, link) in item.links.iter().enumerate() {
+        let t = require(
+            tx,
+            &format!("memories[{i}].links[{j}].to"),
+            &memory_ref(&link.to, &new.namespace),
+        )?;
+        targets.push((t.key, link));
+    }
+    let m = memories::insert(tx, &new_id("m_"), new, now)?;
+    changes::log_memory(tx, m.key, changes::ChangeOp::Upsert)?;
+    for (dst, link) in &targets {
+        let rel = NewRelation {
+            src: m.key,
+            dst: *dst,
+            kind: &link.kind,
+            weight: link.weight.unwrap_or(DEFAULT_WEIGHT),
+            metadata: None,
+        };
+        upsert_relation(tx, &rel, now)?;
+    }
+    Ok(Remembered {
+        id: m.id,
+        duplicate: false,
+        n_links: targets.len(),
+    })
+}

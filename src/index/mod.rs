@@ -1,0 +1,4 @@
+//! Derived indexes beside the database. Each follows the change log and can be rebuilt from SQLite.
+
+pub mod text;
+pub mod tokenize;

@@ -1,0 +1,547 @@
+//! The tantivy full-text index: BM25 over content and name, filters on namespace, kind, tags, time
+//! and importance. Derived state: it records the last change-log `seq` it applied in its commit
+//! payload and is rebuilt from SQLite when missing, stale or corrupt. It never reads SQLite itself.
+
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use tantivy::collector::TopDocs;
+use tantivy::directory::MmapDirectory;
+use tantivy::query::{
+    BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery,
+};
+use tantivy::schema::{
+    FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing,
+    TextOptions, Value,
+};
+use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, Stemmer, TextAnalyzer};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+use crate::error::{Error, Result};
+use crate::index::tokenize::WordTokenizer;
+use crate::model::{MemoryKey, Millis, NamespaceScope, RecallQuery};
+
+/// Bumped whenever the schema or the analyzer changes; an index of another version is rebuilt.
+const TEXT_SCHEMA_VERSION: u32 = 1;
+const ANALYZER: &str = "mnemo";
+/// Extra weight of a match in a memory's name over one in its content.
+const NAME_BOOST: f32 = 2.0;
+/// Longest query, in terms, that is searched; the rest of a very long query is ignored.
+const MAX_QUERY_TERMS: usize = 64;
+
+/// What the text index holds of one memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextDoc {
+    pub key: MemoryKey,
+    pub namespace: String,
+    pub kind: String,
+    pub name: Option<String>,
+    pub content: String,
+    pub tags: Vec<String>,
+    pub created_at: Millis,
+    pub importance: f64,
+}
+
+/// One change to apply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TextOp {
+    Upsert(TextDoc),
+    Delete(MemoryKey),
+}
+
+#[derive(Clone, Copy)]
+struct Fields {
+    key: Field,
+    namespace: Field,
+    kind: Field,
+    tags: Field,
+    name: Field,
+    content: Field,
+    created: Field,
+    importance: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let text = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(ANALYZER)
+            .set_index_option(IndexRecordOption::WithFreqs),
+    );
+    let fields = Fields {
+        key: b.add_u64_field("key", INDEXED | FAST | STORED),
+        namespace: b.add_text_field("namespace", STRING),
+        kind: b.add_text_field("kind", STRING),
+        tags: b.add_text_field("tags", STRING),
+        name: b.add_text_field("name", text.clone()),
+        content: b.add_text_field("content", text),
+        created: b.add_i64_field("created", INDEXED | FAST),
+        importance: b.add_f64_field("importance", INDEXED | FAST),
+    };
+    (b.build(), fields)
+}
+
+fn analyzer() -> TextAnalyzer {
+    TextAnalyzer::builder(WordTokenizer::default())
+        .filter(RemoveLongFilter::limit(48))
+        .filter(LowerCaser)
+        .filter(Stemmer::default())
+        .build()
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Payload {
+    version: u32,
+    seq: i64,
+}
+
+fn parse_payload(payload: Option<&str>) -> Option<Payload> {
+    payload
+        .and_then(|p| serde_json::from_str::<Payload>(p).ok())
+        .filter(|p| p.version == TEXT_SCHEMA_VERSION)
+}
+
+/// How the index came up when it was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenState {
+    /// It was there and of this version.
+    Existing,
+    /// It was missing; a new empty one was made.
+    Created,
+    /// It was unreadable or of another version; it was wiped and made anew.
+    Recreated,
+}
+
+/// Full-text index over memories.
+pub struct TextIndex {
+    index: Index,
+    reader: IndexReader,
+    fields: Fields,
+    writer: Mutex<Option<IndexWriter>>,
+    writer_bytes: usize,
+    /// The change-log position the current reader reflects (a lower bound).
+    reader_seq: AtomicI64,
+}
+
+impl TextIndex {
+    /// Opens the index in `dir`, making it when missing and remaking it when it cannot be used.
+    pub fn open(dir: &Path, writer_bytes: usize) -> Result<(TextIndex, OpenState)> {
+        std::fs::create_dir_all(dir)?;
+        let (schema, _) = schema();
+        let state;
+        let index = match Self::open_existing(dir, &schema) {
+            Ok(Some(index)) => {
+                state = OpenState::Existing;
+                index
+            }
+            Ok(None) => {
+                state = OpenState::Created;
+                Index::create_in_dir(dir, schema.clone())?
+            }
+            Err(reason) => {
+                tracing::warn!(dir = %dir.display(), %reason, "text index unusable; rebuilding it from the database");
+                state = OpenState::Recreated;
+                std::fs::remove_dir_all(dir)?;
+                std::fs::create_dir_all(dir)?;
+                Index::create_in_dir(dir, schema.clone())?
+            }
+        };
+        Ok((Self::from_index(index, writer_bytes)?, state))
+    }
+
+    /// `Ok(None)` when there is no index in `dir`; `Err(reason)` when there is one that cannot be used.
+    fn open_existing(dir: &Path, schema: &Schema) -> std::result::Result<Option<Index>, String> {
+        let directory = MmapDirectory::open(dir).map_err(|e| e.to_string())?;
+        match Index::exists(&directory) {
+            Ok(false) => return Ok(None),
+            Ok(true) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        let index = Index::open(directory).map_err(|e| e.to_string())?;
+        if index.schema() != *schema {
+            return Err("schema differs from this version's".into());
+        }
+        let metas = index.load_metas().map_err(|e| e.to_string())?;
+        if metas.payload.is_some() && parse_payload(metas.payload.as_deref()).is_none() {
+            return Err("index was written by another version".into());
+        }
+        // Touch every segment so that a truncated or missing file is found now, not mid-search.
+        let reader = index.reader().map_err(|e| e.to_string())?;
+        for segment in reader.searcher().segment_readers() {
+            segment
+                .get_store_reader(0)
+                .map_err(|e| format!("segment unreadable: {e}"))?;
+        }
+        Ok(Some(index))
+    }
+
+    /// A throw-away index in memory, for unit tests.
+    pub fn open_in_ram() -> Result<TextIndex> {
+        let (schema, _) = schema();
+        Self::from_index(Index::create_in_ram(schema), 15_000_000)
+    }
+
+    fn from_index(index: Index, writer_bytes: usize) -> Result<TextIndex> {
+        index.tokenizers().register(ANALYZER, analyzer());
+        let (_, fields) = schema();
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        let seq = committed_seq(&index)?;
+        Ok(TextIndex {
+            index,
+            reader,
+            fields,
+            writer: Mutex::new(None),
+            writer_bytes: writer_bytes.max(15_000_000),
+            reader_seq: AtomicI64::new(seq),
+        })
+    }
+
+    /// Change-log position of what searches currently see.
+    pub fn reader_seq(&self) -> i64 {
+        self.reader_seq.load(Ordering::Acquire)
+    }
+
+    /// Picks up commits made by other processes; returns the position the reader now reflects.
+    pub fn refresh(&self) -> Result<i64> {
+        let seq = committed_seq(&self.index)?;
+        self.reader.reload()?;
+        self.reader_seq.fetch_max(seq, Ordering::AcqRel);
+        Ok(self.reader_seq())
+    }
+
+    /// Holds the writer while `f` computes the changes to apply after the committed position it is
+    /// given; commits them with the position `f` returns. `Ok(None)` when another process holds
+    /// the writer right now (try again shortly, or read what it commits).
+    pub fn update<F>(&self, f: F) -> Result<Option<i64>>
+    where
+        F: FnOnce(i64) -> Result<(Vec<TextOp>, i64)>,
+    {
+        let mut guard = self
+            .writer
+            .lock()
+            .map_err(|_| Error::Internal("text writer lock poisoned".into()))?;
+        if guard.is_none() {
+            match self.index.writer_with_num_threads(1, self.writer_bytes) {
+                Ok(w) => *guard = Some(w),
+                Err(tantivy::TantivyError::LockFailure(..)) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let writer = guard.as_mut().expect("writer was just set");
+        let base = committed_seq(&self.index)?;
+        let (ops, up_to) = f(base)?;
+        if ops.is_empty() && up_to <= base {
+            drop(guard);
+            self.refresh()?;
+            return Ok(Some(base));
+        }
+        let f = self.fields;
+        for op in &ops {
+            match op {
+                TextOp::Delete(key) => {
+                    writer.delete_term(Term::from_field_u64(f.key, key.0 as u64));
+                }
+                TextOp::Upsert(d) => {
+                    writer.delete_term(Term::from_field_u64(f.key, d.key.0 as u64));
+                    let mut doc = TantivyDocument::default();
+                    doc.add_u64(f.key, d.key.0 as u64);
+                    doc.add_text(f.namespace, &d.namespace);
+                    doc.add_text(f.kind, &d.kind);
+                    for tag in &d.tags {
+                        doc.add_text(f.tags, tag);
+                    }
+                    if let Some(name) = &d.name {
+                        doc.add_text(f.name, name);
+                    }
+                    doc.add_text(f.content, &d.content);
+                    doc.add_i64(f.created, d.created_at);
+                    doc.add_f64(f.importance, d.importance);
+                    writer.add_document(doc)?;
+                }
+            }
+        }
+        let seq = up_to.max(base);
+        let payload = serde_json::to_string(&Payload {
+            version: TEXT_SCHEMA_VERSION,
+            seq,
+        })?;
+        let mut prepared = writer.prepare_commit()?;
+        prepared.set_payload(&payload);
+        prepared.commit()?;
+        drop(guard);
+        self.reader.reload()?;
+        self.reader_seq.fetch_max(seq, Ordering::AcqRel);
+        Ok(Some(seq))
+    }
+
+    /// Removes every document (the first step of a rebuild); needs the writer.
+    pub fn clear(&self) -> Result<bool> {
+        let mut guard = self
+            .writer
+            .lock()
+            .map_err(|_| Error::Internal("text writer lock poisoned".into()))?;
+        if guard.is_none() {
+            match self.index.writer_with_num_threads(1, self.writer_bytes) {
+                Ok(w) => *guard = Some(w),
+                Err(tantivy::TantivyError::LockFailure(..)) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let writer = guard.as_mut().expect("writer was just set");
+        writer.delete_all_documents()?;
+        let mut prepared = writer.prepare_commit()?;
+        prepared.set_payload(&serde_json::to_string(&Payload {
+            version: TEXT_SCHEMA_VERSION,
+            seq: 0,
+        })?);
+        prepared.commit()?;
+        drop(guard);
+        self.reader.reload()?;
+        self.reader_seq.store(0, Ordering::Release);
+        Ok(true)
+    }
+
+    /// Lets go of the writer (and its lock file) so another process can index; waits for merges.
+    pub fn release_writer(&self) {
+        let taken = self.writer.lock().ok().and_then(|mut g| g.take());
+        if let Some(writer) = taken
+            && let Err(e) = writer.wait_merging_threads()
+        {
+            tracing::warn!(error = %e, "text index merge did not finish");
+        }
+    }
+
+    /// True while this process holds the writer.
+    pub fn holds_writer(&self) -> bool {
+        self.writer.lock().map(|g| g.is_some()).unwrap_or(false)
+    }
+
+    /// Number of indexed memories.
+    pub fn num_docs(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    /// The analysed (lower-cased, stemmed) terms of `text`, deduplicated, in order.
+    pub fn query_terms(&self, text: &str) -> Vec<String> {
+        let mut analyzer = analyzer();
+        let mut stream = analyzer.token_stream(text);
+        let mut terms: Vec<String> = Vec::new();
+        while let Some(t) = stream.next() {
+            if !terms.iter().any(|x| *x == t.text) {
+                terms.push(t.text.clone());
+                if terms.len() == MAX_QUERY_TERMS {
+                    break;
+                }
+            }
+        }
+        terms
+    }
+
+    /// Ranked keys matching `q.text` (any of its words) and every filter of `q`; `q.offset` and
+    /// `q.limit` select the page. Never fails on the query's words: there is no query syntax.
+    pub fn search(&self, q: &RecallQuery) -> Result<Vec<(MemoryKey, f32)>> {
+        let f = self.fields;
+        let terms = self.query_terms(&q.text);
+        if terms.is_empty() || q.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut words: Vec<(Occur, Box<dyn Query>)> = Vec::with_capacity(terms.len() * 2);
+        for t in &terms {
+            let content = TermQuery::new(
+                Term::from_field_text(f.content, t),
+                IndexRecordOption::WithFreqs,
+            );
+            let name = TermQuery::new(
+                Term::from_field_text(f.name, t),
+                IndexRecordOption::WithFreqs,
+            );
+            words.push((Occur::Should, Box::new(content)));
+            words.push((
+                Occur::Should,
+                Box::new(BoostQuery::new(Box::new(name), NAME_BOOST)),
+            ));
+        }
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
+            vec![(Occur::Must, Box::new(BooleanQuery::new(words)))];
+        let mut filter = |q: Box<dyn Query>| {
+            clauses.push((Occur::Must, Box::new(ConstScoreQuery::new(q, 0.0))));
+        };
+        if let NamespaceScope::Only(namespaces) = &q.namespaces {
+            filter(any_of(f.namespace, namespaces));
+        }
+        if !q.kinds.is_empty() {
+            filter(any_of(f.kind, &q.kinds));
+        }
+        for tag in &q.tags {
+            filter(Box::new(TermQuery::new(
+                Term::from_field_text(f.tags, tag),
+                IndexRecordOption::Basic,
+            )));
+        }
+        if q.since.is_some() || q.until.is_some() {
+            let lo = q.since.map_or(Bound::Unbounded, |t| {
+                Bound::Included(Term::from_field_i64(f.created, t))
+            });
+            let hi = q.until.map_or(Bound::Unbounded, |t| {
+                Bound::Included(Term::from_field_i64(f.created, t))
+            });
+            filter(Box::new(RangeQuery::new(lo, hi)));
+        }
+        if let Some(min) = q.min_importance {
+            filter(Box::new(RangeQuery::new(
+                Bound::Included(Term::from_field_f64(f.importance, min)),
+                Bound::Unbounded,
+            )));
+        }
+        let query = BooleanQuery::new(clauses);
+        let searcher = self.reader.searcher();
+        let top = TopDocs::with_limit(q.limit)
+            .and_offset(q.offset)
+            .order_by_score();
+        let found = searcher.search(&query, &top)?;
+        let mut out = Vec::with_capacity(found.len());
+        for (score, addr) in found {
+            let doc: TantivyDocument = searcher.doc(addr)?;
+            let key = doc
+                .get_first(f.key)
+                .and_then(|v| v.as_u64())
+                .ok_or_else(|| Error::Corrupted {
+                    what: "text index".into(),
+                    reason: "document without a key".into(),
+                })?;
+            out.push((MemoryKey(key as i64), score));
+        }
+        Ok(out)
+    }
+}
+
+fn any_of(field: Field, values: &[String]) -> Box<dyn Query> {
+    let clauses = values
+        .iter()
+        .map(|v| {
+            let q: Box<dyn Query> = Box::new(TermQuery::new(
+                Term::from_field_text(field, v),
+                IndexRecordOption::Basic,
+            ));
+            (Occur::Should, q)
+        })
+        .collect();
+    Box::new(BooleanQuery::new(clauses))
+}
+
+fn committed_seq(index: &Index) -> Result<i64> {
+    let metas = index.load_metas()?;
+    Ok(parse_payload(metas.payload.as_deref()).map_or(0, |p| p.seq))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(key: i64, ns: &str, content: &str) -> TextDoc {
+        TextDoc {
+            key: MemoryKey(key),
+            namespace: ns.into(),
+            kind: "note".into(),
+            name: None,
+            content: content.into(),
+            tags: vec!["t".into()],
+            created_at: key * 1000,
+            importance: key as f64 / 10.0,
+        }
+    }
+
+    fn query(text: &str) -> RecallQuery {
+        RecallQuery {
+            text: text.into(),
+            limit: 10,
+            ..RecallQuery::default()
+        }
+    }
+
+    fn keys(hits: Vec<(MemoryKey, f32)>) -> Vec<i64> {
+        hits.into_iter().map(|(k, _)| k.0).collect()
+    }
+
+    fn filled() -> TextIndex {
+        let idx = TextIndex::open_in_ram().unwrap();
+        let ops = vec![
+            TextOp::Upsert(doc(1, "a", "Alice drinks green tea every morning")),
+            TextOp::Upsert(doc(2, "a", "Bob prefers coffee, black")),
+            TextOp::Upsert(doc(3, "b", "Tea ceremonies in Kyoto: 茶道")),
+        ];
+        assert_eq!(idx.update(|base| Ok((ops, base + 3))).unwrap(), Some(3));
+        idx
+    }
+
+    #[test]
+    fn finds_by_stemmed_words_and_filters() {
+        let idx = filled();
+        assert_eq!(keys(idx.search(&query("teas")).unwrap()).len(), 2);
+        let mut q = query("tea");
+        q.namespaces = NamespaceScope::Only(vec!["b".into()]);
+        assert_eq!(keys(idx.search(&q).unwrap()), [3]);
+        let mut q = query("tea");
+        q.min_importance = Some(0.25);
+        assert_eq!(keys(idx.search(&q).unwrap()), [3]);
+        let mut q = query("tea coffee");
+        q.until = Some(2000);
+        let mut found = keys(idx.search(&q).unwrap());
+        found.sort();
+        assert_eq!(found, [1, 2]);
+    }
+
+    #[test]
+    fn operator_words_and_punctuation_are_plain_words() {
+        let idx = filled();
+        let hits = idx
+            .search(&query("What does \"Alice\" drink (AND/OR: NOT coffee)?"))
+            .unwrap();
+        assert!(keys(hits).contains(&1));
+        assert_eq!(keys(idx.search(&query("茶")).unwrap()), [3]);
+    }
+
+    #[test]
+    fn delete_and_upsert_replace_documents() {
+        let idx = filled();
+        idx.update(|base| {
+            Ok((
+                vec![
+                    TextOp::Delete(MemoryKey(1)),
+                    TextOp::Upsert(doc(2, "a", "Bob now drinks tea")),
+                ],
+                base + 2,
+            ))
+        })
+        .unwrap();
+        assert_eq!(keys(idx.search(&query("tea")).unwrap()).len(), 2);
+        assert!(keys(idx.search(&query("coffee")).unwrap()).is_empty());
+        assert_eq!(idx.num_docs(), 2);
+        assert_eq!(idx.reader_seq(), 5);
+    }
+
+    #[test]
+    fn reopening_keeps_position_and_wrong_files_are_recreated() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (idx, state) = TextIndex::open(dir.path(), 20_000_000).unwrap();
+            assert_eq!(state, OpenState::Created);
+            idx.update(|_| Ok((vec![TextOp::Upsert(doc(1, "a", "hello world"))], 7)))
+                .unwrap();
+            idx.release_writer();
+        }
+        let (idx, state) = TextIndex::open(dir.path(), 20_000_000).unwrap();
+        assert_eq!(state, OpenState::Existing);
+        assert_eq!(idx.reader_seq(), 7);
+        drop(idx);
+        std::fs::write(dir.path().join("meta.json"), b"{ not json").unwrap();
+        let (idx, state) = TextIndex::open(dir.path(), 20_000_000).unwrap();
+        assert_eq!(state, OpenState::Recreated);
+        assert_eq!(idx.num_docs(), 0);
+    }
+}

@@ -1,0 +1,15 @@
+//! mnemograph: a graph-memory MCP server. Memories and their relations live in one SQLite file;
+//! a tantivy index beside it answers recall; MCP tools over stdio expose it to agents.
+
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod index;
+pub mod mcp;
+pub mod model;
+pub mod store;
+
+pub use config::Config;
+pub use engine::Engine;
+pub use error::{Error, Result};

@@ -1,0 +1,311 @@
+//! Domain types shared by every layer: memories, relations, hits and their ids. No I/O, no MCP.
+
+use serde::{Deserialize, Serialize};
+
+/// Internal row id of a memory (SQLite `rowid`), used by the derived indexes. Never shown to users.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MemoryKey(pub i64);
+
+/// Milliseconds since the Unix epoch, UTC.
+pub type Millis = i64;
+
+/// Now, in milliseconds since the Unix epoch.
+pub fn now_millis() -> Millis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The namespace used when a call names none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+/// The kind used when a memory names none.
+pub const DEFAULT_KIND: &str = "note";
+/// Importance given when a memory names none.
+pub const DEFAULT_IMPORTANCE: f64 = 0.5;
+
+/// A stored memory, as the store returns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    /// Internal row id.
+    pub key: MemoryKey,
+    /// Stable external id (`m_…`).
+    pub id: String,
+    pub namespace: String,
+    pub kind: String,
+    pub name: Option<String>,
+    pub content: String,
+    pub tags: Vec<String>,
+    pub importance: f64,
+    pub metadata: serde_json::Value,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub accessed_at: Option<Millis>,
+    pub access_count: i64,
+    pub valid_from: Option<Millis>,
+    pub valid_until: Option<Millis>,
+    /// External id of the memory that replaced this one, if any.
+    pub superseded_by: Option<String>,
+    pub version: i64,
+    /// Set when the memory was forgotten (soft delete).
+    pub deleted_at: Option<Millis>,
+}
+
+/// What a caller supplies to create a memory (already validated).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMemory {
+    pub namespace: String,
+    pub kind: String,
+    pub name: Option<String>,
+    pub content: String,
+    pub tags: Vec<String>,
+    pub importance: f64,
+    pub metadata: serde_json::Value,
+    pub valid_from: Option<Millis>,
+    pub valid_until: Option<Millis>,
+}
+
+/// Changes to one memory; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MemoryPatch {
+    pub content: Option<String>,
+    pub kind: Option<String>,
+    pub tags: Option<Vec<String>>,
+    pub importance: Option<f64>,
+    pub metadata: Option<serde_json::Value>,
+    /// `Some(None)` clears the bound.
+    pub valid_from: Option<Option<Millis>>,
+    pub valid_until: Option<Option<Millis>>,
+}
+
+/// A directed, typed, weighted edge between two memories.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Relation {
+    /// Stable external id (`r_…`).
+    pub id: String,
+    /// External id of the source memory.
+    pub from: String,
+    /// External id of the target memory.
+    pub to: String,
+    pub kind: String,
+    pub weight: f64,
+    pub metadata: serde_json::Value,
+    pub created_at: Millis,
+    pub reinforced_at: Millis,
+    pub valid_from: Option<Millis>,
+    pub valid_until: Option<Millis>,
+    pub deleted_at: Option<Millis>,
+}
+
+/// One previous version of a memory or relation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// What changed it: `update`, `forget`, `restore`, …
+    pub op: String,
+    /// Who changed it: a tool call (`tool:update`) or the CLI.
+    pub actor: String,
+    pub at: Millis,
+    /// The version before the change.
+    pub previous: serde_json::Value,
+}
+
+/// Where a memory or relation is reached by a caller: by external id or by name in a namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemoryRef {
+    Id(String),
+    Name { namespace: String, name: String },
+}
+
+/// Which namespaces a read looks in.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum NamespaceScope {
+    #[default]
+    All,
+    Only(Vec<String>),
+}
+
+/// Filters and paging of a recall.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RecallQuery {
+    pub text: String,
+    pub namespaces: NamespaceScope,
+    pub kinds: Vec<String>,
+    /// A hit must carry every one of these tags.
+    pub tags: Vec<String>,
+    pub since: Option<Millis>,
+    pub until: Option<Millis>,
+    pub min_importance: Option<f64>,
+    pub limit: usize,
+    pub offset: usize,
+}
+
+/// One ranked recall hit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    pub memory: Memory,
+    pub score: f32,
+    pub snippet: String,
+    pub n_relations: i64,
+}
+
+/// One page of recall hits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecallPage {
+    pub hits: Vec<Hit>,
+    /// Offset of the next page, when there may be more.
+    pub next_offset: Option<usize>,
+}
+
+/// Counts of memories per namespace and kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct Stats {
+    pub memories: i64,
+    pub relations: i64,
+    pub forgotten_memories: i64,
+    pub by_namespace: Vec<(String, i64)>,
+    pub by_kind: Vec<(String, i64)>,
+    /// Change-log entries the text index has not applied yet.
+    pub text_index_lag: i64,
+    pub database_bytes: u64,
+}
+
+/// Parses an RFC 3339 time (`2024-05-01T10:00:00Z`, with optional fraction and offset) or a date
+/// (`2024-05-01`, midnight UTC) into milliseconds since the epoch.
+pub fn parse_time(s: &str) -> Option<Millis> {
+    let s = s.trim();
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let part = s.get(r)?;
+        if part.is_empty() || !part.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        part.parse().ok()
+    };
+    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) {
+        return None;
+    }
+    let mut ms = days_from_civil(y, mo, d) * 86_400_000;
+    if b.len() == 10 {
+        return Some(ms);
+    }
+    if !matches!(b[10], b'T' | b't' | b' ') || b.len() < 19 || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    ms += (h * 3600 + mi * 60 + sec) * 1000;
+    let mut i = 19;
+    if b.get(i) == Some(&b'.') {
+        let start = i + 1;
+        i = start;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        let frac = &s[start..i.min(start + 3)];
+        let scale = 10i64.pow(3 - frac.len() as u32);
+        ms += frac.parse::<i64>().ok()? * scale;
+    }
+    match b.get(i) {
+        Some(b'Z' | b'z') if i + 1 == b.len() => Some(ms),
+        Some(sign @ (b'+' | b'-')) if b.len() == i + 6 && b[i + 3] == b':' => {
+            let off = (num(i + 1..i + 3)? * 60 + num(i + 4..i + 6)?) * 60_000;
+            Some(if *sign == b'+' { ms - off } else { ms + off })
+        }
+        None => Some(ms),
+        _ => None,
+    }
+}
+
+/// Formats milliseconds since the epoch as RFC 3339 UTC with millisecond precision.
+pub fn format_time(ms: Millis) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let rem = ms.rem_euclid(86_400_000);
+    let (y, mo, d) = civil_from_days(days);
+    let (h, mi, s, milli) = (
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1000 % 60,
+        rem % 1000,
+    );
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{milli:03}Z")
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+// Howard Hinnant's civil-date algorithms.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip() {
+        for s in [
+            "1970-01-01T00:00:00.000Z",
+            "2024-02-29T23:59:58.123Z",
+            "1969-12-31T23:59:59.999Z",
+        ] {
+            assert_eq!(format_time(parse_time(s).unwrap()), s);
+        }
+        assert_eq!(parse_time("2024-05-01"), parse_time("2024-05-01T00:00:00Z"));
+        assert_eq!(
+            parse_time("2024-05-01T02:00:00+02:00"),
+            parse_time("2024-05-01T00:00:00Z")
+        );
+        assert_eq!(
+            parse_time("2024-05-01T00:00:00.5Z"),
+            Some(parse_time("2024-05-01").unwrap() + 500)
+        );
+    }
+
+    #[test]
+    fn bad_times_are_refused() {
+        for s in [
+            "",
+            "yesterday",
+            "2024-13-01",
+            "2023-02-29",
+            "2024-05-01T25:00:00Z",
+            "2024-05-01Tx",
+        ] {
+            assert_eq!(parse_time(s), None, "{s}");
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! Memory rows: insert, look up by key, id, name or content hash, save a new version, soft delete.
+
+use std::collections::HashMap;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::error::Result;
+use crate::model::{Memory, MemoryKey, Millis, NewMemory, Stats};
+
+const COLS: &str = "key, id, namespace, kind, name, content, tags, importance, metadata, \
+    created_at, updated_at, accessed_at, access_count, valid_from, valid_until, superseded_by, \
+    version, deleted_at";
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Memory> {
+    let tags: String = r.get(6)?;
+    let metadata: String = r.get(8)?;
+    Ok(Memory {
+        key: MemoryKey(r.get(0)?),
+        id: r.get(1)?,
+        namespace: r.get(2)?,
+        kind: r.get(3)?,
+        name: r.get(4)?,
+        content: r.get(5)?,
+        tags: serde_json::from_str(&tags).unwrap_or_default(),
+        importance: r.get(7)?,
+        metadata: serde_json::from_str(&metadata).unwrap_or(serde_json::Value::Null),
+        created_at: r.get(9)?,
+        updated_at: r.get(10)?,
+        accessed_at: r.get(11)?,
+        access_count: r.get(12)?,
+        valid_from: r.get(13)?,
+        valid_until: r.get(14)?,
+        superseded_by: r.get(15)?,
+        version: r.get(16)?,
+        deleted_at: r.get(17)?,
+    })
+}
+
+/// SHA-256 of the content as stored (the idempotency key within a namespace).
+pub fn content_hash(content: &str) -> Vec<u8> {
+    use sha2::Digest;
+    sha2::Sha256::digest(content.as_bytes()).to_vec()
+}
+
+/// Inserts a new memory with id `id`; returns it as stored.
+pub fn insert(conn: &Connection, id: &str, m: &NewMemory, now: Millis) -> Result<Memory> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO memories (id, namespace, kind, name, content, tags, importance, metadata, \
+         content_hash, created_at, updated_at, valid_from, valid_until) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12)",
+    )?;
+    stmt.execute(params![
+        id,
+        m.namespace,
+        m.kind,
+        m.name,
+        m.content,
+        serde_json::to_string(&m.tags)?,
+        m.importance,
+        serde_json::to_string(&m.metadata)?,
+        content_hash(&m.content),
+        now,
+        m.valid_from,
+        m.valid_until,
+    ])?;
+    let key = MemoryKey(conn.last_insert_rowid());
+    Ok(Memory {
+        key,
+        id: id.to_owned(),
+        namespace: m.namespace.clone(),
+        kind: m.kind.clone(),
+        name: m.name.clone(),
+        content: m.content.clone(),
+        tags: m.tags.clone(),
+        importance: m.importance,
+        metadata: m.metadata.clone(),
+        created_at: now,
+        updated_at: now,
+        accessed_at: None,
+        access_count: 0,
+        valid_from: m.valid_from,
+        valid_until: m.valid_until,
+        superseded_by: None,
+        version: 1,
+        deleted_at: None,
+    })
+}
+
+/// Writes every mutable field of `m` back (content, tags, validity, …) and bumps nothing itself:
+/// the caller sets `version` and `updated_at`.
+pub fn save(conn: &Connection, m: &Memory) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE memories SET kind = ?2, name = ?3, content = ?4, tags = ?5, importance = ?6, \
+         metadata = ?7, content_hash = ?8, updated_at = ?9, valid_from = ?10, valid_until = ?11, \
+         superseded_by = ?12, version = ?13, deleted_at = ?14 WHERE key = ?1",
+    )?;
+    stmt.execute(params![
+        m.key.0,
+        m.kind,
+        m.name,
+        m.content,
+        serde_json::to_string(&m.tags)?,
+        m.importance,
+        serde_json::to_string(&m.metadata)?,
+        content_hash(&m.content),
+        m.updated_at,
+        m.valid_from,
+        m.valid_until,
+        m.superseded_by,
+        m.version,
+        m.deleted_at,
+    ])?;
+    Ok(())
+}
+
+/// The live memory of `namespace` whose content hashes to `hash`.
+pub fn by_hash(conn: &Connection, namespace: &str, hash: &[u8]) -> Result<Option<Memory>> {
+    let sql = format!(
+        "SELECT {COLS} FROM memories WHERE namespace = ?1 AND content_hash = ?2 \
+         AND deleted_at IS NULL LIMIT 1"
+    );
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row(params![namespace, hash], from_row)
+        .optional()?)
+}
+
+/// A memory by external id, forgotten or not.
+pub fn by_id(conn: &Connection, id: &str) -> Result<Option<Memory>> {
+    let sql = format!("SELECT {COLS} FROM memories WHERE id = ?1");
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row([id], from_row)
+        .optional()?)
+}
+
+/// A memory by internal key, forgotten or not.
+pub fn by_key(conn: &Connection, key: MemoryKey) -> Result<Option<Memory>> {
+    let sql = format!("SELECT {COLS} FROM memories WHERE key = ?1");
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row([key.0], from_row)
+        .optional()?)
+}
+
+/// The live memory named `name` in `namespace`; when none is live, the most recently forgotten one
+/// if `include_forgotten`.
+pub fn by_name(
+    conn: &Connection,
+    namespace: &str,
+    name: &str,
+    include_forgotten: bool,
+) -> Result<Option<Memory>> {
+    let sql = format!(
+        "SELECT {COLS} FROM memories WHERE namespace = ?1 AND name = ?2 \
+         AND (deleted_at IS NULL OR ?3) ORDER BY deleted_at IS NOT NULL, deleted_at DESC LIMIT 1"
+    );
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row(params![namespace, name, include_forgotten], from_row)
+        .optional()?)
+}
+
+/// The memories with these keys, in no particular order; unknown keys are skipped.
+pub fn by_keys(conn: &Connection, keys: &[MemoryKey]) -> Result<Vec<Memory>> {
+    let sql = format!("SELECT {COLS} FROM memories WHERE key = ?1");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut out = Vec::with_capacity(keys.len());
+    for k in keys {
+        if let Some(m) = stmt.query_row([k.0], from_row).optional()? {
+            out.push(m);
+        }
+    }
+    Ok(out)
+}
+
+/// Up to `n` live memories with keys above `after`, in key order (for index rebuilds).
+pub fn live_page(conn: &Connection, after: MemoryKey, n: usize) -> Result<Vec<Memory>> {
+    let sql = format!(
+        "SELECT {COLS} FROM memories WHERE key > ?1 AND deleted_at IS NULL ORDER BY key LIMIT ?2"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![after.0, n as i64], from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Number of live relations touching each of `keys`.
+pub fn relation_counts(conn: &Connection, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey, i64>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT (SELECT count(*) FROM relations WHERE src = ?1 AND deleted_at IS NULL) + \
+                (SELECT count(*) FROM relations WHERE dst = ?1 AND deleted_at IS NULL)",
+    )?;
+    let mut out = HashMap::with_capacity(keys.len());
+    for k in keys {
+        out.insert(*k, stmt.query_row([k.0], |r| r.get(0))?);
+    }
+    Ok(out)
+}
+
+/// Records that these memories were returned to a caller.
+pub fn touch(conn: &Connection, keys: &[MemoryKey], now: Millis) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE memories SET accessed_at = ?2, access_count = access_count + 1 WHERE key = ?1",
+    )?;
+    for k in keys {
+        stmt.execute(params![k.0, now])?;
+    }
+    Ok(())
+}
+
+/// Counts per namespace and kind of live memories, and totals.
+pub fn stats(conn: &Connection) -> Result<Stats> {
+    let group = |sql: &str| -> Result<Vec<(String, i64)>> {
+        let mut stmt = conn.prepare(sql)?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    };
+    let by_namespace = group(
+        "SELECT namespace, count(*) FROM memories WHERE deleted_at IS NULL \
+         GROUP BY namespace ORDER BY count(*) DESC, namespace",
+    )?;
+    let by_kind = group(
+        "SELECT kind, count(*) FROM memories WHERE deleted_at IS NULL \
+         GROUP BY kind ORDER BY count(*) DESC, kind",
+    )?;
+    let one = |sql: &str| -> Result<i64> { Ok(conn.query_row(sql, [], |r| r.get(0))?) };
+    Ok(Stats {
+        memories: one("SELECT count(*) FROM memories WHERE deleted_at IS NULL")?,
+        relations: one("SELECT count(*) FROM relations WHERE deleted_at IS NULL")?,
+        forgotten_memories: one("SELECT count(*) FROM memories WHERE deleted_at IS NOT NULL")?,
+        by_namespace,
+        by_kind,
+        text_index_lag: 0,
+        database_bytes: 0,
+    })
+}

@@ -1,0 +1,172 @@
+//! All SQL of mnemograph: the schema and its migrations, memories, relations, history, the change
+//! log and task rows. SQLite is the source of truth; nothing else in the crate speaks SQL.
+
+mod schema;
+
+pub mod changes;
+pub mod history;
+pub mod memories;
+pub mod relations;
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+pub use schema::{OLDEST_SUPPORTED_SCHEMA, SCHEMA_VERSION};
+
+/// Most idle read connections kept for reuse.
+const MAX_IDLE_READERS: usize = 4;
+
+/// The database: one connection for writes, a small pool for reads (WAL lets them run together).
+pub struct Store {
+    path: std::path::PathBuf,
+    busy_timeout: Duration,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+impl Store {
+    /// Opens (creating it and its folder when missing) and migrates the database of `cfg`.
+    pub fn open(cfg: &Config) -> Result<Store> {
+        if let Some(dir) = cfg.db_path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)?;
+        }
+        let busy_timeout = Duration::from_millis(cfg.busy_timeout_ms);
+        let mut writer = open_connection(&cfg.db_path, busy_timeout)?;
+        schema::migrate(&mut writer)?;
+        Ok(Store {
+            path: cfg.db_path.clone(),
+            busy_timeout,
+            writer: Mutex::new(writer),
+            readers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Path of the database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on a read connection (a consistent snapshot for the duration of `f` when it opens
+    /// a transaction; otherwise each statement sees the latest commit).
+    pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let conn = self
+            .readers
+            .lock()
+            .map_err(|_| Error::Internal("reader pool poisoned".into()))?
+            .pop();
+        let conn = match conn {
+            Some(c) => c,
+            None => open_connection(&self.path, self.busy_timeout)?,
+        };
+        let res = f(&conn);
+        if let Ok(mut pool) = self.readers.lock()
+            && pool.len() < MAX_IDLE_READERS
+        {
+            pool.push(conn);
+        }
+        res
+    }
+
+    /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`, so concurrent writers queue on the
+    /// busy timeout instead of failing); commits when `f` succeeds, rolls back otherwise.
+    pub fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let mut conn = self
+            .writer
+            .lock()
+            .map_err(|_| Error::Internal("writer connection poisoned".into()))?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Schema version of the open database.
+    pub fn schema_version(&self) -> Result<i64> {
+        self.read(|c| Ok(c.pragma_query_value(None, "user_version", |r| r.get(0))?))
+    }
+
+    /// Runs SQLite's own consistency check; returns its complaints (empty when healthy).
+    pub fn integrity_check(&self) -> Result<Vec<String>> {
+        self.read(|c| {
+            let mut stmt = c.prepare("PRAGMA integrity_check")?;
+            let rows: Vec<String> = stmt
+                .query_map([], |r| r.get::<_, String>(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(rows.into_iter().filter(|r| r != "ok").collect())
+        })
+    }
+
+    /// Size of the database file plus its write-ahead log, in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        [self.path.as_os_str(), wal.as_os_str()]
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum()
+    }
+}
+
+fn open_connection(path: &Path, busy_timeout: Duration) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(busy_timeout)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "cache_size", -16_000)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
+/// A fresh random id with `prefix`, 20 base-32 characters (100 bits) after it.
+pub fn new_id(prefix: &str) -> String {
+    const ALPHABET: &[u8; 32] = b"abcdefghijkmnpqrstuvwxyz23456789";
+    let mut bytes = [0u8; 20];
+    getrandom::fill(&mut bytes).expect("the operating system provides randomness");
+    let mut s = String::with_capacity(prefix.len() + 20);
+    s.push_str(prefix);
+    s.extend(bytes.iter().map(|b| ALPHABET[(b & 31) as usize] as char));
+    s
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// A store in a fresh temporary folder (kept alive by the returned guard).
+    pub(crate) fn temp_store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cfg = Config::for_db(dir.path().join("memory.db"));
+        let store = Store::open(&cfg).expect("open store");
+        (dir, store)
+    }
+}
+
+/// Runs `f` inside a savepoint of the open transaction: when `f` fails, its writes are undone and
+/// the rest of the transaction goes on (one bad item of a batch leaves nothing half-written).
+pub fn in_savepoint<T>(conn: &Connection, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    conn.execute_batch("SAVEPOINT item")?;
+    match f() {
+        Ok(v) => {
+            conn.execute_batch("RELEASE item")?;
+            Ok(v)
+        }
+        Err(e) => {
+            conn.execute_batch("ROLLBACK TO item; RELEASE item")?;
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! Relation rows: create or update on (src, dst, kind), list around a memory, soft delete.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::error::Result;
+use crate::model::{MemoryKey, Millis, Relation};
+
+const COLS: &str = "r.key, r.id, s.id, d.id, r.kind, r.weight, r.metadata, r.created_at, \
+    r.reinforced_at, r.valid_from, r.valid_until, r.deleted_at";
+const FROM: &str = "relations r JOIN memories s ON s.key = r.src JOIN memories d ON d.key = r.dst";
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<(i64, Relation)> {
+    let metadata: String = r.get(6)?;
+    Ok((
+        r.get(0)?,
+        Relation {
+            id: r.get(1)?,
+            from: r.get(2)?,
+            to: r.get(3)?,
+            kind: r.get(4)?,
+            weight: r.get(5)?,
+            metadata: serde_json::from_str(&metadata).unwrap_or(serde_json::Value::Null),
+            created_at: r.get(7)?,
+            reinforced_at: r.get(8)?,
+            valid_from: r.get(9)?,
+            valid_until: r.get(10)?,
+            deleted_at: r.get(11)?,
+        },
+    ))
+}
+
+/// A relation to create or reinforce.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRelation<'a> {
+    pub src: MemoryKey,
+    pub dst: MemoryKey,
+    pub kind: &'a str,
+    pub weight: f64,
+    pub metadata: Option<&'a serde_json::Value>,
+}
+
+/// The relation (src, dst, kind), live or forgotten, with its key.
+pub fn find(
+    conn: &Connection,
+    src: MemoryKey,
+    dst: MemoryKey,
+    kind: &str,
+) -> Result<Option<(i64, Relation)>> {
+    let sql = format!("SELECT {COLS} FROM {FROM} WHERE r.src = ?1 AND r.dst = ?2 AND r.kind = ?3");
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row(params![src.0, dst.0, kind], from_row)
+        .optional()?)
+}
+
+/// A relation by external id, with its key.
+pub fn by_id(conn: &Connection, id: &str) -> Result<Option<(i64, Relation)>> {
+    let sql = format!("SELECT {COLS} FROM {FROM} WHERE r.id = ?1");
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row([id], from_row)
+        .optional()?)
+}
+
+/// Inserts a new relation with id `id`; returns its key.
+pub fn insert(conn: &Connection, id: &str, r: &NewRelation<'_>, now: Millis) -> Result<i64> {
+    let metadata = match r.metadata {
+        Some(m) => serde_json::to_string(m)?,
+        None => "{}".to_owned(),
+    };
+    conn.prepare_cached(
+        "INSERT INTO relations (id, src, dst, kind, weight, metadata, created_at, reinforced_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+    )?
+    .execute(params![
+        id, r.src.0, r.dst.0, r.kind, r.weight, metadata, now
+    ])?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// Sets weight (and metadata when given), revives a forgotten relation, marks it reinforced.
+pub fn reinforce(conn: &Connection, key: i64, r: &NewRelation<'_>, now: Millis) -> Result<()> {
+    let metadata = r.metadata.map(serde_json::to_string).transpose()?;
+    conn.prepare_cached(
+        "UPDATE relations SET weight = ?2, metadata = coalesce(?3, metadata), reinforced_at = ?4, \
+         deleted_at = NULL WHERE key = ?1",
+    )?
+    .execute(params![key, r.weight, metadata, now])?;
+    Ok(())
+}
+
+/// Sets or clears the soft-delete mark of a relation.
+pub fn set_deleted(conn: &Connection, key: i64, deleted_at: Option<Millis>) -> Result<()> {
+    conn.prepare_cached("UPDATE relations SET deleted_at = ?2 WHERE key = ?1")?
+        .execute(params![key, deleted_at])?;
+    Ok(())
+}
+
+/// Live relations from or to `key` (both ends live), newest first, at most `limit`.
+pub fn around(conn: &Connection, key: MemoryKey, limit: usize) -> Result<Vec<Relation>> {
+    let sql = format!(
+        "SELECT {COLS} FROM {FROM} WHERE (r.src = ?1 OR r.dst = ?1) AND r.deleted_at IS NULL \
+         AND s.deleted_at IS NULL AND d.deleted_at IS NULL ORDER BY r.key DESC LIMIT ?2"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![key.0, limit as i64], from_row)?;
+    rows.map(|r| r.map(|(_, rel)| rel).map_err(Into::into))
+        .collect()
+}

@@ -1,0 +1,128 @@
+//! The schema and its migrations, keyed by `PRAGMA user_version`.
+
+use rusqlite::Connection;
+
+use crate::error::{Error, Result};
+
+/// Version this build writes.
+pub const SCHEMA_VERSION: i64 = 1;
+/// Oldest version this build can migrate from (0 is an empty file).
+pub const OLDEST_SUPPORTED_SCHEMA: i64 = 0;
+
+const V1: &str = r#"
+CREATE TABLE memories (
+    key            INTEGER PRIMARY KEY,
+    id             TEXT NOT NULL UNIQUE,
+    namespace      TEXT NOT NULL,
+    kind           TEXT NOT NULL,
+    name           TEXT,
+    content        TEXT NOT NULL,
+    tags           TEXT NOT NULL DEFAULT '[]',
+    importance     REAL NOT NULL DEFAULT 0.5,
+    metadata       TEXT NOT NULL DEFAULT '{}',
+    content_hash   BLOB NOT NULL,
+    created_at     INTEGER NOT NULL,
+    updated_at     INTEGER NOT NULL,
+    accessed_at    INTEGER,
+    access_count   INTEGER NOT NULL DEFAULT 0,
+    valid_from     INTEGER,
+    valid_until    INTEGER,
+    superseded_by  TEXT,
+    embedding      BLOB,
+    embedding_model TEXT,
+    version        INTEGER NOT NULL DEFAULT 1,
+    deleted_at     INTEGER
+);
+CREATE UNIQUE INDEX memories_live_name ON memories(namespace, name)
+    WHERE name IS NOT NULL AND deleted_at IS NULL;
+CREATE INDEX memories_hash ON memories(namespace, content_hash);
+CREATE INDEX memories_ns_kind ON memories(namespace, kind);
+
+CREATE TABLE relations (
+    key            INTEGER PRIMARY KEY,
+    id             TEXT NOT NULL UNIQUE,
+    src            INTEGER NOT NULL REFERENCES memories(key),
+    dst            INTEGER NOT NULL REFERENCES memories(key),
+    kind           TEXT NOT NULL,
+    weight         REAL NOT NULL DEFAULT 1.0,
+    metadata       TEXT NOT NULL DEFAULT '{}',
+    created_at     INTEGER NOT NULL,
+    reinforced_at  INTEGER NOT NULL,
+    valid_from     INTEGER,
+    valid_until    INTEGER,
+    deleted_at     INTEGER,
+    UNIQUE (src, dst, kind)
+);
+CREATE INDEX relations_dst ON relations(dst);
+
+CREATE TABLE history (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    entity      TEXT NOT NULL CHECK (entity IN ('memory', 'relation')),
+    entity_key  INTEGER NOT NULL,
+    op          TEXT NOT NULL,
+    actor       TEXT NOT NULL,
+    at          INTEGER NOT NULL,
+    previous    TEXT NOT NULL
+);
+CREATE INDEX history_entity ON history(entity, entity_key);
+
+CREATE TABLE changes (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    memory_key   INTEGER,
+    relation_key INTEGER,
+    op           TEXT NOT NULL
+);
+
+CREATE TABLE tasks (
+    id              TEXT PRIMARY KEY,
+    owner           TEXT NOT NULL,
+    tool            TEXT NOT NULL,
+    arguments       TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    status_message  TEXT,
+    progress        TEXT NOT NULL DEFAULT '{}',
+    result          TEXT,
+    error           TEXT,
+    created_at      INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL,
+    ttl_ms          INTEGER,
+    poll_interval_ms INTEGER,
+    checkpoint      TEXT,
+    boot_id         TEXT NOT NULL,
+    heartbeat_at    INTEGER NOT NULL
+);
+CREATE INDEX tasks_owner ON tasks(owner, created_at);
+"#;
+
+/// Brings the database up to [`SCHEMA_VERSION`], one version per transaction.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Err(Error::Corrupted {
+            what: "database schema".into(),
+            reason: format!(
+                "version {version} is newer than this build understands ({SCHEMA_VERSION}); upgrade mnemograph"
+            ),
+        });
+    }
+    if version < OLDEST_SUPPORTED_SCHEMA {
+        return Err(Error::Corrupted {
+            what: "database schema".into(),
+            reason: format!("version {version} is too old to migrate"),
+        });
+    }
+    let steps: [&str; 1] = [V1];
+    for (i, sql) in steps.iter().enumerate().skip(version as usize) {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        // Another process may have migrated while we waited for the lock.
+        let now: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if now > i as i64 {
+            continue;
+        }
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", i as i64 + 1)?;
+        tx.commit()?;
+        tracing::info!(version = i + 1, "database migrated");
+    }
+    Ok(())
+}
