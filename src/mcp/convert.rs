@@ -1,0 +1,315 @@
+//! Hand-written mapping between the wire shapes of `dto` and the engine's domain types.
+
+use std::hash::{Hash, Hasher};
+
+use crate::engine::{Link, MemoryDetail, RelateItem, RelationRef, RememberItem};
+use crate::error::{Error, Result};
+use crate::mcp::dto;
+use crate::model::{
+    DEFAULT_NAMESPACE, HistoryEntry, Memory, MemoryPatch, MemoryRef, Millis, NamespaceScope,
+    RecallQuery, Relation, format_time, parse_time,
+};
+
+/// Default recall page size.
+const DEFAULT_LIMIT: u32 = 10;
+
+fn time(field: &str, s: Option<&str>) -> Result<Option<Millis>> {
+    s.map(|s| {
+        parse_time(s).ok_or_else(|| {
+            Error::invalid(
+                field,
+                format!("{s:?} is not a time"),
+                "use RFC 3339 like 2024-05-01T10:00:00Z, or a date like 2024-05-01",
+            )
+        })
+    })
+    .transpose()
+}
+
+pub fn remember_items(p: dto::RememberParams) -> Result<Vec<RememberItem>> {
+    p.memories
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            Ok(RememberItem {
+                content: m.content,
+                kind: m.kind,
+                name: m.name,
+                tags: m.tags.unwrap_or_default(),
+                importance: m.importance,
+                namespace: m.namespace,
+                metadata: m.metadata,
+                valid_from: time(
+                    &format!("memories[{i}].valid_from"),
+                    m.valid_from.as_deref(),
+                )?,
+                valid_until: time(
+                    &format!("memories[{i}].valid_until"),
+                    m.valid_until.as_deref(),
+                )?,
+                links: m
+                    .links
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|l| Link {
+                        to: l.to,
+                        kind: l.kind,
+                        weight: l.weight,
+                    })
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+pub fn relate_items(p: dto::RelateParams) -> Vec<RelateItem> {
+    p.relations
+        .into_iter()
+        .map(|r| RelateItem {
+            from: r.from,
+            to: r.to,
+            kind: r.kind,
+            weight: r.weight,
+            metadata: r.metadata,
+            namespace: r.namespace,
+        })
+        .collect()
+}
+
+/// A fingerprint of everything but the page, so a cursor is only accepted for the same query.
+fn fingerprint(q: &RecallQuery) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    q.text.hash(&mut h);
+    format!("{:?}", q.namespaces).hash(&mut h);
+    q.kinds.hash(&mut h);
+    q.tags.hash(&mut h);
+    q.since.hash(&mut h);
+    q.until.hash(&mut h);
+    q.min_importance.map(f64::to_bits).hash(&mut h);
+    q.limit.hash(&mut h);
+    h.finish()
+}
+
+pub fn encode_cursor(q: &RecallQuery, offset: usize) -> String {
+    format!("c1.{offset}.{:016x}", fingerprint(q))
+}
+
+fn decode_cursor(q: &RecallQuery, cursor: &str) -> Result<usize> {
+    let bad = || {
+        Error::invalid(
+            "cursor",
+            "is not a cursor of this query",
+            "pass next_cursor from the previous page unchanged, with the same query and filters, or leave it out to start over",
+        )
+    };
+    let mut parts = cursor.split('.');
+    let (Some("c1"), Some(offset), Some(fp), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad());
+    };
+    let offset: usize = offset.parse().map_err(|_| bad())?;
+    if fp != format!("{:016x}", fingerprint(q)) {
+        return Err(bad());
+    }
+    Ok(offset)
+}
+
+pub fn recall_query(p: &dto::RecallParams) -> Result<RecallQuery> {
+    let namespaces = match (&p.namespace, &p.namespaces) {
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid(
+                "namespaces",
+                "is given together with namespace",
+                "give one of namespace or namespaces",
+            ));
+        }
+        (Some(ns), None) => NamespaceScope::Only(vec![ns.clone()]),
+        (None, Some(list)) if !list.is_empty() => NamespaceScope::Only(list.clone()),
+        _ => NamespaceScope::All,
+    };
+    let mut q = RecallQuery {
+        text: p.query.clone(),
+        namespaces,
+        kinds: p.kinds.clone().unwrap_or_default(),
+        tags: p.tags.clone().unwrap_or_default(),
+        since: time("since", p.since.as_deref())?,
+        until: time("until", p.until.as_deref())?,
+        min_importance: p.min_importance,
+        limit: p.limit.unwrap_or(DEFAULT_LIMIT) as usize,
+        offset: 0,
+    };
+    if let Some(c) = &p.cursor {
+        q.offset = decode_cursor(&q, c)?;
+    }
+    Ok(q)
+}
+
+fn refs(ids: Option<Vec<String>>, names: Option<Vec<String>>, ns: Option<&str>) -> Vec<MemoryRef> {
+    let ns = ns.unwrap_or(DEFAULT_NAMESPACE);
+    let mut out: Vec<MemoryRef> = ids
+        .unwrap_or_default()
+        .into_iter()
+        .map(MemoryRef::Id)
+        .collect();
+    out.extend(
+        names
+            .unwrap_or_default()
+            .into_iter()
+            .map(|name| MemoryRef::Name {
+                namespace: ns.to_owned(),
+                name,
+            }),
+    );
+    out
+}
+
+pub fn get_refs(p: dto::GetParams) -> (Vec<MemoryRef>, bool) {
+    let history = p.history.unwrap_or(false);
+    (refs(p.ids, p.names, p.namespace.as_deref()), history)
+}
+
+pub fn forget_refs(p: dto::ForgetParams) -> Result<(Vec<MemoryRef>, Vec<RelationRef>)> {
+    let ns = p.namespace.clone();
+    let mems = refs(p.ids, p.names, p.namespace.as_deref());
+    let rels = p
+        .relations
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| match (r.id, r.from, r.to, r.kind) {
+            (Some(id), None, None, None) => Ok(RelationRef::Id(id)),
+            (None, Some(from), Some(to), Some(kind)) => Ok(RelationRef::Ends {
+                from,
+                to,
+                kind,
+                namespace: ns.clone(),
+            }),
+            _ => Err(Error::invalid(
+                format!("relations[{i}]"),
+                "names no single relation",
+                "give either `id`, or all of `from`, `to` and `kind`",
+            )),
+        })
+        .collect::<Result<_>>()?;
+    Ok((mems, rels))
+}
+
+pub fn update_target(p: &dto::UpdateParams) -> Result<(MemoryRef, MemoryPatch)> {
+    let target = match (&p.id, &p.name) {
+        (Some(id), _) => MemoryRef::Id(id.clone()),
+        (None, Some(name)) => MemoryRef::Name {
+            namespace: p
+                .namespace
+                .clone()
+                .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned()),
+            name: name.clone(),
+        },
+        (None, None) => {
+            return Err(Error::invalid(
+                "id",
+                "is missing",
+                "give the memory's `id`, or its `name` (and `namespace`)",
+            ));
+        }
+    };
+    let patch = MemoryPatch {
+        content: p.content.clone(),
+        kind: p.kind.clone(),
+        tags: p.tags.clone(),
+        importance: p.importance,
+        metadata: p.metadata.clone(),
+        valid_from: time("valid_from", p.valid_from.as_deref())?.map(Some),
+        valid_until: time("valid_until", p.valid_until.as_deref())?.map(Some),
+    };
+    Ok((target, patch))
+}
+
+pub fn memory_out(m: Memory) -> dto::MemoryOut {
+    dto::MemoryOut {
+        id: m.id,
+        namespace: m.namespace,
+        kind: m.kind,
+        name: m.name,
+        content: m.content,
+        tags: m.tags,
+        importance: m.importance,
+        metadata: m.metadata,
+        created_at: format_time(m.created_at),
+        updated_at: format_time(m.updated_at),
+        valid_from: m.valid_from.map(format_time),
+        valid_until: m.valid_until.map(format_time),
+        superseded_by: m.superseded_by,
+        version: m.version,
+        access_count: m.access_count,
+        forgotten_at: m.deleted_at.map(format_time),
+    }
+}
+
+pub fn relation_out(r: Relation) -> dto::RelationOut {
+    dto::RelationOut {
+        id: r.id,
+        from: r.from,
+        to: r.to,
+        kind: r.kind,
+        weight: r.weight,
+        metadata: r.metadata,
+        created_at: format_time(r.created_at),
+        forgotten_at: r.deleted_at.map(format_time),
+    }
+}
+
+fn history_out(h: HistoryEntry) -> dto::HistoryOut {
+    dto::HistoryOut {
+        op: h.op,
+        actor: h.actor,
+        at: format_time(h.at),
+        previous: h.previous,
+    }
+}
+
+pub fn detail_out(d: MemoryDetail) -> dto::DetailOut {
+    dto::DetailOut {
+        memory: memory_out(d.memory),
+        relations: d.relations.into_iter().map(relation_out).collect(),
+        history: d.history.map(|h| h.into_iter().map(history_out).collect()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(query: &str, cursor: Option<String>) -> dto::RecallParams {
+        dto::RecallParams {
+            query: query.into(),
+            namespace: None,
+            namespaces: None,
+            kinds: None,
+            tags: None,
+            since: None,
+            until: None,
+            min_importance: None,
+            limit: None,
+            cursor,
+            full: None,
+        }
+    }
+
+    #[test]
+    fn cursors_round_trip_and_reject_tampering() {
+        let q = recall_query(&params("tea", None)).unwrap();
+        let c = encode_cursor(&q, 10);
+        assert_eq!(
+            recall_query(&params("tea", Some(c.clone())))
+                .unwrap()
+                .offset,
+            10
+        );
+        assert!(recall_query(&params("coffee", Some(c))).is_err());
+        for bad in ["", "garbage", "c1.x.0", "c1.10.0000000000000000.extra"] {
+            let e = recall_query(&params("tea", Some(bad.into()))).unwrap_err();
+            assert!(e.to_string().contains("`cursor`"));
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The wire shapes of the tools: parameters and outputs. Every field's doc comment becomes its
+//! description in the schema, so keep them short and say units and defaults.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A link from a new memory to an existing one.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LinkInput {
+    /// Target id, or name in the same namespace.
+    pub to: String,
+    /// Relation kind, e.g. about, part_of, caused_by.
+    pub kind: String,
+    /// 0–1, default 1.
+    pub weight: Option<f64>,
+}
+
+/// One memory to store.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryInput {
+    /// The text to remember (≤ 64 KiB).
+    pub content: String,
+    /// fact, episode, entity, summary, note (default), …
+    pub kind: Option<String>,
+    /// Unique name in the namespace, for entity-style memories.
+    pub name: Option<String>,
+    pub tags: Option<Vec<String>>,
+    /// 0–1, default 0.5.
+    pub importance: Option<f64>,
+    /// Default "default". Letters, digits, _ - . : /
+    pub namespace: Option<String>,
+    /// Any JSON object.
+    pub metadata: Option<serde_json::Value>,
+    /// RFC 3339 time or date.
+    pub valid_from: Option<String>,
+    /// RFC 3339 time or date.
+    pub valid_until: Option<String>,
+    pub links: Option<Vec<LinkInput>>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RememberParams {
+    /// One or many memories.
+    pub memories: Vec<MemoryInput>,
+}
+
+/// One relation to create or update.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RelationInput {
+    /// Source id or name.
+    pub from: String,
+    /// Target id or name.
+    pub to: String,
+    pub kind: String,
+    /// 0–1, default 1.
+    pub weight: Option<f64>,
+    pub metadata: Option<serde_json::Value>,
+    /// Where names resolve. Default "default".
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RelateParams {
+    pub relations: Vec<RelationInput>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecallParams {
+    /// Words or a question; no syntax.
+    pub query: String,
+    pub namespace: Option<String>,
+    /// Several namespaces; default all.
+    pub namespaces: Option<Vec<String>>,
+    pub kinds: Option<Vec<String>>,
+    /// Hits carry all of these.
+    pub tags: Option<Vec<String>>,
+    /// Created at or after (RFC 3339).
+    pub since: Option<String>,
+    /// Created at or before (RFC 3339).
+    pub until: Option<String>,
+    pub min_importance: Option<f64>,
+    /// 1–100, default 10.
+    pub limit: Option<u32>,
+    /// next_cursor of the previous page.
+    pub cursor: Option<String>,
+    /// Full content instead of snippets.
+    pub full: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetParams {
+    pub ids: Option<Vec<String>>,
+    pub names: Option<Vec<String>>,
+    /// Where names resolve. Default "default".
+    pub namespace: Option<String>,
+    /// Include previous versions.
+    pub history: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateParams {
+    /// The memory's id (or give name).
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub content: Option<String>,
+    pub kind: Option<String>,
+    /// Replaces the tags.
+    pub tags: Option<Vec<String>>,
+    pub importance: Option<f64>,
+    /// Replaces the metadata.
+    pub metadata: Option<serde_json::Value>,
+    pub valid_from: Option<String>,
+    pub valid_until: Option<String>,
+}
+
+/// A relation by id, or by from, to and kind.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RelationRefInput {
+    pub id: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub kind: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForgetParams {
+    /// Memory ids.
+    pub ids: Option<Vec<String>>,
+    /// Memory names.
+    pub names: Option<Vec<String>>,
+    /// Where names resolve. Default "default".
+    pub namespace: Option<String>,
+    pub relations: Option<Vec<RelationRefInput>>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatsParams {}
+
+/// A memory as tools return it.
+#[derive(Debug, Serialize)]
+pub struct MemoryOut {
+    pub id: String,
+    pub namespace: String,
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub content: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    pub importance: f64,
+    #[serde(skip_serializing_if = "is_empty_object")]
+    pub metadata: serde_json::Value,
+    pub created_at: String,
+    pub updated_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub valid_from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub valid_until: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<String>,
+    pub version: i64,
+    pub access_count: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forgotten_at: Option<String>,
+}
+
+fn is_empty_object(v: &serde_json::Value) -> bool {
+    v.as_object().is_some_and(|o| o.is_empty()) || v.is_null()
+}
+
+#[derive(Debug, Serialize)]
+pub struct RelationOut {
+    pub id: String,
+    pub from: String,
+    pub to: String,
+    pub kind: String,
+    pub weight: f64,
+    #[serde(skip_serializing_if = "is_empty_object")]
+    pub metadata: serde_json::Value,
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forgotten_at: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct HitOut {
+    pub id: String,
+    pub namespace: String,
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snippet: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    pub score: f32,
+    pub relations: i64,
+    pub created_at: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RecallOut {
+    pub hits: Vec<HitOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ItemOut {
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicate: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub links: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BatchOut {
+    pub results: Vec<ItemOut>,
+    pub ok: usize,
+    pub failed: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct HistoryOut {
+    pub op: String,
+    pub actor: String,
+    pub at: String,
+    pub previous: serde_json::Value,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DetailOut {
+    #[serde(flatten)]
+    pub memory: MemoryOut,
+    pub relations: Vec<RelationOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<Vec<HistoryOut>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ForgetOut {
+    pub memories: Vec<String>,
+    pub relations: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CountOut {
+    pub name: String,
+    pub count: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StatsOut {
+    pub memories: i64,
+    pub relations: i64,
+    pub forgotten_memories: i64,
+    pub by_namespace: Vec<CountOut>,
+    pub by_kind: Vec<CountOut>,
+    pub text_index_lag: i64,
+    pub database_bytes: u64,
+}

@@ -1,0 +1,385 @@
+//! The tool surface: names, descriptions, compact input schemas, annotations, and the dispatch of
+//! `tools/call` to the engine (on the blocking pool, never on a runtime worker).
+
+use std::sync::Arc;
+
+use rmcp::ErrorData as McpError;
+use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::mcp::errors::{ToolFailure, bad_arguments, tool_failure};
+use crate::mcp::{convert, dto};
+
+/// Hints of one tool: (read-only, destructive, idempotent).
+struct Hints(bool, bool, bool);
+
+fn tool<T: JsonSchema>(name: &'static str, description: &'static str, h: Hints) -> Tool {
+    let mut t = Tool::new(name, description, Arc::new(input_schema::<T>()));
+    t.annotations = Some(ToolAnnotations::from_raw(
+        None,
+        Some(h.0),
+        Some(h.1),
+        Some(h.2),
+        Some(false),
+    ));
+    t
+}
+
+/// The input schema of `T`, stripped of what only bloats a client's context (titles, formats,
+/// `null` alternatives of optional fields).
+pub fn input_schema<T: JsonSchema>() -> JsonObject {
+    let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    let mut v = generator.into_root_schema_for::<T>().to_value();
+    compact(&mut v);
+    match v {
+        serde_json::Value::Object(mut o) => {
+            o.remove("$schema");
+            o.remove("description");
+            o
+        }
+        _ => JsonObject::new(),
+    }
+}
+
+fn compact(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Object(o) => {
+            o.remove("title");
+            o.remove("format");
+            o.remove("minimum");
+            o.remove("additionalProperties");
+            if let Some(Value::Array(types)) = o.get("type") {
+                let non_null: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+                if non_null.len() == 1 {
+                    o.insert("type".into(), non_null[0].clone());
+                }
+            }
+            if let Some(Value::Array(any)) = o.get("anyOf") {
+                let non_null: Vec<Value> = any
+                    .iter()
+                    .filter(|s| s.get("type").is_none_or(|t| t != "null"))
+                    .cloned()
+                    .collect();
+                if non_null.len() == 1 {
+                    o.remove("anyOf");
+                    if let Value::Object(inner) = &non_null[0] {
+                        for (k, val) in inner {
+                            o.entry(k.clone()).or_insert(val.clone());
+                        }
+                    }
+                }
+            }
+            if o.get("type").is_some_and(|t| t == "object")
+                && o.get("properties")
+                    .is_some_and(|p| p.as_object().is_some_and(|p| p.is_empty()))
+            {
+                o.remove("properties");
+            }
+            for (_, child) in o.iter_mut() {
+                compact(child);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(compact),
+        _ => {}
+    }
+}
+
+/// Every tool, in the order `tools/list` shows them.
+pub fn all() -> Vec<Tool> {
+    vec![
+        tool::<dto::RememberParams>(
+            "remember",
+            "Store memories (one or many). Same content in a namespace is stored once: the repeat returns the existing id with duplicate=true. Optional links create relations to existing memories.",
+            Hints(false, false, true),
+        ),
+        tool::<dto::RecallParams>(
+            "recall",
+            "Search memories by meaning of the words (ranked, BM25). Plain words or questions; no query syntax. Returns compact hits (snippet, score, relation count); full=true for whole content; next_cursor pages.",
+            Hints(true, false, true),
+        ),
+        tool::<dto::RelateParams>(
+            "relate",
+            "Create or update relations between memories (unique on from, to, kind). Ends by id or by name in the namespace.",
+            Hints(false, false, true),
+        ),
+        tool::<dto::GetParams>(
+            "get",
+            "Fetch memories by ids or names with their relations; history=true adds previous versions.",
+            Hints(true, false, true),
+        ),
+        tool::<dto::UpdateParams>(
+            "update",
+            "Change one memory's content, kind, tags, importance, metadata or validity. The previous version is kept in history.",
+            Hints(false, false, false),
+        ),
+        tool::<dto::ForgetParams>(
+            "forget",
+            "Soft-delete memories (by ids or names) and relations. Kept in history; `restore` undoes it.",
+            Hints(false, true, true),
+        ),
+        tool::<dto::ForgetParams>(
+            "restore",
+            "Undo `forget` for memories (by ids or names) and relations.",
+            Hints(false, false, true),
+        ),
+        tool::<dto::StatsParams>(
+            "stats",
+            "Counts of memories per namespace and kind, relations, index lag and database size.",
+            Hints(true, false, true),
+        ),
+    ]
+}
+
+fn parse<T: DeserializeOwned>(tool: &str, args: JsonObject) -> Result<T, McpError> {
+    let value = serde_json::Value::Object(args);
+    serde_path_to_error::deserialize(value).map_err(|e| bad_arguments(tool, e))
+}
+
+async fn blocking<T: Send + 'static>(
+    engine: &Arc<Engine>,
+    f: impl FnOnce(&Engine) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let engine = Arc::clone(engine);
+    tokio::task::spawn_blocking(move || f(&engine))
+        .await
+        .map_err(|e| Error::Internal(format!("tool worker panicked: {e}")))?
+}
+
+fn structured(value: impl serde::Serialize) -> Result<CallToolResult> {
+    Ok(CallToolResult::structured(serde_json::to_value(value)?))
+}
+
+fn batch_out(results: Vec<dto::ItemOut>) -> Result<CallToolResult> {
+    let failed = results.iter().filter(|r| r.error.is_some()).count();
+    let out = dto::BatchOut {
+        ok: results.len() - failed,
+        failed,
+        results,
+    };
+    let mut res = structured(out)?;
+    if failed > 0 && failed == res_len(&res) {
+        res.is_error = Some(true);
+    }
+    Ok(res)
+}
+
+fn res_len(res: &CallToolResult) -> usize {
+    res.structured_content
+        .as_ref()
+        .and_then(|v| v.get("results"))
+        .and_then(|r| r.as_array())
+        .map_or(0, Vec::len)
+}
+
+fn item_error(e: Error) -> Option<String> {
+    if !e.is_user_error() {
+        tracing::error!(error = %e, "item failed");
+    }
+    Some(e.to_string())
+}
+
+/// Runs one tool call to its answer.
+pub async fn call(
+    engine: &Arc<Engine>,
+    name: &str,
+    args: JsonObject,
+) -> Result<CallToolResult, McpError> {
+    let res = dispatch(engine, name, args).await?;
+    res.or_else(|e| match tool_failure(e) {
+        ToolFailure::Protocol(err) => Err(err),
+        ToolFailure::Result(r) => Ok(r),
+    })
+}
+
+async fn dispatch(
+    engine: &Arc<Engine>,
+    name: &str,
+    args: JsonObject,
+) -> Result<Result<CallToolResult>, McpError> {
+    Ok(match name {
+        "remember" => {
+            let p: dto::RememberParams = parse(name, args)?;
+            match convert::remember_items(p) {
+                Err(e) => Err(e),
+                Ok(items) => blocking(engine, move |e| e.remember(&items))
+                    .await
+                    .and_then(|rs| {
+                        batch_out(
+                            rs.into_iter()
+                                .enumerate()
+                                .map(|(index, r)| match r {
+                                    Ok(m) => dto::ItemOut {
+                                        index,
+                                        id: Some(m.id),
+                                        duplicate: Some(m.duplicate),
+                                        created: None,
+                                        links: (m.n_links > 0).then_some(m.n_links),
+                                        error: None,
+                                    },
+                                    Err(e) => dto::ItemOut {
+                                        index,
+                                        id: None,
+                                        duplicate: None,
+                                        created: None,
+                                        links: None,
+                                        error: item_error(e),
+                                    },
+                                })
+                                .collect(),
+                        )
+                    }),
+            }
+        }
+        "relate" => {
+            let items = convert::relate_items(parse(name, args)?);
+            blocking(engine, move |e| e.relate(&items))
+                .await
+                .and_then(|rs| {
+                    batch_out(
+                        rs.into_iter()
+                            .enumerate()
+                            .map(|(index, r)| match r {
+                                Ok((rel, created)) => dto::ItemOut {
+                                    index,
+                                    id: Some(rel.id),
+                                    duplicate: None,
+                                    created: Some(created),
+                                    links: None,
+                                    error: None,
+                                },
+                                Err(e) => dto::ItemOut {
+                                    index,
+                                    id: None,
+                                    duplicate: None,
+                                    created: None,
+                                    links: None,
+                                    error: item_error(e),
+                                },
+                            })
+                            .collect(),
+                    )
+                })
+        }
+        "recall" => {
+            let p: dto::RecallParams = parse(name, args)?;
+            let full = p.full.unwrap_or(false);
+            match convert::recall_query(&p) {
+                Err(e) => Err(e),
+                Ok(q) => blocking(engine, move |e| Ok((e.recall(&q)?, q)))
+                    .await
+                    .and_then(|(page, q)| {
+                        let hits = page
+                            .hits
+                            .into_iter()
+                            .map(|h| dto::HitOut {
+                                id: h.memory.id,
+                                namespace: h.memory.namespace,
+                                kind: h.memory.kind,
+                                name: h.memory.name,
+                                snippet: (!full).then_some(h.snippet),
+                                content: full.then_some(h.memory.content),
+                                score: h.score,
+                                relations: h.n_relations,
+                                created_at: crate::model::format_time(h.memory.created_at),
+                            })
+                            .collect();
+                        structured(dto::RecallOut {
+                            hits,
+                            next_cursor: page.next_offset.map(|o| convert::encode_cursor(&q, o)),
+                        })
+                    }),
+            }
+        }
+        "get" => {
+            let (refs, history) = convert::get_refs(parse(name, args)?);
+            blocking(engine, move |e| e.get(&refs, history))
+                .await
+                .and_then(|ds| structured(serde_json::json!({ "memories": ds.into_iter().map(convert::detail_out).collect::<Vec<_>>() })))
+        }
+        "update" => {
+            let p: dto::UpdateParams = parse(name, args)?;
+            match convert::update_target(&p) {
+                Err(e) => Err(e),
+                Ok((target, patch)) => {
+                    blocking(engine, move |e| e.update(&target, &patch, "tool:update"))
+                        .await
+                        .and_then(|m| structured(convert::memory_out(m)))
+                }
+            }
+        }
+        "forget" | "restore" => {
+            let forget = name == "forget";
+            match convert::forget_refs(parse(name, args)?) {
+                Err(e) => Err(e),
+                Ok((mems, rels)) => blocking(engine, move |e| {
+                    if forget {
+                        e.forget(&mems, &rels, "tool:forget")
+                    } else {
+                        e.restore(&mems, &rels, "tool:restore")
+                    }
+                })
+                .await
+                .and_then(|r| {
+                    structured(dto::ForgetOut {
+                        memories: r.memories,
+                        relations: r.relations,
+                    })
+                }),
+            }
+        }
+        "stats" => {
+            let _: dto::StatsParams = parse(name, args)?;
+            blocking(engine, |e| e.stats()).await.and_then(|s| {
+                let counts = |v: Vec<(String, i64)>| {
+                    v.into_iter()
+                        .map(|(name, count)| dto::CountOut { name, count })
+                        .collect()
+                };
+                structured(dto::StatsOut {
+                    memories: s.memories,
+                    relations: s.relations,
+                    forgotten_memories: s.forgotten_memories,
+                    by_namespace: counts(s.by_namespace),
+                    by_kind: counts(s.by_kind),
+                    text_index_lag: s.text_index_lag,
+                    database_bytes: s.database_bytes,
+                })
+            })
+        }
+        other => {
+            return Err(McpError::invalid_params(
+                format!("unknown tool `{other}`; call tools/list for the available tools"),
+                None,
+            ));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tools_list_stays_small() {
+        let json = serde_json::to_string(&all()).unwrap();
+        let tokens = json.len() / 4;
+        assert!(tokens < 3_000, "tools/list is about {tokens} tokens");
+    }
+
+    #[test]
+    fn schemas_keep_required_fields_and_docs() {
+        let s = serde_json::Value::Object(input_schema::<dto::RecallParams>());
+        assert_eq!(s["required"], serde_json::json!(["query"]));
+        assert!(
+            s["properties"]["limit"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("1–100")
+        );
+        assert_eq!(s["properties"]["limit"]["type"], "integer");
+    }
+}
