@@ -29,7 +29,7 @@ async fn call(
     Ok(res.structured_content.unwrap_or(Value::Null))
 }
 
-pub async fn run() -> anyhow::Result<()> {
+pub(super) async fn run() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("mnemograph-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let db = dir.join("demo.db");

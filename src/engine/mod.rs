@@ -76,13 +76,4 @@ impl Drop for Engine {
 }
 
 #[cfg(test)]
-pub(crate) mod test_support {
-    use super::*;
-
-    /// An engine on real files in a fresh temporary folder.
-    pub(crate) fn temp_engine() -> (tempfile::TempDir, Engine) {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let engine = Engine::open(Config::for_db(dir.path().join("memory.db"))).expect("open");
-        (dir, engine)
-    }
-}
+mod tests;

@@ -332,7 +332,7 @@ impl TextIndex {
         let mut stream = analyzer.token_stream(text);
         let mut terms: Vec<String> = Vec::new();
         while let Some(t) = stream.next() {
-            if !terms.iter().any(|x| *x == t.text) {
+            if !terms.contains(&t.text) {
                 terms.push(t.text.clone());
                 if terms.len() == MAX_QUERY_TERMS {
                     break;

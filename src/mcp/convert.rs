@@ -26,7 +26,7 @@ fn time(field: &str, s: Option<&str>) -> Result<Option<Millis>> {
     .transpose()
 }
 
-pub fn remember_items(p: dto::RememberParams) -> Result<Vec<RememberItem>> {
+pub(super) fn remember_items(p: dto::RememberParams) -> Result<Vec<RememberItem>> {
     p.memories
         .into_iter()
         .enumerate()
@@ -62,7 +62,7 @@ pub fn remember_items(p: dto::RememberParams) -> Result<Vec<RememberItem>> {
         .collect()
 }
 
-pub fn relate_items(p: dto::RelateParams) -> Vec<RelateItem> {
+pub(super) fn relate_items(p: dto::RelateParams) -> Vec<RelateItem> {
     p.relations
         .into_iter()
         .map(|r| RelateItem {
@@ -90,7 +90,7 @@ fn fingerprint(q: &RecallQuery) -> u64 {
     h.finish()
 }
 
-pub fn encode_cursor(q: &RecallQuery, offset: usize) -> String {
+pub(super) fn encode_cursor(q: &RecallQuery, offset: usize) -> String {
     format!("c1.{offset}.{:016x}", fingerprint(q))
 }
 
@@ -115,7 +115,7 @@ fn decode_cursor(q: &RecallQuery, cursor: &str) -> Result<usize> {
     Ok(offset)
 }
 
-pub fn recall_query(p: &dto::RecallParams) -> Result<RecallQuery> {
+pub(super) fn recall_query(p: &dto::RecallParams) -> Result<RecallQuery> {
     let namespaces = match (&p.namespace, &p.namespaces) {
         (Some(_), Some(_)) => {
             return Err(Error::invalid(
@@ -164,12 +164,12 @@ fn refs(ids: Option<Vec<String>>, names: Option<Vec<String>>, ns: Option<&str>) 
     out
 }
 
-pub fn get_refs(p: dto::GetParams) -> (Vec<MemoryRef>, bool) {
+pub(super) fn get_refs(p: dto::GetParams) -> (Vec<MemoryRef>, bool) {
     let history = p.history.unwrap_or(false);
     (refs(p.ids, p.names, p.namespace.as_deref()), history)
 }
 
-pub fn forget_refs(p: dto::ForgetParams) -> Result<(Vec<MemoryRef>, Vec<RelationRef>)> {
+pub(super) fn forget_refs(p: dto::ForgetParams) -> Result<(Vec<MemoryRef>, Vec<RelationRef>)> {
     let ns = p.namespace.clone();
     let mems = refs(p.ids, p.names, p.namespace.as_deref());
     let rels = p
@@ -195,7 +195,7 @@ pub fn forget_refs(p: dto::ForgetParams) -> Result<(Vec<MemoryRef>, Vec<Relation
     Ok((mems, rels))
 }
 
-pub fn update_target(p: &dto::UpdateParams) -> Result<(MemoryRef, MemoryPatch)> {
+pub(super) fn update_target(p: &dto::UpdateParams) -> Result<(MemoryRef, MemoryPatch)> {
     let target = match (&p.id, &p.name) {
         (Some(id), _) => MemoryRef::Id(id.clone()),
         (None, Some(name)) => MemoryRef::Name {
@@ -225,7 +225,7 @@ pub fn update_target(p: &dto::UpdateParams) -> Result<(MemoryRef, MemoryPatch)> 
     Ok((target, patch))
 }
 
-pub fn memory_out(m: Memory) -> dto::MemoryOut {
+pub(super) fn memory_out(m: Memory) -> dto::MemoryOut {
     dto::MemoryOut {
         id: m.id,
         namespace: m.namespace,
@@ -246,7 +246,7 @@ pub fn memory_out(m: Memory) -> dto::MemoryOut {
     }
 }
 
-pub fn relation_out(r: Relation) -> dto::RelationOut {
+pub(super) fn relation_out(r: Relation) -> dto::RelationOut {
     dto::RelationOut {
         id: r.id,
         from: r.from,
@@ -268,7 +268,7 @@ fn history_out(h: HistoryEntry) -> dto::HistoryOut {
     }
 }
 
-pub fn detail_out(d: MemoryDetail) -> dto::DetailOut {
+pub(super) fn detail_out(d: MemoryDetail) -> dto::DetailOut {
     dto::DetailOut {
         memory: memory_out(d.memory),
         relations: d.relations.into_iter().map(relation_out).collect(),

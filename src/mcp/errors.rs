@@ -8,14 +8,14 @@ use rmcp::model::{CallToolResult, ContentBlock};
 use crate::error::Error;
 
 /// How a failed tool call is answered.
-pub enum ToolFailure {
+pub(super) enum ToolFailure {
     /// A JSON-RPC error.
     Protocol(McpError),
     /// A tool result with `isError: true`.
     Result(CallToolResult),
 }
 
-pub fn tool_failure(e: Error) -> ToolFailure {
+pub(super) fn tool_failure(e: Error) -> ToolFailure {
     match e {
         Error::InvalidArgument { .. } => {
             ToolFailure::Protocol(McpError::invalid_params(e.to_string(), None))
@@ -36,7 +36,7 @@ pub fn tool_failure(e: Error) -> ToolFailure {
 }
 
 /// Maps an error for a non-tool request (resources): user errors are `invalid_params`.
-pub fn request_error(e: Error) -> McpError {
+pub(super) fn request_error(e: Error) -> McpError {
     if e.is_user_error() {
         McpError::invalid_params(e.to_string(), None)
     } else {
@@ -49,7 +49,10 @@ pub fn request_error(e: Error) -> McpError {
 }
 
 /// Arguments that do not fit the tool's schema, with the path of the offending field.
-pub fn bad_arguments(tool: &str, e: serde_path_to_error::Error<serde_json::Error>) -> McpError {
+pub(super) fn bad_arguments(
+    tool: &str,
+    e: serde_path_to_error::Error<serde_json::Error>,
+) -> McpError {
     let path = e.path().to_string();
     let inner = e.into_inner();
     let msg = if path == "." {

@@ -11,13 +11,16 @@ use crate::model::MemoryRef;
 
 const SCHEME: &str = "memory://";
 
-pub fn template() -> ResourceTemplate {
+pub(super) fn template() -> ResourceTemplate {
     ResourceTemplate::new("memory://{namespace}/{id}", "memory")
         .with_description("One memory with its relations, as JSON")
         .with_mime_type("application/json")
 }
 
-pub async fn read(engine: &Arc<Engine>, uri: String) -> Result<ReadResourceResult, McpError> {
+pub(super) async fn read(
+    engine: &Arc<Engine>,
+    uri: String,
+) -> Result<ReadResourceResult, McpError> {
     let not_found = || {
         McpError::resource_not_found(
             format!("no memory at {uri}; use memory://{{namespace}}/{{id}} with an id from recall"),

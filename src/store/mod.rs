@@ -142,19 +142,6 @@ pub fn new_id(prefix: &str) -> String {
     s
 }
 
-#[cfg(test)]
-pub(crate) mod test_support {
-    use super::*;
-
-    /// A store in a fresh temporary folder (kept alive by the returned guard).
-    pub(crate) fn temp_store() -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let cfg = Config::for_db(dir.path().join("memory.db"));
-        let store = Store::open(&cfg).expect("open store");
-        (dir, store)
-    }
-}
-
 /// Runs `f` inside a savepoint of the open transaction: when `f` fails, its writes are undone and
 /// the rest of the transaction goes on (one bad item of a batch leaves nothing half-written).
 pub fn in_savepoint<T>(conn: &Connection, f: impl FnOnce() -> Result<T>) -> Result<T> {
@@ -168,5 +155,67 @@ pub fn in_savepoint<T>(conn: &Connection, f: impl FnOnce() -> Result<T>) -> Resu
             conn.execute_batch("ROLLBACK TO item; RELEASE item")?;
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cfg = Config::for_db(dir.path().join("sub/memory.db"));
+        let store = Store::open(&cfg).expect("open store");
+        (dir, store)
+    }
+
+    #[test]
+    fn opens_migrated_and_reopens() {
+        let (dir, store) = temp_store();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert!(store.integrity_check().unwrap().is_empty());
+        drop(store);
+        let store = Store::open(&Config::for_db(dir.path().join("sub/memory.db"))).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let (dir, store) = temp_store();
+        store
+            .write(|tx| Ok(tx.pragma_update(None, "user_version", SCHEMA_VERSION + 1)?))
+            .unwrap();
+        drop(store);
+        let err = Store::open(&Config::for_db(dir.path().join("sub/memory.db")))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("newer"), "{err}");
+    }
+
+    #[test]
+    fn savepoint_undoes_only_the_failed_item() {
+        let (_dir, store) = temp_store();
+        store
+            .write(|tx| {
+                in_savepoint(tx, || {
+                    changes::log_relation(tx, 1)?;
+                    Ok(())
+                })?;
+                let failed: Result<()> = in_savepoint(tx, || {
+                    changes::log_relation(tx, 2)?;
+                    Err(Error::Internal("boom".into()))
+                });
+                assert!(failed.is_err());
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(store.read(changes::max_seq).unwrap(), 1);
+    }
+
+    #[test]
+    fn ids_are_distinct_and_prefixed() {
+        let a = new_id("m_");
+        assert!(a.starts_with("m_") && a.len() == 22);
+        assert_ne!(a, new_id("m_"));
     }
 }

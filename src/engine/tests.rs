@@ -1,0 +1,325 @@
+//! Engine behaviour on real files: a SQLite database and a tantivy index in a temporary folder.
+
+use super::*;
+use crate::model::{MemoryPatch, MemoryRef, NamespaceScope, RecallQuery};
+
+fn temp_engine() -> (tempfile::TempDir, Engine) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let engine = Engine::open(Config::for_db(dir.path().join("memory.db"))).expect("open");
+    (dir, engine)
+}
+
+fn item(content: &str) -> RememberItem {
+    RememberItem {
+        content: content.into(),
+        ..RememberItem::default()
+    }
+}
+
+fn recall_ids(engine: &Engine, text: &str) -> Vec<String> {
+    engine
+        .recall(&RecallQuery {
+            text: text.into(),
+            limit: 10,
+            ..RecallQuery::default()
+        })
+        .unwrap()
+        .hits
+        .into_iter()
+        .map(|h| h.memory.id)
+        .collect()
+}
+
+fn remember_one(engine: &Engine, it: RememberItem) -> String {
+    let mut rs = engine.remember(&[it]).unwrap();
+    rs.remove(0).unwrap().id
+}
+
+#[test]
+fn remember_then_recall_sees_the_write() {
+    let (_d, e) = temp_engine();
+    let id = remember_one(&e, item("The staging cluster runs in Frankfurt"));
+    assert_eq!(recall_ids(&e, "where is staging?"), [id]);
+}
+
+#[test]
+fn remember_is_idempotent_per_namespace() {
+    let (_d, e) = temp_engine();
+    let a = e.remember(&[item("same text"), item("same text")]).unwrap();
+    let (a0, a1) = (a[0].as_ref().unwrap(), a[1].as_ref().unwrap());
+    assert!(!a0.duplicate && a1.duplicate);
+    assert_eq!(a0.id, a1.id);
+    let mut other = item("same text");
+    other.namespace = Some("other".into());
+    let b = remember_one(&e, other);
+    assert_ne!(b, a0.id);
+}
+
+#[test]
+fn a_bad_item_fails_alone() {
+    let (_d, e) = temp_engine();
+    let mut bad_link = item("links nowhere");
+    bad_link.links = vec![Link {
+        to: "nobody".into(),
+        kind: "about".into(),
+        weight: None,
+    }];
+    let rs = e
+        .remember(&[item("fine one"), item(""), bad_link, item("fine two")])
+        .unwrap();
+    assert!(rs[0].is_ok() && rs[3].is_ok());
+    assert!(
+        rs[1]
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("memories[1].content")
+    );
+    assert!(
+        rs[2]
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("memories[2].links[0].to")
+    );
+    assert!(recall_ids(&e, "links nowhere").is_empty());
+    assert_eq!(e.stats().unwrap().memories, 2);
+}
+
+#[test]
+fn names_are_unique_per_namespace_and_resolve_links() {
+    let (_d, e) = temp_engine();
+    let mut alice = item("Alice leads Atlas");
+    alice.name = Some("alice".into());
+    let alice_id = remember_one(&e, alice.clone());
+    alice.content = "Alice again".into();
+    let err = e.remember(&[alice]).unwrap().remove(0).unwrap_err();
+    assert!(err.to_string().contains("update"), "{err}");
+    let mut note = item("Alice likes tea");
+    note.links = vec![Link {
+        to: "alice".into(),
+        kind: "about".into(),
+        weight: Some(0.5),
+    }];
+    let note_id = remember_one(&e, note);
+    let got = e
+        .get(
+            &[MemoryRef::Name {
+                namespace: "default".into(),
+                name: "alice".into(),
+            }],
+            false,
+        )
+        .unwrap();
+    assert_eq!(got[0].memory.id, alice_id);
+    assert_eq!(got[0].relations.len(), 1);
+    assert_eq!(got[0].relations[0].from, note_id);
+    assert_eq!(got[0].relations[0].weight, 0.5);
+}
+
+#[test]
+fn relate_creates_then_updates() {
+    let (_d, e) = temp_engine();
+    let a = remember_one(&e, item("node a"));
+    let b = remember_one(&e, item("node b"));
+    let rel = |w| RelateItem {
+        from: a.clone(),
+        to: b.clone(),
+        kind: "knows".into(),
+        weight: Some(w),
+        metadata: None,
+        namespace: None,
+    };
+    let (r1, created1) = e.relate(&[rel(0.3)]).unwrap().remove(0).unwrap();
+    let (r2, created2) = e.relate(&[rel(0.9)]).unwrap().remove(0).unwrap();
+    assert!(created1 && !created2);
+    assert_eq!(r1.id, r2.id);
+    assert_eq!(r2.weight, 0.9);
+    let bad = RelateItem {
+        to: "m_doesnotexist".into(),
+        ..rel(0.1)
+    };
+    let err = e.relate(&[bad]).unwrap().remove(0).unwrap_err();
+    assert!(err.to_string().contains("relations[0].to"), "{err}");
+}
+
+#[test]
+fn update_keeps_history_and_reindexes() {
+    let (_d, e) = temp_engine();
+    let id = remember_one(&e, item("meeting on monday"));
+    let patch = MemoryPatch {
+        content: Some("meeting moved to tuesday".into()),
+        importance: Some(0.9),
+        ..MemoryPatch::default()
+    };
+    let m = e
+        .update(&MemoryRef::Id(id.clone()), &patch, "test")
+        .unwrap();
+    assert_eq!(m.version, 2);
+    assert_eq!(recall_ids(&e, "tuesday"), [id.clone()]);
+    assert!(recall_ids(&e, "monday").is_empty());
+    let d = e.get(&[MemoryRef::Id(id)], true).unwrap().remove(0);
+    let h = d.history.unwrap();
+    assert_eq!(h.len(), 1);
+    assert_eq!(h[0].op, "update");
+    assert_eq!(h[0].previous["content"], "meeting on monday");
+}
+
+#[test]
+fn forget_and_restore_round_trip() {
+    let (_d, e) = temp_engine();
+    let id = remember_one(&e, item("temporary secret plan"));
+    let r = e.forget(&[MemoryRef::Id(id.clone())], &[], "test").unwrap();
+    assert_eq!(r.memories, [id.clone()]);
+    assert!(recall_ids(&e, "secret plan").is_empty());
+    // Forgotten content may be remembered afresh: it gets a new id.
+    e.restore(&[MemoryRef::Id(id.clone())], &[], "test")
+        .unwrap();
+    assert_eq!(recall_ids(&e, "secret plan"), [id.clone()]);
+    let err = e
+        .forget(&[MemoryRef::Id("m_nope".into())], &[], "t")
+        .unwrap_err();
+    assert!(err.is_user_error());
+}
+
+#[test]
+fn filters_and_paging() {
+    let (_d, e) = temp_engine();
+    let items: Vec<RememberItem> = (0..25)
+        .map(|i| RememberItem {
+            content: format!("project status report number {i}"),
+            namespace: Some(if i % 2 == 0 { "even" } else { "odd" }.into()),
+            tags: if i % 5 == 0 {
+                vec!["five".into()]
+            } else {
+                vec![]
+            },
+            importance: Some(i as f64 / 25.0),
+            ..RememberItem::default()
+        })
+        .collect();
+    e.remember(&items).unwrap();
+    let base = RecallQuery {
+        text: "status report".into(),
+        limit: 10,
+        ..RecallQuery::default()
+    };
+    let p1 = e.recall(&base).unwrap();
+    assert_eq!(p1.hits.len(), 10);
+    let p3 = e
+        .recall(&RecallQuery {
+            offset: 20,
+            ..base.clone()
+        })
+        .unwrap();
+    assert_eq!(p3.hits.len(), 5);
+    assert_eq!(p3.next_offset, None);
+    let odd = e
+        .recall(&RecallQuery {
+            namespaces: NamespaceScope::Only(vec!["odd".into()]),
+            limit: 100,
+            ..base.clone()
+        })
+        .unwrap();
+    assert_eq!(odd.hits.len(), 12);
+    let tagged = e
+        .recall(&RecallQuery {
+            tags: vec!["five".into()],
+            min_importance: Some(0.3),
+            ..base.clone()
+        })
+        .unwrap();
+    assert_eq!(tagged.hits.len(), 3); // 10, 15, 20
+}
+
+#[test]
+fn recall_rejects_what_cannot_be_searched() {
+    let (_d, e) = temp_engine();
+    for (text, limit, field) in [
+        ("", 10, "query"),
+        ("?!", 10, "query"),
+        ("x", 0, "limit"),
+        ("x", 101, "limit"),
+    ] {
+        let err = e
+            .recall(&RecallQuery {
+                text: text.into(),
+                limit,
+                ..RecallQuery::default()
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains(&format!("`{field}`")), "{err}");
+    }
+}
+
+#[test]
+fn a_deleted_index_is_rebuilt_with_the_same_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config::for_db(dir.path().join("memory.db"));
+    let before = {
+        let e = Engine::open(cfg.clone()).unwrap();
+        let items: Vec<_> = (0..50)
+            .map(|i| item(&format!("alpha beta note {i} gamma{}", i % 7)))
+            .collect();
+        e.remember(&items).unwrap();
+        recall_ids(&e, "gamma3 beta")
+    };
+    std::fs::remove_dir_all(cfg.text_index_dir()).unwrap();
+    let e = Engine::open(cfg).unwrap();
+    assert_eq!(recall_ids(&e, "gamma3 beta"), before);
+    let report = e.doctor().unwrap();
+    assert!(report.healthy(), "{report:?}");
+}
+
+#[test]
+fn reindex_rebuilds_everything() {
+    let (_d, e) = temp_engine();
+    e.remember(&[item("one fish"), item("two fish")]).unwrap();
+    assert_eq!(e.reindex_text().unwrap(), 2);
+    assert_eq!(recall_ids(&e, "fish").len(), 2);
+}
+
+#[test]
+fn two_engines_on_one_database_see_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config::for_db(dir.path().join("memory.db"));
+    let a = Engine::open(cfg.clone()).unwrap();
+    let b = Engine::open(cfg).unwrap();
+    let id_a = remember_one(&a, item("written by a: walrus"));
+    assert_eq!(recall_ids(&a, "walrus"), [id_a.clone()]); // a now holds the writer
+    let id_b = remember_one(&b, item("written by b: narwhal"));
+    a.text.release_writer();
+    assert_eq!(recall_ids(&b, "narwhal"), [id_b.clone()]);
+    assert_eq!(recall_ids(&a, "narwhal"), [id_b]);
+    assert_eq!(recall_ids(&b, "walrus"), [id_a]);
+}
+
+#[test]
+fn a_version_1_database_still_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("v1.db");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/data/compat/v1.db"),
+        &db,
+    )
+    .unwrap();
+    let e = Engine::open(Config::for_db(&db)).unwrap();
+    let atlas = e
+        .get(
+            &[MemoryRef::Name {
+                namespace: "compat".into(),
+                name: "atlas".into(),
+            }],
+            true,
+        )
+        .unwrap()
+        .remove(0);
+    assert_eq!(atlas.memory.content, "Compat fixture: Atlas ships in April");
+    assert_eq!(atlas.relations.len(), 2);
+    assert_eq!(
+        atlas.history.unwrap()[0].previous["content"],
+        "Compat fixture: Atlas ships in March"
+    );
+    assert_eq!(recall_ids(&e, "who leads atlas").len(), 2);
+    assert!(e.doctor().unwrap().healthy());
+}
