@@ -5,6 +5,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod graph;
 pub mod index;
 pub mod mcp;
 pub mod model;

@@ -1,0 +1,281 @@
+//! The in-memory graph of live relations (petgraph), kept in step with the change log by the
+//! engine. Pure: no I/O, no `Result`; traversal reports progress to a visitor that can stop it.
+
+pub mod paths;
+pub mod traverse;
+
+use std::collections::HashMap;
+
+use petgraph::Direction as PetDirection;
+use petgraph::stable_graph::{EdgeIndex, NodeIndex, StableDiGraph};
+use petgraph::visit::EdgeRef;
+
+/// Internal key of a memory (the engine's `MemoryKey.0`).
+pub type Key = i64;
+
+/// Id of an interned relation kind.
+pub type KindId = u32;
+
+/// What the graph keeps of one relation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EdgeData {
+    /// Internal key of the relation row.
+    pub relation: i64,
+    pub kind: KindId,
+    pub weight: f32,
+    /// Validity bounds in milliseconds; `i64::MIN` / `i64::MAX` when open.
+    pub valid_from: i64,
+    pub valid_until: i64,
+}
+
+impl EdgeData {
+    /// True when the relation holds at time `t` (or no time is asked).
+    pub fn valid_at(&self, t: Option<i64>) -> bool {
+        t.is_none_or(|t| self.valid_from <= t && t <= self.valid_until)
+    }
+}
+
+/// One relation as loaded from the database.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EdgeRow {
+    pub relation: i64,
+    pub src: Key,
+    pub dst: Key,
+    pub kind: String,
+    pub weight: f64,
+    pub valid_from: Option<i64>,
+    pub valid_until: Option<i64>,
+}
+
+/// Which way edges are followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Out,
+    In,
+    Both,
+}
+
+/// Adjacency of all live relations between live memories.
+#[derive(Default)]
+pub struct MemoryGraph {
+    g: StableDiGraph<Key, EdgeData, u32>,
+    nodes: HashMap<Key, NodeIndex<u32>>,
+    kinds: Vec<String>,
+    kind_ids: HashMap<String, KindId>,
+}
+
+impl MemoryGraph {
+    /// An empty graph with room for `nodes` and `edges`.
+    pub fn with_capacity(nodes: usize, edges: usize) -> MemoryGraph {
+        MemoryGraph {
+            g: StableDiGraph::with_capacity(nodes, edges),
+            nodes: HashMap::with_capacity(nodes),
+            kinds: Vec::new(),
+            kind_ids: HashMap::new(),
+        }
+    }
+
+    /// Builds the graph from rows (fastest when they come sorted by source).
+    pub fn from_rows(rows: impl IntoIterator<Item = EdgeRow>, hint_edges: usize) -> MemoryGraph {
+        let mut g = MemoryGraph::with_capacity(hint_edges / 4, hint_edges);
+        for row in rows {
+            g.insert_edge_unchecked(&row);
+        }
+        g
+    }
+
+    /// The id of `kind`, interning it when new.
+    pub fn intern(&mut self, kind: &str) -> KindId {
+        if let Some(&id) = self.kind_ids.get(kind) {
+            return id;
+        }
+        let id = self.kinds.len() as KindId;
+        self.kinds.push(kind.to_owned());
+        self.kind_ids.insert(kind.to_owned(), id);
+        id
+    }
+
+    /// The id of `kind` if any relation ever had it.
+    pub fn kind_id(&self, kind: &str) -> Option<KindId> {
+        self.kind_ids.get(kind).copied()
+    }
+
+    /// The name of an interned kind.
+    pub fn kind_name(&self, id: KindId) -> &str {
+        self.kinds.get(id as usize).map_or("", String::as_str)
+    }
+
+    fn node(&mut self, key: Key) -> NodeIndex<u32> {
+        if let Some(&n) = self.nodes.get(&key) {
+            return n;
+        }
+        let n = self.g.add_node(key);
+        self.nodes.insert(key, n);
+        n
+    }
+
+    /// The node of a memory, when it has any relation.
+    pub fn node_of(&self, key: Key) -> Option<NodeIndex<u32>> {
+        self.nodes.get(&key).copied()
+    }
+
+    /// The memory of a node.
+    pub fn key_of(&self, n: NodeIndex<u32>) -> Key {
+        self.g[n]
+    }
+
+    fn data(&mut self, row: &EdgeRow) -> EdgeData {
+        EdgeData {
+            relation: row.relation,
+            kind: self.intern(&row.kind),
+            weight: row.weight as f32,
+            valid_from: row.valid_from.unwrap_or(i64::MIN),
+            valid_until: row.valid_until.unwrap_or(i64::MAX),
+        }
+    }
+
+    fn insert_edge_unchecked(&mut self, row: &EdgeRow) {
+        let data = self.data(row);
+        let (a, b) = (self.node(row.src), self.node(row.dst));
+        self.g.add_edge(a, b, data);
+    }
+
+    fn find(&self, relation: i64, src: Key, dst: Key) -> Option<EdgeIndex<u32>> {
+        let (a, b) = (self.node_of(src)?, self.node_of(dst)?);
+        self.g
+            .edges_connecting(a, b)
+            .find(|e| e.weight().relation == relation)
+            .map(|e| e.id())
+    }
+
+    /// Adds the relation, or replaces what the graph knew of it.
+    pub fn upsert_edge(&mut self, row: &EdgeRow) {
+        match self.find(row.relation, row.src, row.dst) {
+            Some(e) => {
+                let data = self.data(row);
+                self.g[e] = data;
+            }
+            None => self.insert_edge_unchecked(row),
+        }
+    }
+
+    /// Removes the relation if present; drops end nodes left without edges.
+    pub fn remove_edge(&mut self, relation: i64, src: Key, dst: Key) {
+        if let Some(e) = self.find(relation, src, dst) {
+            self.g.remove_edge(e);
+            self.drop_if_isolated(src);
+            self.drop_if_isolated(dst);
+        }
+    }
+
+    fn drop_if_isolated(&mut self, key: Key) {
+        if let Some(n) = self.node_of(key)
+            && self.g.neighbors_undirected(n).next().is_none()
+        {
+            self.g.remove_node(n);
+            self.nodes.remove(&key);
+        }
+    }
+
+    /// Removes a memory and every relation touching it.
+    pub fn remove_node(&mut self, key: Key) {
+        if let Some(n) = self.nodes.remove(&key) {
+            let neighbours: Vec<Key> = self.g.neighbors_undirected(n).map(|m| self.g[m]).collect();
+            self.g.remove_node(n);
+            for k in neighbours {
+                self.drop_if_isolated(k);
+            }
+        }
+    }
+
+    /// Number of memories with at least one relation.
+    pub fn node_count(&self) -> usize {
+        self.g.node_count()
+    }
+
+    /// Number of relations.
+    pub fn edge_count(&self) -> usize {
+        self.g.edge_count()
+    }
+
+    /// Upper bound of node indices (for dense per-node arrays).
+    pub(crate) fn node_bound(&self) -> usize {
+        self.g
+            .node_indices()
+            .next_back()
+            .map_or(0, |n| n.index() + 1)
+    }
+
+    /// Edges of `n` in direction `dir`: (neighbour, edge data).
+    pub(crate) fn edges(
+        &self,
+        n: NodeIndex<u32>,
+        dir: Direction,
+    ) -> impl Iterator<Item = (NodeIndex<u32>, &EdgeData, bool)> + '_ {
+        let out = matches!(dir, Direction::Out | Direction::Both)
+            .then(|| self.g.edges_directed(n, PetDirection::Outgoing))
+            .into_iter()
+            .flatten()
+            .map(|e| (e.target(), e.weight(), true));
+        let inc = matches!(dir, Direction::In | Direction::Both)
+            .then(|| self.g.edges_directed(n, PetDirection::Incoming))
+            .into_iter()
+            .flatten()
+            .map(|e| (e.source(), e.weight(), false));
+        out.chain(inc)
+    }
+
+    /// Approximate heap bytes held per relation (graph storage plus the key map), for reporting.
+    pub fn bytes_per_relation(&self) -> f64 {
+        let edge = std::mem::size_of::<EdgeData>() + 2 * 4 + 2 * 4;
+        let node =
+            std::mem::size_of::<Key>() + 2 * 4 + std::mem::size_of::<(Key, NodeIndex<u32>)>() + 8;
+        let edges = self.edge_count().max(1) as f64;
+        (edge as f64 * edges + node as f64 * self.node_count() as f64) / edges
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn row(relation: i64, src: Key, dst: Key, kind: &str, weight: f64) -> EdgeRow {
+        EdgeRow {
+            relation,
+            src,
+            dst,
+            kind: kind.into(),
+            weight,
+            valid_from: None,
+            valid_until: None,
+        }
+    }
+
+    #[test]
+    fn upsert_replace_and_remove() {
+        let mut g = MemoryGraph::from_rows([row(1, 10, 20, "a", 1.0), row(2, 20, 30, "b", 0.5)], 2);
+        assert_eq!((g.node_count(), g.edge_count()), (3, 2));
+        g.upsert_edge(&row(2, 20, 30, "b", 0.25));
+        assert_eq!(g.edge_count(), 2);
+        let n20 = g.node_of(20).unwrap();
+        let w: Vec<f32> = g
+            .edges(n20, Direction::Out)
+            .map(|(_, d, _)| d.weight)
+            .collect();
+        assert_eq!(w, [0.25]);
+        g.remove_edge(2, 20, 30);
+        assert_eq!((g.node_count(), g.edge_count()), (2, 1));
+        assert!(g.node_of(30).is_none());
+        g.remove_node(10);
+        assert_eq!((g.node_count(), g.edge_count()), (0, 0));
+    }
+
+    #[test]
+    fn kinds_are_interned() {
+        let mut g = MemoryGraph::default();
+        let a = g.intern("about");
+        assert_eq!(g.intern("about"), a);
+        assert_eq!(g.kind_name(a), "about");
+        assert_eq!(g.kind_id("missing"), None);
+    }
+}
