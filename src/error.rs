@@ -32,6 +32,9 @@ pub enum Error {
     /// Stored state that cannot be read back.
     #[error("corrupted {what}: {reason}")]
     Corrupted { what: String, reason: String },
+    /// The caller cancelled the work before it finished.
+    #[error("cancelled")]
+    Cancelled,
     /// A background worker died or a lock was poisoned.
     #[error("internal: {0}")]
     Internal(String),

@@ -97,6 +97,19 @@ pub struct Relation {
     pub deleted_at: Option<Millis>,
 }
 
+/// A live relation as the graph needs it: internal keys of both ends, kind, weight, validity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EdgeRow {
+    /// Internal key of the relation row.
+    pub relation: i64,
+    pub src: i64,
+    pub dst: i64,
+    pub kind: String,
+    pub weight: f64,
+    pub valid_from: Option<Millis>,
+    pub valid_until: Option<Millis>,
+}
+
 /// One previous version of a memory or relation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {

@@ -19,6 +19,8 @@ const WRITER_IDLE: Duration = Duration::from_millis(500);
 enum Job {
     /// Apply new change-log entries (ours or another process's) to the text index.
     CommitText,
+    /// Load the relation graph (at start) or apply new change-log entries to it.
+    SyncGraph,
     /// Write recorded accesses (last accessed, access count) to the database.
     FlushAccess,
     /// Release the text index writer after a quiet spell.
@@ -65,6 +67,7 @@ impl Engine {
     fn run_job(&self, job: Job) -> crate::Result<()> {
         match job {
             Job::CommitText => self.sync_text(),
+            Job::SyncGraph => self.sync_graph(),
             Job::FlushAccess => {
                 self.flush_touched();
                 Ok(())
@@ -79,15 +82,22 @@ impl Engine {
 
 fn run(weak: Weak<Engine>) {
     let mut last_index = Instant::now();
+    let mut first = true;
     loop {
-        std::thread::sleep(TICK);
+        if !first {
+            std::thread::sleep(TICK);
+        }
         let Some(engine) = weak.upgrade() else { return };
-        let mut jobs = Vec::with_capacity(3);
+        let mut jobs = Vec::with_capacity(4);
+        if std::mem::take(&mut first) {
+            jobs.push(Job::SyncGraph);
+        }
         let dirty = engine.dirty.swap(false, Ordering::AcqRel);
         // Another process's writes show up only in the change log, so look there too.
         let lagging = engine.text_lag().map(|lag| lag > 0).unwrap_or(false);
         if dirty || lagging {
             jobs.push(Job::CommitText);
+            jobs.push(Job::SyncGraph);
             last_index = Instant::now();
         }
         if engine

@@ -2,15 +2,17 @@
 //! restore, stats. It is the only place that coordinates the store and the derived indexes; it
 //! never knows about MCP or async runtimes.
 
+mod graph;
 mod jobs;
 mod read;
 pub mod snippet;
 mod sync;
+pub mod traverse;
 pub mod validate;
 mod write;
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, RwLock};
 
 use crate::config::Config;
 use crate::error::Result;
@@ -18,6 +20,7 @@ use crate::index::text::{OpenState, TextIndex};
 use crate::model::{MemoryKey, Millis};
 use crate::store::Store;
 
+pub use graph::GraphStats;
 pub use jobs::Background;
 pub use read::{DoctorReport, MemoryDetail};
 pub use write::{ForgetReport, Link, RelateItem, RelationRef, RememberItem, Remembered};
@@ -31,6 +34,9 @@ pub struct Engine {
     dirty: AtomicBool,
     /// Memories returned to callers, recorded off the hot path.
     touched: Mutex<Vec<(MemoryKey, Millis)>>,
+    /// The relation graph, loaded on first use (or by the background job at start).
+    graph: RwLock<Option<graph::GraphState>>,
+    graph_load_ms: Mutex<f64>,
 }
 
 impl Engine {
@@ -48,6 +54,8 @@ impl Engine {
             text,
             dirty: AtomicBool::new(false),
             touched: Mutex::new(Vec::new()),
+            graph: RwLock::new(None),
+            graph_load_ms: Mutex::new(0.0),
         };
         Ok(engine)
     }

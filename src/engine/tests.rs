@@ -1,6 +1,7 @@
 //! Engine behaviour on real files: a SQLite database and a tantivy index in a temporary folder.
 
 use super::*;
+use crate::error::Error;
 use crate::model::{MemoryPatch, MemoryRef, NamespaceScope, RecallQuery};
 
 fn temp_engine() -> (tempfile::TempDir, Engine) {
@@ -322,4 +323,153 @@ fn a_version_1_database_still_opens() {
     );
     assert_eq!(recall_ids(&e, "who leads atlas").len(), 2);
     assert!(e.doctor().unwrap().healthy());
+}
+
+mod graph_reads {
+    use super::*;
+    use crate::engine::traverse::{PathRequest, Progressing, Shape, TraverseRequest};
+    use crate::graph::Direction;
+
+    /// A chain a → b → c → d plus a → d (weak); names are the letters.
+    fn chain() -> (tempfile::TempDir, Engine) {
+        let (d, e) = temp_engine();
+        let names = ["a", "b", "c", "d"];
+        let items: Vec<RememberItem> = names
+            .iter()
+            .map(|n| RememberItem {
+                content: format!("memory {n} about deployment step {n}"),
+                name: Some((*n).into()),
+                ..RememberItem::default()
+            })
+            .collect();
+        e.remember(&items).unwrap();
+        let rel = |from: &str, to: &str, w: f64| RelateItem {
+            from: from.into(),
+            to: to.into(),
+            kind: "next".into(),
+            weight: Some(w),
+            metadata: None,
+            namespace: None,
+        };
+        for r in e
+            .relate(&[
+                rel("a", "b", 0.9),
+                rel("b", "c", 0.9),
+                rel("c", "d", 0.9),
+                rel("a", "d", 0.1),
+            ])
+            .unwrap()
+        {
+            r.unwrap();
+        }
+        (d, e)
+    }
+
+    fn req(depth: u8, shape: Shape) -> TraverseRequest {
+        TraverseRequest {
+            seeds: vec![MemoryRef::Name {
+                namespace: "default".into(),
+                name: "a".into(),
+            }],
+            query: None,
+            namespaces: NamespaceScope::All,
+            depth,
+            direction: Direction::Out,
+            kinds: vec![],
+            min_weight: 0.0,
+            valid_at: None,
+            max_nodes: 100,
+            shape,
+            focus: None,
+            limit: 50,
+        }
+    }
+
+    fn names(r: &crate::engine::traverse::TraverseResult) -> Vec<String> {
+        r.nodes
+            .iter()
+            .map(|n| n.memory.name.clone().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn traversal_follows_writes_and_forgets() {
+        let (_d, e) = chain();
+        let ctl = Progressing::default();
+        let r = e.traverse(&req(1, Shape::Nodes), &ctl).unwrap();
+        assert_eq!(names(&r), ["a", "b", "d"]);
+        let r = e.traverse(&req(3, Shape::Nodes), &ctl).unwrap();
+        assert_eq!(r.reached, 4);
+        assert_eq!(r.nodes[1].via.as_ref().unwrap().kind, "next");
+        // Forgetting c cuts the chain; restoring it mends it.
+        let c = MemoryRef::Name {
+            namespace: "default".into(),
+            name: "c".into(),
+        };
+        e.forget(&[c.clone()], &[], "t").unwrap();
+        let r = e.traverse(&req(3, Shape::Nodes), &ctl).unwrap();
+        assert_eq!(names(&r), ["a", "b", "d"]);
+        e.restore(&[c], &[], "t").unwrap();
+        assert_eq!(e.traverse(&req(3, Shape::Nodes), &ctl).unwrap().reached, 4);
+    }
+
+    #[test]
+    fn paths_subgraph_and_focus() {
+        let (_d, e) = chain();
+        let ctl = Progressing::default();
+        let r = e.traverse(&req(3, Shape::Paths), &ctl).unwrap();
+        let to_d = r
+            .paths
+            .iter()
+            .find(|p| p.ids.len() == 4)
+            .expect("strong path to d");
+        assert_eq!(to_d.kinds, ["next", "next", "next"]);
+        let r = e.traverse(&req(3, Shape::Subgraph), &ctl).unwrap();
+        assert_eq!(r.edges.len(), 4);
+        let mut focused = req(3, Shape::Nodes);
+        focused.focus = Some("step c".into());
+        let r = e.traverse(&focused, &ctl).unwrap();
+        assert_eq!(r.nodes[0].memory.name.as_deref(), Some("c"));
+        assert!(ctl.snapshot().visited >= 4);
+    }
+
+    #[test]
+    fn find_paths_and_bad_requests() {
+        let (_d, e) = chain();
+        let ctl = Progressing::default();
+        let n = |s: &str| MemoryRef::Name {
+            namespace: "default".into(),
+            name: s.into(),
+        };
+        let spec = PathRequest {
+            direction: Direction::Out,
+            kinds: vec![],
+            min_weight: 0.0,
+            valid_at: None,
+            max_hops: 8,
+        };
+        let r = e.find_paths(&n("a"), &n("d"), 2, &spec, &ctl).unwrap();
+        assert_eq!(r.paths.len(), 2);
+        assert_eq!(r.paths[0].ids.len(), 4);
+        assert!(
+            e.traverse(&req(0, Shape::Nodes), &ctl)
+                .unwrap_err()
+                .to_string()
+                .contains("`depth`")
+        );
+        assert!(
+            e.traverse(&req(50, Shape::Nodes), &ctl)
+                .unwrap_err()
+                .to_string()
+                .contains("`depth`")
+        );
+        let mut unknown = req(2, Shape::Nodes);
+        unknown.seeds = vec![n("nobody")];
+        assert!(e.traverse(&unknown, &ctl).unwrap_err().is_user_error());
+        ctl.cancelled
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut focused = req(3, Shape::Nodes);
+        focused.focus = Some("x".into());
+        assert!(matches!(e.traverse(&focused, &ctl), Err(Error::Cancelled)));
+    }
 }

@@ -514,7 +514,7 @@ fn remember_one(
         targets.push((t.key, link));
     }
     let m = memories::insert(tx, &new_id("m_"), new, now)?;
-    changes::log_memory(tx, m.key, changes::ChangeOp::Upsert)?;
+    changes::log_memory(tx, m.key, changes::ChangeOp::Insert)?;
     for (dst, link) in &targets {
         let rel = NewRelation {
             src: m.key,

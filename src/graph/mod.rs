@@ -35,17 +35,7 @@ impl EdgeData {
     }
 }
 
-/// One relation as loaded from the database.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EdgeRow {
-    pub relation: i64,
-    pub src: Key,
-    pub dst: Key,
-    pub kind: String,
-    pub weight: f64,
-    pub valid_from: Option<i64>,
-    pub valid_until: Option<i64>,
-}
+pub use crate::model::EdgeRow;
 
 /// Which way edges are followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

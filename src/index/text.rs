@@ -342,6 +342,53 @@ impl TextIndex {
         terms
     }
 
+    /// The analysed terms of `text` with their inverse document frequency in the index, for
+    /// [`TextIndex::relevance`].
+    pub fn query_weights(&self, text: &str) -> Vec<(String, f64)> {
+        let searcher = self.reader.searcher();
+        let n = searcher.num_docs().max(1) as f64;
+        self.query_terms(text)
+            .into_iter()
+            .map(|t| {
+                let df = searcher
+                    .doc_freq(&Term::from_field_text(self.fields.content, &t))
+                    .unwrap_or(0) as f64;
+                let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+                (t, idf)
+            })
+            .collect()
+    }
+
+    /// BM25-style relevance of one memory's text to weighted terms (no index lookup: used to
+    /// score memories reached by a traversal).
+    pub fn relevance(&self, weights: &[(String, f64)], content: &str, name: Option<&str>) -> f64 {
+        if weights.is_empty() {
+            return 0.0;
+        }
+        let mut analyzer = analyzer();
+        let mut tf = vec![0u32; weights.len()];
+        let mut len = 0u32;
+        for text in [content, name.unwrap_or("")] {
+            let mut stream = analyzer.token_stream(text);
+            while let Some(t) = stream.next() {
+                len += 1;
+                if let Some(i) = weights.iter().position(|(w, _)| *w == t.text) {
+                    tf[i] += 1;
+                }
+            }
+        }
+        let (k1, b, avg_len) = (1.2, 0.75, 40.0);
+        let norm = k1 * (1.0 - b + b * f64::from(len) / avg_len);
+        weights
+            .iter()
+            .zip(tf)
+            .map(|((_, idf), tf)| {
+                let tf = f64::from(tf);
+                idf * tf * (k1 + 1.0) / (tf + norm)
+            })
+            .sum()
+    }
+
     /// Ranked keys matching `q.text` (any of its words) and every filter of `q`; `q.offset` and
     /// `q.limit` select the page. Never fails on the query's words: there is no query syntax.
     pub fn search(&self, q: &RecallQuery) -> Result<Vec<(MemoryKey, f32)>> {

@@ -75,6 +75,16 @@ impl Store {
         res
     }
 
+    /// Runs `f` inside one read transaction: every statement sees the same snapshot.
+    pub fn snapshot<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        self.read(|c| {
+            c.execute_batch("BEGIN DEFERRED")?;
+            let res = f(c);
+            c.execute_batch("COMMIT")?;
+            res
+        })
+    }
+
     /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`, so concurrent writers queue on the
     /// busy timeout instead of failing); commits when `f` succeeds, rolls back otherwise.
     pub fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {

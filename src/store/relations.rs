@@ -3,7 +3,7 @@
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::error::Result;
-use crate::model::{MemoryKey, Millis, Relation};
+use crate::model::{EdgeRow, MemoryKey, Millis, Relation};
 
 const COLS: &str = "r.key, r.id, s.id, d.id, r.kind, r.weight, r.metadata, r.created_at, \
     r.reinforced_at, r.valid_from, r.valid_until, r.deleted_at";
@@ -106,4 +106,63 @@ pub fn around(conn: &Connection, key: MemoryKey, limit: usize) -> Result<Vec<Rel
     let rows = stmt.query_map(params![key.0, limit as i64], from_row)?;
     rows.map(|r| r.map(|(_, rel)| rel).map_err(Into::into))
         .collect()
+}
+
+fn edge_from_row(r: &Row<'_>) -> rusqlite::Result<EdgeRow> {
+    Ok(EdgeRow {
+        relation: r.get(0)?,
+        src: r.get(1)?,
+        dst: r.get(2)?,
+        kind: r.get(3)?,
+        weight: r.get(4)?,
+        valid_from: r.get(5)?,
+        valid_until: r.get(6)?,
+    })
+}
+
+const EDGE_COLS: &str = "r.key, r.src, r.dst, r.kind, r.weight, r.valid_from, r.valid_until";
+
+/// Calls `f` with every relation that is not forgotten, in source order. Relations whose ends are
+/// forgotten are included: pair with [`forgotten_memory_keys`] to drop them.
+pub fn for_each_live_edge(conn: &Connection, mut f: impl FnMut(EdgeRow)) -> Result<()> {
+    let sql =
+        format!("SELECT {EDGE_COLS} FROM relations r WHERE r.deleted_at IS NULL ORDER BY r.src");
+    let mut stmt = conn.prepare(&sql)?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        f(edge_from_row(row)?);
+    }
+    Ok(())
+}
+
+/// Keys of forgotten memories.
+pub fn forgotten_memory_keys(conn: &Connection) -> Result<Vec<i64>> {
+    let mut stmt = conn.prepare("SELECT key FROM memories WHERE deleted_at IS NOT NULL")?;
+    let rows = stmt.query_map([], |r| r.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// One relation by key as an edge, and whether it is live (it and both ends not forgotten).
+pub fn edge(conn: &Connection, relation_key: i64) -> Result<Option<(EdgeRow, bool)>> {
+    let sql = format!(
+        "SELECT {EDGE_COLS}, r.deleted_at IS NULL AND s.deleted_at IS NULL AND d.deleted_at IS NULL \
+         FROM {FROM} WHERE r.key = ?1"
+    );
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row([relation_key], |r| {
+            Ok((edge_from_row(r)?, r.get::<_, bool>(7)?))
+        })
+        .optional()?)
+}
+
+/// Live edges touching a memory (both ends live).
+pub fn live_edges_around(conn: &Connection, key: MemoryKey) -> Result<Vec<EdgeRow>> {
+    let sql = format!(
+        "SELECT {EDGE_COLS} FROM {FROM} WHERE (r.src = ?1 OR r.dst = ?1) AND r.deleted_at IS NULL \
+         AND s.deleted_at IS NULL AND d.deleted_at IS NULL"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map([key.0], edge_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }

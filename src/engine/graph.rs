@@ -1,0 +1,139 @@
+//! The engine's copy of the relation graph: loaded from SQLite in one snapshot, then kept in step
+//! by replaying the change log before each use (so a traversal sees every committed write).
+
+use std::time::Instant;
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::graph::MemoryGraph;
+use crate::model::MemoryKey;
+use crate::store::changes::{self, ChangeOp};
+use crate::store::relations;
+
+/// The loaded graph and the change-log position it reflects.
+pub(crate) struct GraphState {
+    pub(crate) graph: MemoryGraph,
+    pub(crate) seq: i64,
+}
+
+/// Size and cost of the in-memory graph.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphStats {
+    pub nodes: usize,
+    pub relations: usize,
+    pub bytes_per_relation: f64,
+    pub load_ms: f64,
+}
+
+impl Engine {
+    fn load_graph(&self) -> Result<GraphState> {
+        let started = Instant::now();
+        let state = self.store.snapshot(|c| {
+            let seq = changes::max_seq(c)?;
+            let mut rows = Vec::new();
+            relations::for_each_live_edge(c, |r| rows.push(r))?;
+            let forgotten = relations::forgotten_memory_keys(c)?;
+            let n = rows.len();
+            let mut graph = MemoryGraph::from_rows(rows, n);
+            for key in forgotten {
+                graph.remove_node(key);
+            }
+            Ok(GraphState { graph, seq })
+        })?;
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        *self
+            .graph_load_ms
+            .lock()
+            .map_err(|_| Error::Internal("graph stats lock poisoned".into()))? = ms;
+        tracing::info!(
+            nodes = state.graph.node_count(),
+            relations = state.graph.edge_count(),
+            load_ms = ms,
+            "relation graph loaded"
+        );
+        Ok(state)
+    }
+
+    /// Loads the graph when not loaded yet, then applies the change log up to now.
+    pub fn sync_graph(&self) -> Result<()> {
+        let target = self.store.read(changes::max_seq)?;
+        {
+            let guard = self
+                .graph
+                .read()
+                .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
+            if guard.as_ref().is_some_and(|s| s.seq >= target) {
+                return Ok(());
+            }
+        }
+        let mut guard = self
+            .graph
+            .write()
+            .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
+        let state = match guard.as_mut() {
+            Some(s) => s,
+            None => guard.insert(self.load_graph()?),
+        };
+        if state.seq >= target {
+            return Ok(());
+        }
+        self.store.snapshot(|c| {
+            let target = changes::max_seq(c)?;
+            for change in changes::since(c, state.seq, target)? {
+                apply(c, &mut state.graph, change)?;
+            }
+            state.seq = target;
+            Ok(())
+        })
+    }
+
+    /// Runs `f` on the graph, synced with every write committed before the call.
+    pub fn with_graph<T>(&self, f: impl FnOnce(&MemoryGraph) -> T) -> Result<T> {
+        self.sync_graph()?;
+        let guard = self
+            .graph
+            .read()
+            .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
+        let state = guard
+            .as_ref()
+            .ok_or_else(|| Error::Internal("graph not loaded".into()))?;
+        Ok(f(&state.graph))
+    }
+
+    /// Nodes, relations and memory of the in-memory graph.
+    pub fn graph_stats(&self) -> Result<GraphStats> {
+        let load_ms = *self
+            .graph_load_ms
+            .lock()
+            .map_err(|_| Error::Internal("graph stats lock poisoned".into()))?;
+        self.with_graph(|g| GraphStats {
+            nodes: g.node_count(),
+            relations: g.edge_count(),
+            bytes_per_relation: g.bytes_per_relation(),
+            load_ms,
+        })
+    }
+}
+
+fn apply(c: &rusqlite::Connection, g: &mut MemoryGraph, change: changes::Change) -> Result<()> {
+    match (change.op, change.memory, change.relation) {
+        (ChangeOp::Relation, _, Some(r)) => {
+            if let Some((edge, live)) = relations::edge(c, r)? {
+                if live {
+                    g.upsert_edge(&edge);
+                } else {
+                    g.remove_edge(edge.relation, edge.src, edge.dst);
+                }
+            }
+        }
+        (ChangeOp::Delete, Some(m), _) => g.remove_node(m.0),
+        (ChangeOp::Upsert, Some(m), _) if g.node_of(m.0).is_none() => {
+            // A restored memory gets its relations back.
+            for edge in relations::live_edges_around(c, MemoryKey(m.0))? {
+                g.upsert_edge(&edge);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}

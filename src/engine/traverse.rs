@@ -1,0 +1,603 @@
+//! Graph reads: traverse from seeds (ids, names or a query's top hits) and find paths between two
+//! memories. Long walks report progress and stop when cancelled, through a [`Control`].
+
+use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::engine::write::lookup;
+use crate::engine::{Engine, snippet};
+use crate::error::{Error, Result};
+use crate::graph::paths::{PathSpec, find_paths};
+use crate::graph::traverse::{Order, Progress, Spec, traverse};
+use crate::graph::{Direction, MemoryGraph};
+use crate::model::{Memory, MemoryKey, MemoryRef, Millis, NamespaceScope, RecallQuery};
+use crate::store::memories;
+
+/// Deepest walk accepted.
+pub const MAX_DEPTH: u8 = 8;
+/// Node budget of a walk when the caller names none.
+pub const DEFAULT_MAX_NODES: usize = 10_000;
+/// Largest node budget accepted.
+pub const MAX_MAX_NODES: usize = 2_000_000;
+/// Most nodes (or paths) one answer lists.
+pub const MAX_LIMIT: usize = 1_000;
+/// Seeds taken from a query's top hits.
+const QUERY_SEEDS: usize = 5;
+/// Memories scored against `focus` per database round trip.
+const FOCUS_BATCH: usize = 512;
+
+/// Work counters of a long call, for progress reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WorkProgress {
+    pub visited: u64,
+    pub frontier: u64,
+    pub depth: u8,
+    pub max_depth: u8,
+    /// Items done and expected in a phase that counts items (scoring, importing); 0 when unknown.
+    pub done: u64,
+    pub total: u64,
+}
+
+/// How a long call reports progress and learns it should stop.
+pub trait Control: Sync {
+    fn report(&self, p: &WorkProgress);
+    fn is_cancelled(&self) -> bool;
+}
+
+/// A control that records the last progress and is cancelled by a flag; also the one used inline.
+#[derive(Debug, Default)]
+pub struct Progressing {
+    pub visited: AtomicU64,
+    pub frontier: AtomicU64,
+    pub depth: AtomicU64,
+    pub max_depth: AtomicU64,
+    pub cancelled: AtomicBool,
+}
+
+impl Progressing {
+    pub fn snapshot(&self) -> WorkProgress {
+        WorkProgress {
+            visited: self.visited.load(Ordering::Relaxed),
+            frontier: self.frontier.load(Ordering::Relaxed),
+            depth: self.depth.load(Ordering::Relaxed) as u8,
+            max_depth: self.max_depth.load(Ordering::Relaxed) as u8,
+            done: 0,
+            total: 0,
+        }
+    }
+}
+
+impl Control for Progressing {
+    fn report(&self, p: &WorkProgress) {
+        self.visited.fetch_max(p.visited, Ordering::Relaxed);
+        self.frontier.store(p.frontier, Ordering::Relaxed);
+        self.depth.store(u64::from(p.depth), Ordering::Relaxed);
+        self.max_depth
+            .store(u64::from(p.max_depth), Ordering::Relaxed);
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+}
+
+/// What a traversal returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Nodes,
+    Paths,
+    Subgraph,
+}
+
+/// A traversal as a caller asks for it (validated by [`Engine::traverse`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraverseRequest {
+    pub seeds: Vec<MemoryRef>,
+    /// Seeds from the top hits of this query when no seeds are named.
+    pub query: Option<String>,
+    /// Where query seeds are searched.
+    pub namespaces: NamespaceScope,
+    pub depth: u8,
+    pub direction: Direction,
+    pub kinds: Vec<String>,
+    pub min_weight: f64,
+    pub valid_at: Option<Millis>,
+    pub max_nodes: usize,
+    pub shape: Shape,
+    /// Rank reached memories by relevance to this text (scores each one).
+    pub focus: Option<String>,
+    pub limit: usize,
+}
+
+/// How a node was reached.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Via {
+    pub from: String,
+    pub kind: String,
+    pub weight: f64,
+    /// True when the relation was followed from its source to its target.
+    pub forward: bool,
+}
+
+/// One reached memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraversedNode {
+    pub memory: Memory,
+    pub snippet: String,
+    pub depth: u8,
+    /// Product of weights along the path from its seed.
+    pub strength: f64,
+    /// Relevance to `focus`, when asked.
+    pub relevance: Option<f64>,
+    pub via: Option<Via>,
+}
+
+/// One path: memory ids and the relation kinds between them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathView {
+    pub ids: Vec<String>,
+    pub kinds: Vec<String>,
+    pub strength: f64,
+}
+
+/// One edge of a subgraph.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EdgeView {
+    pub from: String,
+    pub to: String,
+    pub kind: String,
+    pub weight: f64,
+}
+
+/// What a traversal found.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TraverseResult {
+    pub seeds: Vec<String>,
+    pub nodes: Vec<TraversedNode>,
+    pub paths: Vec<PathView>,
+    pub edges: Vec<EdgeView>,
+    /// Memories reached in all (the answer lists at most `limit`).
+    pub reached: usize,
+    /// The node budget stopped the walk.
+    pub truncated: bool,
+    pub visited: u64,
+}
+
+/// What `find_paths` found.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PathsResult {
+    pub paths: Vec<PathView>,
+    pub visited: u64,
+}
+
+fn direction_progress(p: &Progress) -> WorkProgress {
+    WorkProgress {
+        visited: p.visited,
+        frontier: p.frontier,
+        depth: p.depth,
+        max_depth: p.max_depth,
+        done: 0,
+        total: 0,
+    }
+}
+
+fn cancelled() -> Error {
+    Error::Cancelled
+}
+
+impl Engine {
+    fn resolve_seeds(&self, req: &TraverseRequest) -> Result<Vec<MemoryKey>> {
+        if !req.seeds.is_empty() {
+            return self.store.read(|c| {
+                req.seeds
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        lookup(c, r, false)?.map(|m| m.key).ok_or_else(|| {
+                            Error::not_found(
+                                "memory",
+                                match r {
+                                    MemoryRef::Id(id) => id.clone(),
+                                    MemoryRef::Name { namespace, name } => format!("{name:?} in namespace {namespace:?}"),
+                                },
+                                format!("check seed {i}: use an id from remember/recall, or a name with its namespace"),
+                            )
+                        })
+                    })
+                    .collect()
+            });
+        }
+        let Some(q) = &req.query else {
+            return Err(Error::invalid(
+                "ids",
+                "no seeds given",
+                "give `ids`, `names` or a `query` to start from",
+            ));
+        };
+        let page = self.recall(&RecallQuery {
+            text: q.clone(),
+            namespaces: req.namespaces.clone(),
+            limit: QUERY_SEEDS,
+            ..RecallQuery::default()
+        })?;
+        if page.hits.is_empty() {
+            return Err(Error::not_found(
+                "memory",
+                format!("matching {q:?}"),
+                "the query found no memory to start from; try other words or give ids",
+            ));
+        }
+        Ok(page.hits.into_iter().map(|h| h.memory.key).collect())
+    }
+
+    fn validate_traverse(req: &TraverseRequest) -> Result<()> {
+        if req.depth == 0 || req.depth > MAX_DEPTH {
+            return Err(Error::invalid(
+                "depth",
+                format!("is {}", req.depth),
+                format!("give 1 to {MAX_DEPTH}"),
+            ));
+        }
+        if req.max_nodes == 0 || req.max_nodes > MAX_MAX_NODES {
+            return Err(Error::invalid(
+                "max_nodes",
+                format!("is {}", req.max_nodes),
+                format!("give 1 to {MAX_MAX_NODES}"),
+            ));
+        }
+        if req.limit == 0 || req.limit > MAX_LIMIT {
+            return Err(Error::invalid(
+                "limit",
+                format!("is {}", req.limit),
+                format!("give 1 to {MAX_LIMIT}"),
+            ));
+        }
+        if !(0.0..=1.0).contains(&req.min_weight) {
+            return Err(Error::invalid(
+                "min_weight",
+                format!("is {}", req.min_weight),
+                "give a number from 0 to 1",
+            ));
+        }
+        if let Some(f) = &req.focus
+            && f.trim().is_empty()
+        {
+            return Err(Error::invalid(
+                "focus",
+                "is empty",
+                "leave it out, or give the words to rank by",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Cheap checks of a traversal request (bounds, seeds exist) before any work is planned.
+    pub fn check_traverse(&self, req: &TraverseRequest) -> Result<Vec<MemoryKey>> {
+        Self::validate_traverse(req)?;
+        self.resolve_seeds(req)
+    }
+
+    /// Walks the graph from the seeds. Stops with [`Error::Cancelled`] when `ctl` says so.
+    pub fn traverse(&self, req: &TraverseRequest, ctl: &dyn Control) -> Result<TraverseResult> {
+        let seeds = self.check_traverse(req)?;
+        self.sync_graph()?;
+        let guard = self
+            .graph
+            .read()
+            .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
+        let graph = &guard
+            .as_ref()
+            .ok_or_else(|| Error::Internal("graph not loaded".into()))?
+            .graph;
+        let spec = Spec {
+            depth: req.depth,
+            direction: req.direction,
+            kinds: kind_filter(graph, &req.kinds),
+            min_weight: req.min_weight as f32,
+            valid_at: req.valid_at,
+            max_nodes: req.max_nodes,
+            order: if req.shape == Shape::Paths {
+                Order::BestFirst
+            } else {
+                Order::Breadth
+            },
+        };
+        let mut visitor = |p: &Progress| {
+            ctl.report(&direction_progress(p));
+            if ctl.is_cancelled() {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        };
+        let seed_keys: Vec<i64> = seeds.iter().map(|k| k.0).collect();
+        let outcome = traverse(graph, &seed_keys, &spec, &mut visitor);
+        if outcome.cancelled {
+            return Err(cancelled());
+        }
+        let mut progress = direction_progress(&outcome.progress);
+        ctl.report(&progress);
+
+        // Rank: by relevance to `focus` when asked (scoring every reached memory), else by depth
+        // then strength.
+        let mut order: Vec<usize> = (0..outcome.reached.len()).collect();
+        let mut relevance: Option<Vec<f64>> = None;
+        if let Some(focus) = &req.focus {
+            let terms = self.text.query_weights(focus);
+            let keys: Vec<MemoryKey> = outcome.reached.iter().map(|r| MemoryKey(r.key)).collect();
+            let mut scores = vec![0.0; keys.len()];
+            progress.total = keys.len() as u64;
+            for (chunk_idx, chunk) in keys.chunks(FOCUS_BATCH).enumerate() {
+                if ctl.is_cancelled() {
+                    return Err(cancelled());
+                }
+                let rows = self.store.read(|c| memories::by_keys(c, chunk))?;
+                let by_key: HashMap<MemoryKey, &Memory> = rows.iter().map(|m| (m.key, m)).collect();
+                for (j, key) in chunk.iter().enumerate() {
+                    if let Some(m) = by_key.get(key) {
+                        scores[chunk_idx * FOCUS_BATCH + j] =
+                            self.text.relevance(&terms, &m.content, m.name.as_deref());
+                    }
+                }
+                progress.done += chunk.len() as u64;
+                progress.visited += chunk.len() as u64;
+                ctl.report(&progress);
+            }
+            order.sort_by(|&a, &b| {
+                let sa = scores[a] * (0.5 + 0.5 * f64::from(outcome.reached[a].score));
+                let sb = scores[b] * (0.5 + 0.5 * f64::from(outcome.reached[b].score));
+                sb.total_cmp(&sa).then(a.cmp(&b))
+            });
+            relevance = Some(scores);
+        } else if spec.order == Order::BestFirst {
+            order.sort_by(|&a, &b| {
+                outcome.reached[b]
+                    .score
+                    .total_cmp(&outcome.reached[a].score)
+                    .then(a.cmp(&b))
+            });
+        } else {
+            order.sort_by(|&a, &b| {
+                let (ra, rb) = (&outcome.reached[a], &outcome.reached[b]);
+                ra.depth
+                    .cmp(&rb.depth)
+                    .then(rb.score.total_cmp(&ra.score))
+                    .then(a.cmp(&b))
+            });
+        }
+        order.truncate(req.limit);
+
+        // Materialise only what the answer lists (plus path ancestors).
+        let mut wanted: HashSet<usize> = order.iter().copied().collect();
+        if req.shape == Shape::Paths {
+            for &i in &order {
+                wanted.extend(outcome.path_to(i));
+            }
+        }
+        for &i in &order {
+            if let Some(p) = outcome.reached[i].parent {
+                wanted.insert(p as usize);
+            }
+        }
+        let keys: Vec<MemoryKey> = wanted
+            .iter()
+            .map(|&i| MemoryKey(outcome.reached[i].key))
+            .collect();
+        let rows = self.store.read(|c| memories::by_keys(c, &keys))?;
+        let by_key: HashMap<i64, Memory> = rows.into_iter().map(|m| (m.key.0, m)).collect();
+        let id_of = |i: usize| {
+            by_key
+                .get(&outcome.reached[i].key)
+                .map(|m| m.id.clone())
+                .unwrap_or_default()
+        };
+
+        let mut result = TraverseResult {
+            seeds: (0..seeds.len().min(outcome.reached.len()))
+                .map(id_of)
+                .collect(),
+            reached: outcome.reached.len(),
+            truncated: outcome.truncated,
+            visited: progress.visited,
+            ..TraverseResult::default()
+        };
+        let focus_text = req.focus.as_deref().or(req.query.as_deref()).unwrap_or("");
+        for &i in &order {
+            let r = &outcome.reached[i];
+            let Some(m) = by_key.get(&r.key) else {
+                continue;
+            };
+            let via = match (r.parent, r.via) {
+                (Some(p), Some((e, forward))) => Some(Via {
+                    from: id_of(p as usize),
+                    kind: graph.kind_name(e.kind).to_owned(),
+                    weight: f64::from(e.weight),
+                    forward,
+                }),
+                _ => None,
+            };
+            result.nodes.push(TraversedNode {
+                memory: m.clone(),
+                snippet: snippet::snippet(&m.content, focus_text),
+                depth: r.depth,
+                strength: f64::from(r.score),
+                relevance: relevance.as_ref().map(|s| s[i]),
+                via,
+            });
+            if req.shape == Shape::Paths {
+                let path = outcome.path_to(i);
+                result.paths.push(PathView {
+                    ids: path.iter().map(|&j| id_of(j)).collect(),
+                    kinds: path[1..]
+                        .iter()
+                        .filter_map(|&j| {
+                            outcome.reached[j]
+                                .via
+                                .map(|(e, _)| graph.kind_name(e.kind).to_owned())
+                        })
+                        .collect(),
+                    strength: f64::from(r.score),
+                });
+            }
+        }
+        if req.shape == Shape::Subgraph {
+            result.edges = subgraph_edges(
+                graph,
+                &order
+                    .iter()
+                    .map(|&i| outcome.reached[i].key)
+                    .collect::<Vec<_>>(),
+                &spec,
+                |k| by_key.get(&k).map(|m| m.id.clone()),
+            );
+        }
+        Ok(result)
+    }
+
+    /// The strongest path between two memories and up to `k` alternatives.
+    #[allow(clippy::too_many_arguments)]
+    pub fn find_paths(
+        &self,
+        from: &MemoryRef,
+        to: &MemoryRef,
+        k: usize,
+        spec: &PathRequest,
+        ctl: &dyn Control,
+    ) -> Result<PathsResult> {
+        if k > 10 {
+            return Err(Error::invalid(
+                "k",
+                format!("is {k}"),
+                "give 0 to 10 alternatives",
+            ));
+        }
+        if spec.max_hops == 0 || spec.max_hops > MAX_DEPTH {
+            return Err(Error::invalid(
+                "max_hops",
+                format!("is {}", spec.max_hops),
+                format!("give 1 to {MAX_DEPTH}"),
+            ));
+        }
+        let (a, b) = self.store.read(|c| {
+            let a = lookup(c, from, false)?
+                .ok_or_else(|| Error::not_found("memory", format!("{from:?}"), "check `from`"))?;
+            let b = lookup(c, to, false)?
+                .ok_or_else(|| Error::not_found("memory", format!("{to:?}"), "check `to`"))?;
+            Ok((a, b))
+        })?;
+        self.sync_graph()?;
+        let guard = self
+            .graph
+            .read()
+            .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
+        let graph = &guard
+            .as_ref()
+            .ok_or_else(|| Error::Internal("graph not loaded".into()))?
+            .graph;
+        let pspec = PathSpec {
+            direction: spec.direction,
+            kinds: kind_filter(graph, &spec.kinds),
+            min_weight: spec.min_weight as f32,
+            valid_at: spec.valid_at,
+            max_hops: spec.max_hops,
+        };
+        let mut visitor = |p: &Progress| {
+            ctl.report(&direction_progress(p));
+            if ctl.is_cancelled() {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        };
+        let out = find_paths(graph, a.key.0, b.key.0, k, &pspec, &mut visitor);
+        if out.cancelled {
+            return Err(cancelled());
+        }
+        ctl.report(&direction_progress(&out.progress));
+        let keys: Vec<MemoryKey> = out
+            .paths
+            .iter()
+            .flat_map(|p| std::iter::once(p.from).chain(p.steps.iter().map(|s| s.to)))
+            .map(MemoryKey)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let rows = self.store.read(|c| memories::by_keys(c, &keys))?;
+        let ids: HashMap<i64, String> = rows.into_iter().map(|m| (m.key.0, m.id)).collect();
+        Ok(PathsResult {
+            paths: out
+                .paths
+                .iter()
+                .map(|p| PathView {
+                    ids: std::iter::once(p.from)
+                        .chain(p.steps.iter().map(|s| s.to))
+                        .map(|k| ids.get(&k).cloned().unwrap_or_default())
+                        .collect(),
+                    kinds: p
+                        .steps
+                        .iter()
+                        .map(|s| graph.kind_name(s.edge.kind).to_owned())
+                        .collect(),
+                    strength: p.strength,
+                })
+                .collect(),
+            visited: out.progress.visited,
+        })
+    }
+}
+
+/// Filters of a path search.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathRequest {
+    pub direction: Direction,
+    pub kinds: Vec<String>,
+    pub min_weight: f64,
+    pub valid_at: Option<Millis>,
+    pub max_hops: u8,
+}
+
+/// Kind names to ids; a name no relation ever had matches nothing (so the filter still applies).
+fn kind_filter(graph: &MemoryGraph, kinds: &[String]) -> Option<Vec<u32>> {
+    (!kinds.is_empty()).then(|| {
+        kinds
+            .iter()
+            .map(|k| graph.kind_id(k).unwrap_or(u32::MAX))
+            .collect()
+    })
+}
+
+fn subgraph_edges(
+    graph: &MemoryGraph,
+    keys: &[i64],
+    spec: &Spec,
+    id: impl Fn(i64) -> Option<String>,
+) -> Vec<EdgeView> {
+    let inside: HashSet<i64> = keys.iter().copied().collect();
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for &k in keys {
+        let Some(n) = graph.node_of(k) else { continue };
+        for (m, e, forward) in graph.edges(n, Direction::Out) {
+            let other = graph.key_of(m);
+            if !forward || !inside.contains(&other) || !seen.insert(e.relation) {
+                continue;
+            }
+            if e.weight < spec.min_weight
+                || !e.valid_at(spec.valid_at)
+                || spec.kinds.as_ref().is_some_and(|ks| !ks.contains(&e.kind))
+            {
+                continue;
+            }
+            if let (Some(from), Some(to)) = (id(k), id(other)) {
+                out.push(EdgeView {
+                    from,
+                    to,
+                    kind: graph.kind_name(e.kind).to_owned(),
+                    weight: f64::from(e.weight),
+                });
+            }
+        }
+    }
+    out
+}
