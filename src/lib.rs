@@ -10,6 +10,7 @@ pub mod index;
 pub mod mcp;
 pub mod model;
 pub mod store;
+pub mod tasks;
 
 pub use config::Config;
 pub use engine::Engine;

@@ -110,6 +110,68 @@ pub struct EdgeRow {
     pub valid_until: Option<Millis>,
 }
 
+/// Where a task is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    Working,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl TaskState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Working => "working",
+            TaskState::Completed => "completed",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> TaskState {
+        match s {
+            "completed" => TaskState::Completed,
+            "failed" => TaskState::Failed,
+            "cancelled" => TaskState::Cancelled,
+            _ => TaskState::Working,
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        self != TaskState::Working
+    }
+}
+
+/// A durable task: one long tool call, its progress and its outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRow {
+    /// 128-bit random id.
+    pub id: String,
+    pub owner: String,
+    pub tool: String,
+    pub arguments: serde_json::Value,
+    pub status: TaskState,
+    pub status_message: Option<String>,
+    /// Machine-readable counters (visited, frontier, depth, …).
+    pub progress: serde_json::Value,
+    /// The tool's output when completed.
+    pub result: Option<serde_json::Value>,
+    /// `{ "user": bool, "message": … }` when the work failed.
+    pub error: Option<serde_json::Value>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub ttl_ms: Option<i64>,
+    pub poll_interval_ms: Option<i64>,
+    /// Where resumable work goes on from after a restart.
+    pub checkpoint: Option<serde_json::Value>,
+    /// The process running it.
+    pub boot_id: String,
+    pub heartbeat_at: Millis,
+    pub cancel_requested: bool,
+}
+
 /// One previous version of a memory or relation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {

@@ -128,7 +128,10 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .enable_all()
                 .build()
                 .context("cannot start the async runtime")?;
-            runtime.block_on(crate::mcp::serve_stdio(engine))?;
+            runtime.block_on(crate::mcp::serve_stdio(
+                engine,
+                crate::mcp::ServerOptions::default(),
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo => {

@@ -2,11 +2,13 @@
 //! restore, stats. It is the only place that coordinates the store and the derived indexes; it
 //! never knows about MCP or async runtimes.
 
+mod estimate;
 mod graph;
 mod jobs;
 mod read;
 pub mod snippet;
 mod sync;
+mod task_rows;
 pub mod traverse;
 pub mod validate;
 mod write;
@@ -20,6 +22,7 @@ use crate::index::text::{OpenState, TextIndex};
 use crate::model::{MemoryKey, Millis};
 use crate::store::Store;
 
+pub use estimate::Estimate;
 pub use graph::GraphStats;
 pub use jobs::Background;
 pub use read::{DoctorReport, MemoryDetail};

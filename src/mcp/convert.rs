@@ -293,6 +293,7 @@ mod tests {
             limit: None,
             cursor,
             full: None,
+            expand: None,
         }
     }
 

@@ -91,6 +91,8 @@ pub struct RecallParams {
     pub cursor: Option<String>,
     /// Full content instead of snippets.
     pub full: Option<bool>,
+    /// Hops of related memories added around the hits (0–8; 3+ may run as a task).
+    pub expand: Option<u8>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -215,6 +217,11 @@ pub struct RecallOut {
     pub hits: Vec<HitOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
+    /// Memories related to the hits (with `expand`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub related: Option<Vec<NodeOut>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
@@ -277,4 +284,149 @@ pub struct StatsOut {
     pub by_kind: Vec<CountOut>,
     pub text_index_lag: i64,
     pub database_bytes: u64,
+}
+
+/// Which way relations are followed.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DirectionInput {
+    Out,
+    In,
+    Both,
+}
+
+/// What a traversal returns.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReturnInput {
+    Nodes,
+    Paths,
+    Subgraph,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TraverseParams {
+    /// Seed ids.
+    pub ids: Option<Vec<String>>,
+    /// Seed names.
+    pub names: Option<Vec<String>>,
+    /// Seeds = top recall hits of this query (when no ids/names).
+    pub query: Option<String>,
+    pub namespace: Option<String>,
+    /// Hops, 1–8 (default 2).
+    pub depth: Option<u8>,
+    /// Default both.
+    pub direction: Option<DirectionInput>,
+    /// Relation kinds to follow (default all).
+    pub kinds: Option<Vec<String>>,
+    pub min_weight: Option<f64>,
+    /// Only relations valid at this time (RFC 3339).
+    pub valid_at: Option<String>,
+    /// Node budget (default 10000).
+    pub max_nodes: Option<u64>,
+    /// nodes (default), paths or subgraph.
+    #[serde(rename = "return")]
+    pub return_: Option<ReturnInput>,
+    /// Rank reached memories by relevance to this text.
+    pub focus: Option<String>,
+    /// Most nodes listed, 1–1000 (default 50).
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FindPathsParams {
+    /// Start id or name.
+    pub from: String,
+    /// End id or name.
+    pub to: String,
+    pub namespace: Option<String>,
+    /// Alternatives besides the strongest path, 0–10 (default 3).
+    pub k: Option<u32>,
+    pub direction: Option<DirectionInput>,
+    pub kinds: Option<Vec<String>>,
+    pub min_weight: Option<f64>,
+    pub valid_at: Option<String>,
+    /// 1–8 (default 6).
+    pub max_hops: Option<u8>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TasksParams {
+    /// 1–100 (default 20).
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ViaOut {
+    pub from: String,
+    pub kind: String,
+    pub weight: f64,
+    pub forward: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NodeOut {
+    pub id: String,
+    pub namespace: String,
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub snippet: String,
+    pub depth: u8,
+    pub strength: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relevance: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<ViaOut>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PathOut {
+    pub ids: Vec<String>,
+    pub kinds: Vec<String>,
+    pub strength: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EdgeOut {
+    pub from: String,
+    pub to: String,
+    pub kind: String,
+    pub weight: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TraverseOut {
+    pub seeds: Vec<String>,
+    pub nodes: Vec<NodeOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paths: Option<Vec<PathOut>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edges: Option<Vec<EdgeOut>>,
+    pub reached: usize,
+    pub visited: u64,
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PathsOut {
+    pub paths: Vec<PathOut>,
+    pub visited: u64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskOut {
+    pub task_id: String,
+    pub tool: String,
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+    pub created_at: String,
+    pub last_updated_at: String,
 }

@@ -5,34 +5,68 @@ mod convert;
 pub mod dto;
 mod errors;
 mod resources;
+mod task_api;
 pub mod tools;
+pub mod work;
 
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult,
+    Implementation, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::tasks::{TaskConfig, Tasks};
 
 const INSTRUCTIONS: &str = "Graph memory. `recall` before answering from memory; `remember` \
 facts worth keeping (one memory per fact, with a namespace per project or user); `relate` links \
 them; `get` shows a memory with its relations. Memories are resources at memory://{namespace}/{id}.";
 
+/// How the server identifies callers and runs long work.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// Owner of every task, instead of the client's name (for hosts that share one identity).
+    pub owner: Option<String>,
+    pub tasks: TaskConfig,
+}
+
 /// The MCP server over one engine.
 #[derive(Clone)]
 pub struct MemoryServer {
     engine: Arc<Engine>,
+    tasks: Arc<Tasks>,
+    owner: Option<String>,
 }
 
 impl MemoryServer {
-    pub fn new(engine: Arc<Engine>) -> MemoryServer {
-        MemoryServer { engine }
+    /// A server over `engine`; must be made inside a tokio runtime (it starts task maintenance).
+    pub fn new(engine: Arc<Engine>, options: ServerOptions) -> MemoryServer {
+        let tasks = Tasks::new(
+            Arc::clone(&engine),
+            options.tasks,
+            Arc::new(work::McpExecutor),
+        );
+        tasks.start_maintenance();
+        MemoryServer {
+            engine,
+            tasks,
+            owner: options.owner,
+        }
+    }
+
+    /// Who a request acts for: tasks are visible only to their owner.
+    fn owner(&self, ctx: &RequestContext<RoleServer>) -> String {
+        if let Some(o) = &self.owner {
+            return o.clone();
+        }
+        ctx.client_info()
+            .map_or_else(|| "anonymous".to_owned(), |i| format!("client:{}", i.name))
     }
 }
 
@@ -42,6 +76,7 @@ impl ServerHandler for MemoryServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_resources()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new("mnemograph", env!("CARGO_PKG_VERSION")))
@@ -60,17 +95,50 @@ impl ServerHandler for MemoryServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResponse, McpError> {
         let args = request.arguments.unwrap_or_default();
         let started = std::time::Instant::now();
-        let res = tools::call(&self.engine, &request.name, args).await;
+        let name = request.name.as_ref();
+        let res = if name == "tasks" {
+            task_api::list(&self.tasks, self.owner(&context), args).await
+        } else if work::is_long(name, &serde_json::Value::Object(args.clone())) {
+            task_api::call_long(&self.tasks, self.owner(&context), name, args, &context).await
+        } else {
+            tools::call(&self.engine, name, args)
+                .await
+                .map(CallToolResponse::Complete)
+        };
         tracing::debug!(
             elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
             ok = res.is_ok(),
             "tool call"
         );
-        res.map(CallToolResponse::Complete)
+        res
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<GetTaskResult, McpError> {
+        task_api::get(&self.tasks, self.owner(&context), request.task_id).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<(), McpError> {
+        task_api::update(&self.tasks, self.owner(&context), request.task_id).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<(), McpError> {
+        task_api::cancel(&self.tasks, self.owner(&context), request.task_id).await
     }
 
     async fn list_resource_templates(
@@ -103,9 +171,9 @@ impl ServerHandler for MemoryServer {
 }
 
 /// Serves MCP on stdin/stdout until the client closes the stream.
-pub async fn serve_stdio(engine: Arc<Engine>) -> Result<()> {
+pub async fn serve_stdio(engine: Arc<Engine>, options: ServerOptions) -> Result<()> {
     let (reader, writer) = rmcp::transport::io::stdio_pipes();
-    let service = MemoryServer::new(engine)
+    let service = MemoryServer::new(engine, options)
         .serve((reader, writer))
         .await
         .map_err(|e| Error::Internal(format!("MCP session did not start: {e}")))?;

@@ -98,7 +98,7 @@ pub fn all() -> Vec<Tool> {
         ),
         tool::<dto::RecallParams>(
             "recall",
-            "Search memories by meaning of the words (ranked, BM25). Plain words or questions; no query syntax. Returns compact hits (snippet, score, relation count); full=true for whole content; next_cursor pages.",
+            "Search memories (ranked, BM25). Plain words or questions; no query syntax. Compact hits (snippet, score, relation count); full=true for whole content; next_cursor pages; expand adds related memories.",
             Hints(true, false, true),
         ),
         tool::<dto::RelateParams>(
@@ -125,6 +125,21 @@ pub fn all() -> Vec<Tool> {
             "restore",
             "Undo `forget` for memories (by ids or names) and relations.",
             Hints(false, false, true),
+        ),
+        tool::<dto::TraverseParams>(
+            "traverse",
+            "Walk relations from seeds (ids, names, or a query's top hits). Ranked nodes, paths or a subgraph. Big walks may answer with a task handle (MCP tasks) whose status shows nodes visited.",
+            Hints(true, false, true),
+        ),
+        tool::<dto::FindPathsParams>(
+            "find_paths",
+            "Strongest path between two memories (product of weights) plus up to k alternatives.",
+            Hints(true, false, true),
+        ),
+        tool::<dto::TasksParams>(
+            "tasks",
+            "Your recent long-running calls (tasks) with status and progress.",
+            Hints(true, false, true),
         ),
         tool::<dto::StatsParams>(
             "stats",
@@ -265,34 +280,14 @@ async fn dispatch(
                 })
         }
         "recall" => {
-            let p: dto::RecallParams = parse(name, args)?;
-            let full = p.full.unwrap_or(false);
-            match convert::recall_query(&p) {
-                Err(e) => Err(e),
-                Ok(q) => blocking(engine, move |e| Ok((e.recall(&q)?, q)))
-                    .await
-                    .and_then(|(page, q)| {
-                        let hits = page
-                            .hits
-                            .into_iter()
-                            .map(|h| dto::HitOut {
-                                id: h.memory.id,
-                                namespace: h.memory.namespace,
-                                kind: h.memory.kind,
-                                name: h.memory.name,
-                                snippet: (!full).then_some(h.snippet),
-                                content: full.then_some(h.memory.content),
-                                score: h.score,
-                                relations: h.n_relations,
-                                created_at: crate::model::format_time(h.memory.created_at),
-                            })
-                            .collect();
-                        structured(dto::RecallOut {
-                            hits,
-                            next_cursor: page.next_offset.map(|o| convert::encode_cursor(&q, o)),
-                        })
-                    }),
-            }
+            let value = serde_json::Value::Object(args);
+            let _: dto::RecallParams = parse(name, value.as_object().cloned().unwrap_or_default())?;
+            let ctl = crate::engine::traverse::Progressing::default();
+            blocking(engine, move |e| {
+                crate::mcp::work::run_recall(e, &value, &ctl)
+            })
+            .await
+            .and_then(structured)
         }
         "get" => {
             let (refs, history) = convert::get_refs(parse(name, args)?);

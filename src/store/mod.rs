@@ -7,6 +7,7 @@ pub mod changes;
 pub mod history;
 pub mod memories;
 pub mod relations;
+pub mod tasks;
 
 use std::path::Path;
 use std::sync::Mutex;

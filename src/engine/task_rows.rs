@@ -1,0 +1,90 @@
+//! Task rows through the engine, so that the task runner never touches the store directly.
+
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::model::{Millis, TaskRow, TaskState};
+use crate::store::tasks;
+
+impl Engine {
+    pub fn task_insert(&self, t: &TaskRow) -> Result<()> {
+        self.store.write(|tx| tasks::insert(tx, t))
+    }
+
+    pub fn task_get(&self, id: &str) -> Result<Option<TaskRow>> {
+        self.store.read(|c| tasks::get(c, id))
+    }
+
+    pub fn task_heartbeat(
+        &self,
+        id: &str,
+        boot_id: &str,
+        status_message: &str,
+        progress: &serde_json::Value,
+        checkpoint: Option<&serde_json::Value>,
+        now: Millis,
+    ) -> Result<Option<bool>> {
+        self.store.write(|tx| {
+            tasks::heartbeat(tx, id, boot_id, status_message, progress, checkpoint, now)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn task_finish(
+        &self,
+        id: &str,
+        boot_id: &str,
+        status: TaskState,
+        status_message: &str,
+        progress: &serde_json::Value,
+        result: Option<&serde_json::Value>,
+        error: Option<&serde_json::Value>,
+        now: Millis,
+    ) -> Result<bool> {
+        self.store.write(|tx| {
+            tasks::finish(
+                tx,
+                id,
+                boot_id,
+                status,
+                status_message,
+                progress,
+                result,
+                error,
+                now,
+            )
+        })
+    }
+
+    pub fn task_request_cancel(&self, id: &str, now: Millis) -> Result<bool> {
+        self.store.write(|tx| tasks::request_cancel(tx, id, now))
+    }
+
+    pub fn task_force_cancel(&self, id: &str, message: &str, now: Millis) -> Result<bool> {
+        self.store
+            .write(|tx| tasks::force_cancel(tx, id, message, now))
+    }
+
+    pub fn task_list(&self, owner: Option<&str>, limit: usize) -> Result<Vec<TaskRow>> {
+        self.store.read(|c| tasks::list(c, owner, limit))
+    }
+
+    pub fn task_sweep(&self, now: Millis) -> Result<usize> {
+        self.store.write(|tx| tasks::sweep(tx, now))
+    }
+
+    pub fn task_orphans(&self, stale_before: Millis) -> Result<Vec<TaskRow>> {
+        self.store.read(|c| tasks::orphans(c, stale_before))
+    }
+
+    pub fn task_adopt(
+        &self,
+        id: &str,
+        old_boot: &str,
+        new_boot: &str,
+        stale_before: Millis,
+        now: Millis,
+    ) -> Result<bool> {
+        self.store
+            .write(|tx| tasks::adopt(tx, id, old_boot, new_boot, stale_before, now))
+    }
+}

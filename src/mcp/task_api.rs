@@ -1,0 +1,301 @@
+//! The MCP side of tasks: the inline-or-task answer of long tools, `tasks/get`, `tasks/update`,
+//! `tasks/cancel` and the wire shapes of task rows.
+
+use std::sync::Arc;
+
+use rmcp::ErrorData as McpError;
+use rmcp::RoleServer;
+use rmcp::model::{
+    CallToolResponse, CallToolResult, ContentBlock, CreateTaskResult, DetailedTask, GetTaskResult,
+    JsonObject, MetaObject, ProgressNotificationParam, ProtocolVersion, Task, TaskPayload,
+    TaskStatus,
+};
+use rmcp::service::RequestContext;
+use serde_json::{Value, json};
+
+use crate::mcp::errors::{ToolFailure, tool_failure};
+use crate::mcp::work;
+use crate::model::{TaskRow, TaskState, format_time};
+use crate::tasks::{Answer, Capability, TaskView, Tasks, decide, short_id, status_message};
+
+/// `_meta` key of the decision on a tool result or task handle.
+const DECISION_KEY: &str = "mnemograph/decision";
+/// `_meta` key of the machine-readable counters in `tasks/get`.
+const PROGRESS_KEY: &str = "mnemograph/progress";
+/// Request `_meta` key a client may use to ask for a task time-to-live, in milliseconds.
+const TTL_KEY: &str = "mnemograph/taskTtlMs";
+
+/// Whether this request may receive a task (the spec forbids tasks before 2026-07-28 even when a
+/// legacy session listed the extension).
+pub(crate) fn capability(ctx: &RequestContext<RoleServer>) -> Capability {
+    let modern = ctx
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+    if !modern {
+        Capability::OldProtocol
+    } else if ctx
+        .client_capabilities()
+        .is_some_and(|c| c.supports_tasks())
+    {
+        Capability::Tasks
+    } else {
+        Capability::NotDeclared
+    }
+}
+
+fn meta(value: Value) -> MetaObject {
+    let mut m = MetaObject::new();
+    if let Value::Object(o) = value {
+        m.0 = o;
+    }
+    m
+}
+
+fn wire_status(s: TaskState) -> TaskStatus {
+    match s {
+        TaskState::Working => TaskStatus::Working,
+        TaskState::Completed => TaskStatus::Completed,
+        TaskState::Failed => TaskStatus::Failed,
+        TaskState::Cancelled => TaskStatus::Cancelled,
+    }
+}
+
+fn wire_task(row: &TaskRow, message: Option<String>) -> Task {
+    let mut t = Task::new(
+        row.id.clone(),
+        wire_status(row.status),
+        format_time(row.created_at),
+        format_time(row.updated_at),
+    );
+    t.status_message = message;
+    t.ttl_ms = row.ttl_ms.map(|t| t.max(0) as u64);
+    t.poll_interval_ms = row.poll_interval_ms.map(|t| t.max(0) as u64);
+    t
+}
+
+fn object(v: Value) -> JsonObject {
+    match v {
+        Value::Object(o) => o,
+        _ => JsonObject::new(),
+    }
+}
+
+/// The answer of a long tool: inline, or a task handle, as the decision says.
+pub(crate) async fn call_long(
+    tasks: &Arc<Tasks>,
+    owner: String,
+    tool: &str,
+    args: JsonObject,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<CallToolResponse, McpError> {
+    let cap = capability(ctx);
+    let mut args = Value::Object(args);
+    if cap != Capability::Tasks && tool == "traverse" {
+        // A client that cannot poll gets a bounded walk.
+        let asked = args
+            .get("max_nodes")
+            .and_then(Value::as_u64)
+            .unwrap_or(work::INLINE_WORK_LIMIT as u64);
+        args["max_nodes"] = json!(asked.min(work::INLINE_WORK_LIMIT as u64));
+    }
+    let engine = Arc::clone(tasks.engine());
+    let (tool_owned, args_for_estimate) = (tool.to_owned(), args.clone());
+    let estimate = tokio::task::spawn_blocking(move || {
+        work::estimate(&engine, &tool_owned, &args_for_estimate)
+    })
+    .await
+    .map_err(|e| McpError::internal_error(format!("estimate failed: {e}"), None))?;
+    let estimate_ms = match estimate {
+        Ok(ms) => ms,
+        Err(e) => {
+            return match tool_failure(e) {
+                ToolFailure::Protocol(err) => Err(err),
+                ToolFailure::Result(r) => Ok(CallToolResponse::Complete(r)),
+            };
+        }
+    };
+    let (plan, reason) = decide(cap, estimate_ms, tasks.config().inline_budget);
+    tracing::info!(tool, ?plan, estimate_ms, %reason, "inline or task");
+    let decision = json!({ DECISION_KEY: {"plan": format!("{plan:?}").to_lowercase(), "reason": reason, "estimateMs": estimate_ms} });
+
+    // Progress notifications for inline answers, all sent before the response.
+    let token = ctx.meta.get_progress_token();
+    let (tx, forwarder) = match token {
+        Some(token) => {
+            let (tx, mut rx) =
+                tokio::sync::mpsc::unbounded_channel::<crate::engine::traverse::WorkProgress>();
+            let peer = ctx.peer.clone();
+            let fw = tokio::spawn(async move {
+                while let Some(p) = rx.recv().await {
+                    let n = ProgressNotificationParam::new(token.clone(), p.visited as f64)
+                        .with_message(status_message(&p));
+                    if let Err(e) = peer.notify_progress(n).await {
+                        tracing::debug!(error = %e, "progress notification not sent");
+                    }
+                }
+            });
+            (Some(tx), Some(fw))
+        }
+        None => (None, None),
+    };
+    let on_progress: Option<Box<dyn Fn(crate::engine::traverse::WorkProgress) + Send + Sync>> = tx
+        .map(|tx| {
+            Box::new(move |p| {
+                let _ = tx.send(p);
+            }) as Box<dyn Fn(_) + Send + Sync>
+        });
+    let ttl = ctx.meta.0.0.get(TTL_KEY).and_then(Value::as_u64);
+    let answer = tasks.run(&owner, tool, args, plan, ttl, on_progress).await;
+    if let Some(fw) = forwarder {
+        let _ = fw.await; // every sender is gone once `run` returned: the loop ends after the last send
+    }
+    match answer {
+        Err(e) => match tool_failure(e) {
+            ToolFailure::Protocol(err) => Err(err),
+            ToolFailure::Result(r) => Ok(CallToolResponse::Complete(r)),
+        },
+        Ok(Answer::Inline(Ok(v))) => Ok(CallToolResponse::Complete(
+            CallToolResult::structured(v).with_meta(Some(meta(decision))),
+        )),
+        Ok(Answer::Inline(Err(e))) => match tool_failure(e) {
+            ToolFailure::Protocol(err) => Err(err),
+            ToolFailure::Result(r) => Ok(CallToolResponse::Complete(r)),
+        },
+        Ok(Answer::Task(row)) => {
+            tracing::info!(
+                task = short_id(&row.id),
+                tool,
+                "answered with a task handle"
+            );
+            let task = wire_task(&row, row.status_message.clone());
+            Ok(CallToolResponse::Task(
+                CreateTaskResult::new(task).with_meta(meta(decision)),
+            ))
+        }
+    }
+}
+
+fn not_found(id: &str) -> McpError {
+    McpError::invalid_params(
+        format!(
+            "unknown task {}…: it does not exist, expired, or belongs to another client",
+            short_id(id)
+        ),
+        None,
+    )
+}
+
+fn internal(e: crate::error::Error) -> McpError {
+    tracing::error!(error = %e, "task request failed");
+    McpError::internal_error(
+        "internal error in mnemograph; see the server log (stderr)",
+        None,
+    )
+}
+
+/// `tasks/get`.
+pub(crate) async fn get(
+    tasks: &Arc<Tasks>,
+    owner: String,
+    id: String,
+) -> Result<rmcp::model::GetTaskResult, McpError> {
+    let t = Arc::clone(tasks);
+    let id2 = id.clone();
+    let view = tokio::task::spawn_blocking(move || t.get(&owner, &id2))
+        .await
+        .map_err(|e| McpError::internal_error(e.to_string(), None))?
+        .map_err(internal)?
+        .ok_or_else(|| not_found(&id))?;
+    Ok(detailed(&view))
+}
+
+fn detailed(view: &TaskView) -> GetTaskResult {
+    let row = &view.row;
+    let payload = match row.status {
+        TaskState::Working => TaskPayload::Working,
+        TaskState::Cancelled => TaskPayload::Cancelled,
+        TaskState::Completed => {
+            let result = match (&row.result, &row.error) {
+                (Some(v), _) => CallToolResult::structured(v.clone()),
+                (None, Some(e)) => CallToolResult::error(vec![ContentBlock::text(
+                    e.get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("error")
+                        .to_owned(),
+                )]),
+                (None, None) => CallToolResult::structured(Value::Null),
+            };
+            TaskPayload::Completed {
+                result: object(serde_json::to_value(result).unwrap_or(Value::Null)),
+            }
+        }
+        TaskState::Failed => {
+            let message = row
+                .error
+                .as_ref()
+                .and_then(|e| e.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or("task failed");
+            TaskPayload::Failed {
+                error: object(json!({"code": -32603, "message": message})),
+            }
+        }
+    };
+    let mut res = GetTaskResult::new(DetailedTask::new(
+        wire_task(row, view.status_message()),
+        payload,
+    ));
+    res.meta = Some(meta(
+        json!({ PROGRESS_KEY: view.progress_json(), "mnemograph/tool": row.tool }),
+    ));
+    res
+}
+
+/// `tasks/cancel`.
+pub(crate) async fn cancel(tasks: &Arc<Tasks>, owner: String, id: String) -> Result<(), McpError> {
+    let t = Arc::clone(tasks);
+    let id2 = id.clone();
+    let found = tokio::task::spawn_blocking(move || t.cancel(Some(&owner), &id2))
+        .await
+        .map_err(|e| McpError::internal_error(e.to_string(), None))?
+        .map_err(internal)?;
+    if found { Ok(()) } else { Err(not_found(&id)) }
+}
+
+/// `tasks/update`: nothing of ours asks for input yet, so an update is only acknowledged.
+pub(crate) async fn update(tasks: &Arc<Tasks>, owner: String, id: String) -> Result<(), McpError> {
+    let t = Arc::clone(tasks);
+    let id2 = id.clone();
+    tokio::task::spawn_blocking(move || t.get(&owner, &id2))
+        .await
+        .map_err(|e| McpError::internal_error(e.to_string(), None))?
+        .map_err(internal)?
+        .map(|_| ())
+        .ok_or_else(|| not_found(&id))
+}
+
+/// The `tasks` tool: the caller's recent tasks.
+pub(crate) async fn list(
+    tasks: &Arc<Tasks>,
+    owner: String,
+    args: JsonObject,
+) -> Result<CallToolResponse, McpError> {
+    let p: crate::mcp::dto::TasksParams = serde_path_to_error::deserialize(Value::Object(args))
+        .map_err(|e| crate::mcp::errors::bad_arguments("tasks", e))?;
+    let limit = p.limit.unwrap_or(20);
+    if !(1..=100).contains(&limit) {
+        return Err(McpError::invalid_params(
+            format!("invalid `limit`: is {limit}. give 1 to 100"),
+            None,
+        ));
+    }
+    let t = Arc::clone(tasks);
+    let views = tokio::task::spawn_blocking(move || t.list(Some(&owner), limit as usize))
+        .await
+        .map_err(|e| McpError::internal_error(e.to_string(), None))?
+        .map_err(internal)?;
+    let out: Vec<_> = views.iter().map(work::task_out).collect();
+    Ok(CallToolResponse::Complete(CallToolResult::structured(
+        json!({ "tasks": out }),
+    )))
+}

@@ -1,0 +1,391 @@
+//! Tools whose work can be long (traverse, find_paths, recall with deep expansion): argument
+//! conversion, the synchronous run against the engine (inline or inside a task), and their output.
+//! `McpExecutor` is how the task runner re-runs them after a restart.
+
+use serde_json::Value;
+
+use crate::engine::Engine;
+use crate::engine::traverse::{
+    Control, DEFAULT_MAX_NODES, PathRequest, Shape, TraverseRequest, TraversedNode,
+};
+use crate::error::{Error, Result};
+use crate::graph::Direction;
+use crate::mcp::{convert, dto};
+use crate::model::{DEFAULT_NAMESPACE, MemoryRef, NamespaceScope, format_time, parse_time};
+use crate::tasks::Executor;
+
+/// Work limit for clients that cannot receive tasks.
+pub const INLINE_WORK_LIMIT: usize = 10_000;
+/// Expansion depth up to which recall never becomes a task.
+pub const INLINE_EXPAND: u8 = 2;
+const DEFAULT_DEPTH: u8 = 2;
+const DEFAULT_LIMIT: u32 = 50;
+const DEFAULT_K: u32 = 3;
+const DEFAULT_MAX_HOPS: u8 = 6;
+
+/// Tools that go through the inline-or-task decision.
+pub fn is_long(tool: &str, args: &Value) -> bool {
+    match tool {
+        "traverse" | "find_paths" => true,
+        "recall" => args
+            .get("expand")
+            .and_then(Value::as_u64)
+            .is_some_and(|e| e > u64::from(INLINE_EXPAND)),
+        _ => false,
+    }
+}
+
+pub fn parse<T: serde::de::DeserializeOwned>(tool: &str, args: &Value) -> Result<T> {
+    serde_path_to_error::deserialize(args).map_err(|e| {
+        let path = e.path().to_string();
+        Error::invalid(
+            if path == "." { tool.to_owned() } else { path },
+            e.into_inner().to_string(),
+            "see the tool's input schema",
+        )
+    })
+}
+
+fn direction(d: Option<dto::DirectionInput>) -> Direction {
+    match d {
+        Some(dto::DirectionInput::Out) => Direction::Out,
+        Some(dto::DirectionInput::In) => Direction::In,
+        Some(dto::DirectionInput::Both) | None => Direction::Both,
+    }
+}
+
+fn time(field: &str, s: Option<&str>) -> Result<Option<i64>> {
+    s.map(|s| {
+        parse_time(s).ok_or_else(|| {
+            Error::invalid(
+                field,
+                format!("{s:?} is not a time"),
+                "use RFC 3339 like 2024-05-01T10:00:00Z",
+            )
+        })
+    })
+    .transpose()
+}
+
+fn reference(s: &str, ns: &str) -> MemoryRef {
+    if s.starts_with("m_") {
+        MemoryRef::Id(s.to_owned())
+    } else {
+        MemoryRef::Name {
+            namespace: ns.to_owned(),
+            name: s.to_owned(),
+        }
+    }
+}
+
+pub fn traverse_request(p: dto::TraverseParams) -> Result<TraverseRequest> {
+    let ns = p
+        .namespace
+        .clone()
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+    let mut seeds: Vec<MemoryRef> = p
+        .ids
+        .unwrap_or_default()
+        .into_iter()
+        .map(MemoryRef::Id)
+        .collect();
+    seeds.extend(
+        p.names
+            .unwrap_or_default()
+            .into_iter()
+            .map(|name| MemoryRef::Name {
+                namespace: ns.clone(),
+                name,
+            }),
+    );
+    Ok(TraverseRequest {
+        seeds,
+        query: p.query,
+        namespaces: p
+            .namespace
+            .map_or(NamespaceScope::All, |n| NamespaceScope::Only(vec![n])),
+        depth: p.depth.unwrap_or(DEFAULT_DEPTH),
+        direction: direction(p.direction),
+        kinds: p.kinds.unwrap_or_default(),
+        min_weight: p.min_weight.unwrap_or(0.0),
+        valid_at: time("valid_at", p.valid_at.as_deref())?,
+        max_nodes: p
+            .max_nodes
+            .map_or(DEFAULT_MAX_NODES, |n| n.min(usize::MAX as u64) as usize),
+        shape: match p.return_ {
+            Some(dto::ReturnInput::Paths) => Shape::Paths,
+            Some(dto::ReturnInput::Subgraph) => Shape::Subgraph,
+            Some(dto::ReturnInput::Nodes) | None => Shape::Nodes,
+        },
+        focus: p.focus,
+        limit: p.limit.unwrap_or(DEFAULT_LIMIT) as usize,
+    })
+}
+
+pub struct PathsCall {
+    pub from: MemoryRef,
+    pub to: MemoryRef,
+    pub k: usize,
+    pub spec: PathRequest,
+}
+
+pub fn paths_call(p: dto::FindPathsParams) -> Result<PathsCall> {
+    let ns = p.namespace.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+    Ok(PathsCall {
+        from: reference(&p.from, &ns),
+        to: reference(&p.to, &ns),
+        k: p.k.unwrap_or(DEFAULT_K) as usize,
+        spec: PathRequest {
+            direction: direction(p.direction),
+            kinds: p.kinds.unwrap_or_default(),
+            min_weight: p.min_weight.unwrap_or(0.0),
+            valid_at: time("valid_at", p.valid_at.as_deref())?,
+            max_hops: p.max_hops.unwrap_or(DEFAULT_MAX_HOPS),
+        },
+    })
+}
+
+pub fn node_out(n: TraversedNode) -> dto::NodeOut {
+    dto::NodeOut {
+        id: n.memory.id,
+        namespace: n.memory.namespace,
+        kind: n.memory.kind,
+        name: n.memory.name,
+        snippet: n.snippet,
+        depth: n.depth,
+        strength: n.strength,
+        relevance: n.relevance,
+        via: n.via.map(|v| dto::ViaOut {
+            from: v.from,
+            kind: v.kind,
+            weight: v.weight,
+            forward: v.forward,
+        }),
+    }
+}
+
+fn truncation_hint(truncated: bool, max_nodes: usize) -> Option<String> {
+    truncated.then(|| {
+        format!(
+            "stopped at the work limit of {max_nodes} nodes: narrow the walk (depth, kinds, min_weight, direction) or raise max_nodes; clients with MCP tasks can run it in full"
+        )
+    })
+}
+
+fn run_traverse(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Value> {
+    let req = traverse_request(parse("traverse", args)?)?;
+    let r = engine.traverse(&req, ctl)?;
+    let paths = (req.shape == Shape::Paths).then(|| {
+        r.paths
+            .into_iter()
+            .map(|p| dto::PathOut {
+                ids: p.ids,
+                kinds: p.kinds,
+                strength: p.strength,
+            })
+            .collect()
+    });
+    let edges = (req.shape == Shape::Subgraph).then(|| {
+        r.edges
+            .into_iter()
+            .map(|e| dto::EdgeOut {
+                from: e.from,
+                to: e.to,
+                kind: e.kind,
+                weight: e.weight,
+            })
+            .collect()
+    });
+    Ok(serde_json::to_value(dto::TraverseOut {
+        seeds: r.seeds,
+        nodes: r.nodes.into_iter().map(node_out).collect(),
+        paths,
+        edges,
+        reached: r.reached,
+        visited: r.visited,
+        truncated: r.truncated,
+        hint: truncation_hint(r.truncated, req.max_nodes),
+    })?)
+}
+
+fn run_find_paths(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Value> {
+    let call = paths_call(parse("find_paths", args)?)?;
+    let r = engine.find_paths(&call.from, &call.to, call.k, &call.spec, ctl)?;
+    Ok(serde_json::to_value(dto::PathsOut {
+        paths: r
+            .paths
+            .into_iter()
+            .map(|p| dto::PathOut {
+                ids: p.ids,
+                kinds: p.kinds,
+                strength: p.strength,
+            })
+            .collect(),
+        visited: r.visited,
+    })?)
+}
+
+/// Recall, with related memories `expand` hops around the hits.
+pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Value> {
+    let p: dto::RecallParams = parse("recall", args)?;
+    let full = p.full.unwrap_or(false);
+    let expand = p.expand.unwrap_or(0);
+    if expand > crate::engine::traverse::MAX_DEPTH {
+        return Err(Error::invalid(
+            "expand",
+            format!("is {expand}"),
+            "give 0 to 8 hops",
+        ));
+    }
+    let q = convert::recall_query(&p)?;
+    let page = engine.recall(&q)?;
+    let (mut related, mut truncated) = (None, None);
+    if expand > 0 && !page.hits.is_empty() {
+        let max_nodes = args
+            .get("max_nodes")
+            .and_then(Value::as_u64)
+            .map_or(DEFAULT_MAX_NODES, |n| n as usize);
+        let req = TraverseRequest {
+            seeds: page
+                .hits
+                .iter()
+                .map(|h| MemoryRef::Id(h.memory.id.clone()))
+                .collect(),
+            query: None,
+            namespaces: NamespaceScope::All,
+            depth: expand,
+            direction: Direction::Both,
+            kinds: vec![],
+            min_weight: 0.0,
+            valid_at: None,
+            max_nodes,
+            shape: Shape::Nodes,
+            focus: None,
+            limit: q.limit * 2 + page.hits.len(),
+        };
+        let r = engine.traverse(&req, ctl)?;
+        truncated = Some(r.truncated);
+        related = Some(
+            r.nodes
+                .into_iter()
+                .filter(|n| n.depth > 0)
+                .take(q.limit * 2)
+                .map(node_out)
+                .collect(),
+        );
+    }
+    let hits = page
+        .hits
+        .into_iter()
+        .map(|h| dto::HitOut {
+            id: h.memory.id,
+            namespace: h.memory.namespace,
+            kind: h.memory.kind,
+            name: h.memory.name,
+            snippet: (!full).then_some(h.snippet),
+            content: full.then_some(h.memory.content),
+            score: h.score,
+            relations: h.n_relations,
+            created_at: format_time(h.memory.created_at),
+        })
+        .collect();
+    Ok(serde_json::to_value(dto::RecallOut {
+        hits,
+        next_cursor: page.next_offset.map(|o| convert::encode_cursor(&q, o)),
+        related,
+        truncated,
+    })?)
+}
+
+/// Runs the long tools for the task runner.
+pub struct McpExecutor;
+
+impl Executor for McpExecutor {
+    fn execute(
+        &self,
+        engine: &Engine,
+        tool: &str,
+        args: &Value,
+        ctl: &dyn Control,
+    ) -> Result<Value> {
+        match tool {
+            "traverse" => run_traverse(engine, args, ctl),
+            "find_paths" => run_find_paths(engine, args, ctl),
+            "recall" => run_recall(engine, args, ctl),
+            other => Err(Error::invalid(
+                "tool",
+                format!("`{other}` does not run as a task"),
+                "call it directly",
+            )),
+        }
+    }
+
+    fn rerunnable(&self, tool: &str) -> bool {
+        matches!(tool, "traverse" | "find_paths" | "recall")
+    }
+}
+
+/// Cheap checks and the cost estimate of a long call, before the decision.
+pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
+    match tool {
+        "traverse" => {
+            let req = traverse_request(parse("traverse", args)?)?;
+            let seeds = engine.check_traverse(&req)?;
+            Ok(engine.estimate_traverse(&req, &seeds)?.ms)
+        }
+        "find_paths" => {
+            let call = paths_call(parse("find_paths", args)?)?;
+            if call.k > 10 {
+                return Err(Error::invalid(
+                    "k",
+                    format!("is {}", call.k),
+                    "give 0 to 10 alternatives",
+                ));
+            }
+            Ok(engine.estimate_paths(&call.from, &call.spec, call.k)?.ms)
+        }
+        "recall" => {
+            let p: dto::RecallParams = parse("recall", args)?;
+            let q = convert::recall_query(&p)?;
+            let hits = engine.recall(&q)?;
+            let req = TraverseRequest {
+                seeds: hits
+                    .hits
+                    .iter()
+                    .map(|h| MemoryRef::Id(h.memory.id.clone()))
+                    .collect(),
+                query: None,
+                namespaces: NamespaceScope::All,
+                depth: p
+                    .expand
+                    .unwrap_or(0)
+                    .clamp(1, crate::engine::traverse::MAX_DEPTH),
+                direction: Direction::Both,
+                kinds: vec![],
+                min_weight: 0.0,
+                valid_at: None,
+                max_nodes: DEFAULT_MAX_NODES,
+                shape: Shape::Nodes,
+                focus: None,
+                limit: q.limit,
+            };
+            if req.seeds.is_empty() {
+                return Ok(0.0);
+            }
+            let seeds = engine.check_traverse(&req)?;
+            Ok(engine.estimate_traverse(&req, &seeds)?.ms)
+        }
+        _ => Ok(0.0),
+    }
+}
+
+pub fn task_out(v: &crate::tasks::TaskView) -> dto::TaskOut {
+    dto::TaskOut {
+        task_id: v.row.id.clone(),
+        tool: v.row.tool.clone(),
+        status: v.row.status.as_str().to_owned(),
+        status_message: v.status_message(),
+        created_at: format_time(v.row.created_at),
+        last_updated_at: format_time(v.row.updated_at),
+    }
+}

@@ -1,0 +1,190 @@
+//! Task rows: the durable registry behind MCP tasks. Every process on the database sees every row;
+//! a working row belongs to the process whose `boot_id` it carries while its heartbeat is fresh.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::error::Result;
+use crate::model::{Millis, TaskRow, TaskState};
+
+const COLS: &str = "id, owner, tool, arguments, status, status_message, progress, result, error, \
+    created_at, updated_at, ttl_ms, poll_interval_ms, checkpoint, boot_id, heartbeat_at, cancel_requested";
+
+fn json(s: Option<String>) -> Option<serde_json::Value> {
+    s.and_then(|s| serde_json::from_str(&s).ok())
+}
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<TaskRow> {
+    Ok(TaskRow {
+        id: r.get(0)?,
+        owner: r.get(1)?,
+        tool: r.get(2)?,
+        arguments: json(r.get(3)?).unwrap_or(serde_json::Value::Null),
+        status: TaskState::parse(r.get_ref(4)?.as_str()?),
+        status_message: r.get(5)?,
+        progress: json(r.get(6)?).unwrap_or(serde_json::Value::Null),
+        result: json(r.get(7)?),
+        error: json(r.get(8)?),
+        created_at: r.get(9)?,
+        updated_at: r.get(10)?,
+        ttl_ms: r.get(11)?,
+        poll_interval_ms: r.get(12)?,
+        checkpoint: json(r.get(13)?),
+        boot_id: r.get(14)?,
+        heartbeat_at: r.get(15)?,
+        cancel_requested: r.get(16)?,
+    })
+}
+
+fn text(v: &Option<serde_json::Value>) -> Option<String> {
+    v.as_ref().map(|v| v.to_string())
+}
+
+pub fn insert(conn: &Connection, t: &TaskRow) -> Result<()> {
+    conn.prepare_cached(&format!(
+        "INSERT INTO tasks ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+    ))?
+    .execute(params![
+        t.id,
+        t.owner,
+        t.tool,
+        t.arguments.to_string(),
+        t.status.as_str(),
+        t.status_message,
+        t.progress.to_string(),
+        text(&t.result),
+        text(&t.error),
+        t.created_at,
+        t.updated_at,
+        t.ttl_ms,
+        t.poll_interval_ms,
+        text(&t.checkpoint),
+        t.boot_id,
+        t.heartbeat_at,
+        t.cancel_requested,
+    ])?;
+    Ok(())
+}
+
+pub fn get(conn: &Connection, id: &str) -> Result<Option<TaskRow>> {
+    Ok(conn
+        .prepare_cached(&format!("SELECT {COLS} FROM tasks WHERE id = ?1"))?
+        .query_row([id], from_row)
+        .optional()?)
+}
+
+/// Records progress of a working task this process runs; returns whether cancellation was asked
+/// (by anyone), or `None` when the row is no longer this process's working task.
+pub fn heartbeat(
+    conn: &Connection,
+    id: &str,
+    boot_id: &str,
+    status_message: &str,
+    progress: &serde_json::Value,
+    checkpoint: Option<&serde_json::Value>,
+    now: Millis,
+) -> Result<Option<bool>> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE tasks SET status_message = ?3, progress = ?4, checkpoint = coalesce(?5, checkpoint), \
+             heartbeat_at = ?6, updated_at = ?6 WHERE id = ?1 AND boot_id = ?2 AND status = 'working' \
+             RETURNING cancel_requested",
+        )?
+        .query_row(
+            params![id, boot_id, status_message, progress.to_string(), checkpoint.map(|c| c.to_string()), now],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+/// Moves a working task of this process to a terminal state; false when it was not ours or not working.
+#[allow(clippy::too_many_arguments)]
+pub fn finish(
+    conn: &Connection,
+    id: &str,
+    boot_id: &str,
+    status: TaskState,
+    status_message: &str,
+    progress: &serde_json::Value,
+    result: Option<&serde_json::Value>,
+    error: Option<&serde_json::Value>,
+    now: Millis,
+) -> Result<bool> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE tasks SET status = ?3, status_message = ?4, progress = ?5, result = ?6, error = ?7, \
+             updated_at = ?8, heartbeat_at = ?8 WHERE id = ?1 AND boot_id = ?2 AND status = 'working'",
+        )?
+        .execute(params![
+            id,
+            boot_id,
+            status.as_str(),
+            status_message,
+            progress.to_string(),
+            result.map(|v| v.to_string()),
+            error.map(|v| v.to_string()),
+            now
+        ])?;
+    Ok(n == 1)
+}
+
+/// Asks the process running a task to stop it.
+pub fn request_cancel(conn: &Connection, id: &str, now: Millis) -> Result<bool> {
+    let n = conn
+        .prepare_cached("UPDATE tasks SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1 AND status = 'working'")?
+        .execute(params![id, now])?;
+    Ok(n == 1)
+}
+
+/// Marks a working task cancelled whatever process ran it (used for orphans and by operators).
+pub fn force_cancel(conn: &Connection, id: &str, message: &str, now: Millis) -> Result<bool> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE tasks SET status = 'cancelled', status_message = ?2, cancel_requested = 1, updated_at = ?3 \
+             WHERE id = ?1 AND status = 'working'",
+        )?
+        .execute(params![id, message, now])?;
+    Ok(n == 1)
+}
+
+/// The newest tasks, of one owner or of all.
+pub fn list(conn: &Connection, owner: Option<&str>, limit: usize) -> Result<Vec<TaskRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM tasks WHERE (?1 IS NULL OR owner = ?1) ORDER BY created_at DESC, id LIMIT ?2"
+    ))?;
+    let rows = stmt.query_map(params![owner, limit as i64], from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Deletes tasks whose time to live has run out; returns how many.
+pub fn sweep(conn: &Connection, now: Millis) -> Result<usize> {
+    Ok(conn
+        .prepare_cached("DELETE FROM tasks WHERE ttl_ms IS NOT NULL AND created_at + ttl_ms < ?1 AND status != 'working'")?
+        .execute([now])?)
+}
+
+/// Working tasks whose process has not shown life since `stale_before`.
+pub fn orphans(conn: &Connection, stale_before: Millis) -> Result<Vec<TaskRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM tasks WHERE status = 'working' AND heartbeat_at < ?1 ORDER BY created_at"
+    ))?;
+    let rows = stmt.query_map([stale_before], from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Takes over an orphaned task; true for exactly one of the processes that try.
+pub fn adopt(
+    conn: &Connection,
+    id: &str,
+    old_boot: &str,
+    new_boot: &str,
+    stale_before: Millis,
+    now: Millis,
+) -> Result<bool> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE tasks SET boot_id = ?3, heartbeat_at = ?5, updated_at = ?5 \
+             WHERE id = ?1 AND boot_id = ?2 AND status = 'working' AND heartbeat_at < ?4",
+        )?
+        .execute(params![id, old_boot, new_boot, stale_before, now])?;
+    Ok(n == 1)
+}

@@ -1,0 +1,588 @@
+//! Durable tasks: long tool calls run in the background while the caller polls. Rows live in
+//! SQLite (through the engine), so handles survive restarts and any process on the database can
+//! answer for them; the process running a task keeps its live progress in memory and heartbeats
+//! it to the row. Also the inline/task decision and the maintenance loop (TTL sweep, orphans).
+
+pub mod policy;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::engine::Engine;
+use crate::engine::traverse::{Control, Progressing, WorkProgress};
+use crate::error::{Error, Result};
+use crate::model::{Millis, TaskRow, TaskState, now_millis};
+
+pub use policy::{Capability, Plan, decide};
+
+/// Runs the work a task stands for. Supplied by the front end, which knows the tools.
+pub trait Executor: Send + Sync + 'static {
+    /// Runs `tool` with `args` to its output, reporting to and obeying `ctl`.
+    fn execute(
+        &self,
+        engine: &Engine,
+        tool: &str,
+        args: &Value,
+        ctl: &dyn Control,
+    ) -> Result<Value>;
+    /// Whether the call only reads, so it can run again from scratch after its process died.
+    fn rerunnable(&self, tool: &str) -> bool;
+}
+
+/// Settings of the task runner.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskConfig {
+    /// How long a call may run before it becomes a task (0: every eligible call is a task).
+    pub inline_budget: Duration,
+    pub default_ttl_ms: u64,
+    pub max_ttl_ms: u64,
+    pub poll_interval_ms: u64,
+    /// How often a running task's progress is written to its row (and cancellation looked up).
+    pub heartbeat: Duration,
+    /// A working row whose heartbeat is older than this belongs to a dead process.
+    pub stale_after: Duration,
+}
+
+impl Default for TaskConfig {
+    fn default() -> Self {
+        TaskConfig {
+            inline_budget: Duration::from_millis(200),
+            default_ttl_ms: 3_600_000,
+            max_ttl_ms: 24 * 3_600_000,
+            poll_interval_ms: 250,
+            heartbeat: Duration::from_millis(100),
+            stale_after: Duration::from_secs(3),
+        }
+    }
+}
+
+/// How a call was answered.
+pub enum Answer {
+    /// The output (or the error) of work that ran to its end.
+    Inline(Result<Value>),
+    /// A task was created; its row as committed.
+    Task(TaskRow),
+}
+
+/// The shortened form of an id for logs (ids never appear whole there).
+pub fn short_id(id: &str) -> &str {
+    &id[..id.len().min(8)]
+}
+
+/// One-line human summary of progress: "visited 48,211 nodes · depth 3/5 · frontier 9,804".
+pub fn status_message(p: &WorkProgress) -> String {
+    let mut s = format!("visited {} nodes", group(p.visited));
+    if p.max_depth > 0 {
+        s.push_str(&format!(" · depth {}/{}", p.depth, p.max_depth));
+    }
+    s.push_str(&format!(" · frontier {}", group(p.frontier)));
+    if p.total > 0 {
+        s.push_str(&format!(" · scored {} / {}", group(p.done), group(p.total)));
+    }
+    s
+}
+
+/// Machine-readable counters of progress.
+pub fn progress_json(p: &WorkProgress) -> Value {
+    json!({"visited": p.visited, "frontier": p.frontier, "depth": p.depth, "maxDepth": p.max_depth, "done": p.done, "total": p.total})
+}
+
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+struct Live {
+    ctl: Arc<Progressing>,
+    extra: Mutex<WorkProgress>,
+}
+
+impl Live {
+    fn progress(&self) -> WorkProgress {
+        let mut p = self.ctl.snapshot();
+        if let Ok(e) = self.extra.lock() {
+            p.done = e.done;
+            p.total = e.total;
+        }
+        p
+    }
+}
+
+/// Forwards progress into the shared counters and keeps item counts too.
+struct LiveControl(Arc<Live>);
+
+impl Control for LiveControl {
+    fn report(&self, p: &WorkProgress) {
+        self.0.ctl.report(p);
+        if let Ok(mut e) = self.0.extra.lock() {
+            e.done = p.done;
+            e.total = p.total;
+        }
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.0.ctl.is_cancelled()
+    }
+}
+
+/// The task runner of one process.
+pub struct Tasks {
+    engine: Arc<Engine>,
+    cfg: TaskConfig,
+    boot_id: String,
+    executor: Arc<dyn Executor>,
+    live: Mutex<HashMap<String, Arc<Live>>>,
+}
+
+/// A view of one task for the front end: its row, with live progress when this process runs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskView {
+    pub row: TaskRow,
+    pub progress: Option<WorkProgress>,
+}
+
+impl TaskView {
+    /// The status message, fresh when the task runs here.
+    pub fn status_message(&self) -> Option<String> {
+        match (&self.progress, self.row.status) {
+            (Some(p), TaskState::Working) => Some(status_message(p)),
+            _ => self.row.status_message.clone(),
+        }
+    }
+
+    /// Counters, fresh when the task runs here.
+    pub fn progress_json(&self) -> Value {
+        match (&self.progress, self.row.status) {
+            (Some(p), TaskState::Working) => progress_json(p),
+            _ => self.row.progress.clone(),
+        }
+    }
+}
+
+fn random_task_id() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the operating system provides randomness");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn error_json(e: &Error) -> Value {
+    json!({"user": e.is_user_error(), "message": e.to_string()})
+}
+
+impl Tasks {
+    pub fn new(engine: Arc<Engine>, cfg: TaskConfig, executor: Arc<dyn Executor>) -> Arc<Tasks> {
+        Arc::new(Tasks {
+            engine,
+            cfg,
+            boot_id: random_task_id(),
+            executor,
+            live: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn config(&self) -> &TaskConfig {
+        &self.cfg
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    fn ttl(&self, requested: Option<u64>) -> u64 {
+        requested
+            .unwrap_or(self.cfg.default_ttl_ms)
+            .clamp(1_000, self.cfg.max_ttl_ms)
+    }
+
+    /// Runs one call according to `plan`. `on_progress` is called (from async context) while
+    /// an inline answer is being computed, and never after this returns.
+    pub async fn run(
+        self: &Arc<Self>,
+        owner: &str,
+        tool: &str,
+        args: Value,
+        plan: Plan,
+        ttl_ms: Option<u64>,
+        on_progress: Option<Box<dyn Fn(WorkProgress) + Send + Sync>>,
+    ) -> Result<Answer> {
+        let live = Arc::new(Live {
+            ctl: Arc::new(Progressing::default()),
+            extra: Mutex::new(WorkProgress::default()),
+        });
+        let mut handle = self.spawn_work(tool, &args, &live);
+        let handle = match plan {
+            Plan::Inline => {
+                let out = self.with_progress(handle, &live, on_progress).await;
+                return Ok(Answer::Inline(out));
+            }
+            Plan::Task => handle,
+            Plan::Race => {
+                let budget = self.cfg.inline_budget;
+                let forward = on_progress.map(|f| spawn_forwarder(Arc::clone(&live), f));
+                let raced = tokio::time::timeout(budget, &mut handle).await;
+                if let Some(fw) = forward {
+                    fw.abort();
+                    let _ = fw.await;
+                }
+                match raced {
+                    Ok(joined) => return Ok(Answer::Inline(flatten(joined))),
+                    Err(_) => handle,
+                }
+            }
+        };
+        // Becomes a task: the row is committed before the handle is returned.
+        let now = now_millis();
+        let row = TaskRow {
+            id: random_task_id(),
+            owner: owner.to_owned(),
+            tool: tool.to_owned(),
+            arguments: args,
+            status: TaskState::Working,
+            status_message: Some(status_message(&live.progress())),
+            progress: progress_json(&live.progress()),
+            result: None,
+            error: None,
+            created_at: now,
+            updated_at: now,
+            ttl_ms: Some(self.ttl(ttl_ms) as i64),
+            poll_interval_ms: Some(self.cfg.poll_interval_ms as i64),
+            checkpoint: None,
+            boot_id: self.boot_id.clone(),
+            heartbeat_at: now,
+            cancel_requested: false,
+        };
+        let engine = Arc::clone(&self.engine);
+        let inserted = row.clone();
+        let res = tokio::task::spawn_blocking(move || engine.task_insert(&inserted)).await;
+        if let Err(e) = flatten(res) {
+            live.ctl.cancelled.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+        tracing::info!(task = short_id(&row.id), tool, "task created");
+        self.track(row.id.clone(), live, handle);
+        Ok(Answer::Task(row))
+    }
+
+    fn spawn_work(
+        &self,
+        tool: &str,
+        args: &Value,
+        live: &Arc<Live>,
+    ) -> tokio::task::JoinHandle<Result<Value>> {
+        let engine = Arc::clone(&self.engine);
+        let executor = Arc::clone(&self.executor);
+        let (tool, args) = (tool.to_owned(), args.clone());
+        let ctl = LiveControl(Arc::clone(live));
+        tokio::task::spawn_blocking(move || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                executor.execute(&engine, &tool, &args, &ctl)
+            }))
+            .unwrap_or_else(|_| Err(Error::Internal(format!("{tool} panicked"))))
+        })
+    }
+
+    async fn with_progress(
+        &self,
+        handle: tokio::task::JoinHandle<Result<Value>>,
+        live: &Arc<Live>,
+        on_progress: Option<Box<dyn Fn(WorkProgress) + Send + Sync>>,
+    ) -> Result<Value> {
+        let forward = on_progress.map(|f| spawn_forwarder(Arc::clone(live), f));
+        let out = flatten(handle.await);
+        if let Some(fw) = forward {
+            fw.abort();
+            let _ = fw.await;
+        }
+        out
+    }
+
+    /// Keeps a task's row in step with its work until the work ends.
+    fn track(
+        self: &Arc<Self>,
+        id: String,
+        live: Arc<Live>,
+        mut handle: tokio::task::JoinHandle<Result<Value>>,
+    ) {
+        self.live
+            .lock()
+            .expect("live task map")
+            .insert(id.clone(), Arc::clone(&live));
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(me.cfg.heartbeat);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let outcome = loop {
+                tokio::select! {
+                    joined = &mut handle => break flatten(joined),
+                    _ = tick.tick() => {
+                        let p = live.progress();
+                        let (engine, id2, boot) = (Arc::clone(&me.engine), id.clone(), me.boot_id.clone());
+                        let beat = tokio::task::spawn_blocking(move || {
+                            engine.task_heartbeat(&id2, &boot, &status_message(&p), &progress_json(&p), None, now_millis())
+                        }).await;
+                        match flatten(beat) {
+                            Ok(Some(true)) | Ok(None) => live.ctl.cancelled.store(true, Ordering::Relaxed),
+                            Ok(Some(false)) => {}
+                            Err(e) => tracing::warn!(task = short_id(&id), error = %e, "task heartbeat failed"),
+                        }
+                    }
+                }
+            };
+            me.finish(&id, &live, outcome).await;
+            me.live.lock().expect("live task map").remove(&id);
+        });
+    }
+
+    async fn finish(&self, id: &str, live: &Live, outcome: Result<Value>) {
+        let p = live.progress();
+        let (status, msg, result, error) = match &outcome {
+            Ok(v) => (
+                TaskState::Completed,
+                format!("done · {}", status_message(&p)),
+                Some(v.clone()),
+                None,
+            ),
+            Err(Error::Cancelled) => (
+                TaskState::Cancelled,
+                format!("cancelled · {}", status_message(&p)),
+                None,
+                None,
+            ),
+            Err(e) if e.is_user_error() => (
+                TaskState::Completed,
+                format!("finished with an error · {e}"),
+                None,
+                Some(error_json(e)),
+            ),
+            Err(e) => (
+                TaskState::Failed,
+                format!("failed · {e}"),
+                None,
+                Some(error_json(e)),
+            ),
+        };
+        let engine = Arc::clone(&self.engine);
+        let (id2, boot) = (id.to_owned(), self.boot_id.clone());
+        let prog = progress_json(&p);
+        let res = tokio::task::spawn_blocking(move || {
+            engine.task_finish(
+                &id2,
+                &boot,
+                status,
+                &msg,
+                &prog,
+                result.as_ref(),
+                error.as_ref(),
+                now_millis(),
+            )
+        })
+        .await;
+        match flatten(res) {
+            Ok(true) => tracing::info!(
+                task = short_id(id),
+                status = status.as_str(),
+                visited = p.visited,
+                "task finished"
+            ),
+            Ok(false) => tracing::info!(
+                task = short_id(id),
+                "task was ended elsewhere before it finished"
+            ),
+            Err(e) => {
+                tracing::error!(task = short_id(id), error = %e, "could not record the end of a task")
+            }
+        }
+    }
+
+    /// The task `id` if `owner` may see it. Unknown and foreign ids look the same: `None`.
+    pub fn get(&self, owner: &str, id: &str) -> Result<Option<TaskView>> {
+        let Some(row) = self.engine.task_get(id)? else {
+            return Ok(None);
+        };
+        if row.owner != owner || self.expired(&row, now_millis()) {
+            return Ok(None);
+        }
+        let progress = self
+            .live
+            .lock()
+            .ok()
+            .and_then(|m| m.get(id).map(|l| l.progress()));
+        Ok(Some(TaskView { row, progress }))
+    }
+
+    fn expired(&self, row: &TaskRow, now: Millis) -> bool {
+        row.status.is_terminal() && row.ttl_ms.is_some_and(|ttl| row.created_at + ttl < now)
+    }
+
+    /// Asks a task to stop; `false` when `owner` has no such task. Cancelling a finished task is
+    /// acknowledged and changes nothing.
+    pub fn cancel(&self, owner: Option<&str>, id: &str) -> Result<bool> {
+        let Some(row) = self.engine.task_get(id)? else {
+            return Ok(false);
+        };
+        if owner.is_some_and(|o| o != row.owner) {
+            return Ok(false);
+        }
+        if row.status.is_terminal() {
+            return Ok(true);
+        }
+        if let Some(live) = self.live.lock().ok().and_then(|m| m.get(id).cloned()) {
+            live.ctl.cancelled.store(true, Ordering::Relaxed);
+        }
+        self.engine.task_request_cancel(id, now_millis())?;
+        tracing::info!(task = short_id(id), "task cancellation requested");
+        Ok(true)
+    }
+
+    /// The newest tasks of `owner` (all owners for `None`).
+    pub fn list(&self, owner: Option<&str>, limit: usize) -> Result<Vec<TaskView>> {
+        let now = now_millis();
+        let rows = self.engine.task_list(owner, limit)?;
+        let live = self
+            .live
+            .lock()
+            .map_err(|_| Error::Internal("live task map poisoned".into()))?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| !self.expired(r, now))
+            .map(|row| {
+                let progress = live.get(&row.id).map(|l| l.progress());
+                TaskView { row, progress }
+            })
+            .collect())
+    }
+
+    /// Starts the maintenance loop: sweep expired rows, adopt tasks of dead processes.
+    pub fn start_maintenance(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                if let Err(e) = me.maintain().await {
+                    tracing::warn!(error = %e, "task maintenance failed");
+                }
+            }
+        })
+    }
+
+    async fn maintain(self: &Arc<Self>) -> Result<()> {
+        let engine = Arc::clone(&self.engine);
+        let stale = self.cfg.stale_after.as_millis() as i64;
+        let (swept, orphans) = flatten(
+            tokio::task::spawn_blocking(move || {
+                let now = now_millis();
+                Ok((engine.task_sweep(now)?, engine.task_orphans(now - stale)?))
+            })
+            .await,
+        )?;
+        if swept > 0 {
+            tracing::debug!(swept, "expired tasks removed");
+        }
+        for row in orphans {
+            self.adopt(row).await?;
+        }
+        Ok(())
+    }
+
+    async fn adopt(self: &Arc<Self>, row: TaskRow) -> Result<()> {
+        let engine = Arc::clone(&self.engine);
+        let (id, old, new) = (row.id.clone(), row.boot_id.clone(), self.boot_id.clone());
+        let stale = self.cfg.stale_after.as_millis() as i64;
+        let won = flatten(
+            tokio::task::spawn_blocking(move || {
+                let now = now_millis();
+                engine.task_adopt(&id, &old, &new, now - stale, now)
+            })
+            .await,
+        )?;
+        if !won {
+            return Ok(()); // another process took it
+        }
+        if row.cancel_requested {
+            let live = Live {
+                ctl: Arc::new(Progressing::default()),
+                extra: Mutex::new(WorkProgress::default()),
+            };
+            self.finish(&row.id, &live, Err(Error::Cancelled)).await;
+            return Ok(());
+        }
+        if self.executor.rerunnable(&row.tool) {
+            tracing::info!(task = short_id(&row.id), tool = %row.tool, "re-running a task whose process stopped");
+            let live = Arc::new(Live {
+                ctl: Arc::new(Progressing::default()),
+                extra: Mutex::new(WorkProgress::default()),
+            });
+            let handle = self.spawn_work(&row.tool, &row.arguments, &live);
+            self.track(row.id, live, handle);
+        } else {
+            let live = Live {
+                ctl: Arc::new(Progressing::default()),
+                extra: Mutex::new(WorkProgress::default()),
+            };
+            let err = Error::Internal(
+                "the process running this task stopped before it finished; run the call again"
+                    .into(),
+            );
+            self.finish(&row.id, &live, Err(err)).await;
+        }
+        Ok(())
+    }
+}
+
+fn spawn_forwarder(
+    live: Arc<Live>,
+    f: Box<dyn Fn(WorkProgress) + Send + Sync>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut last = 0;
+        loop {
+            tick.tick().await;
+            let p = live.progress();
+            if p.visited > last {
+                last = p.visited;
+                f(p);
+            }
+        }
+    })
+}
+
+fn flatten<T>(joined: std::result::Result<Result<T>, tokio::task::JoinError>) -> Result<T> {
+    joined.map_err(|e| Error::Internal(format!("background work failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_read_well() {
+        let p = WorkProgress {
+            visited: 48_211,
+            frontier: 9_804,
+            depth: 3,
+            max_depth: 5,
+            done: 0,
+            total: 0,
+        };
+        assert_eq!(
+            status_message(&p),
+            "visited 48,211 nodes · depth 3/5 · frontier 9,804"
+        );
+        assert_eq!(group(1_000_000), "1,000,000");
+        assert_eq!(group(999), "999");
+        assert_eq!(short_id("0123456789abcdef"), "01234567");
+    }
+}
