@@ -256,7 +256,7 @@ impl Engine {
             weight,
             metadata: item.metadata.as_ref(),
         };
-        upsert_relation(tx, &new, now)
+        upsert_relation(tx, &new, (&src.id, &dst.id), now)
     }
 
     /// Changes one memory; the previous version is kept in history.
@@ -458,23 +458,29 @@ fn find_relation(conn: &Connection, r: &RelationRef) -> Result<Option<(i64, Rela
 fn upsert_relation(
     tx: &Connection,
     new: &NewRelation<'_>,
+    ends: (&str, &str),
     now: Millis,
 ) -> Result<(Relation, bool)> {
-    let created = match relations::find(tx, new.src, new.dst, new.kind)? {
-        Some((key, _)) => {
-            relations::reinforce(tx, key, new, now)?;
-            changes::log_relation(tx, key)?;
-            false
-        }
-        None => {
-            let key = relations::insert(tx, &new_id("r_"), new, now)?;
-            changes::log_relation(tx, key)?;
-            true
-        }
-    };
-    let (_, rel) = relations::find(tx, new.src, new.dst, new.kind)?
-        .ok_or_else(|| Error::Internal("relation vanished inside its transaction".into()))?;
-    Ok((rel, created))
+    let fresh = new_id("r_");
+    let stored = relations::upsert(tx, &fresh, new, now)?;
+    changes::log_relation(tx, stored.key)?;
+    let created = stored.id == fresh;
+    Ok((
+        Relation {
+            id: stored.id,
+            from: ends.0.to_owned(),
+            to: ends.1.to_owned(),
+            kind: new.kind.to_owned(),
+            weight: new.weight,
+            metadata: stored.metadata,
+            created_at: stored.created_at,
+            reinforced_at: now,
+            valid_from: stored.valid_from,
+            valid_until: stored.valid_until,
+            deleted_at: None,
+        },
+        created,
+    ))
 }
 
 fn remember_one(
@@ -504,26 +510,26 @@ fn remember_one(
         });
     }
     // Resolve links before inserting, so a bad link leaves nothing half-written.
-    let mut targets: Vec<(MemoryKey, &Link)> = Vec::with_capacity(item.links.len());
+    let mut targets: Vec<((MemoryKey, String), &Link)> = Vec::with_capacity(item.links.len());
     for (j, link) in item.links.iter().enumerate() {
         let t = require(
             tx,
             &format!("memories[{i}].links[{j}].to"),
             &memory_ref(&link.to, &new.namespace),
         )?;
-        targets.push((t.key, link));
+        targets.push(((t.key, t.id), link));
     }
     let m = memories::insert(tx, &new_id("m_"), new, now)?;
     changes::log_memory(tx, m.key, changes::ChangeOp::Insert)?;
     for (dst, link) in &targets {
         let rel = NewRelation {
             src: m.key,
-            dst: *dst,
+            dst: dst.0,
             kind: &link.kind,
             weight: link.weight.unwrap_or(DEFAULT_WEIGHT),
             metadata: None,
         };
-        upsert_relation(tx, &rel, now)?;
+        upsert_relation(tx, &rel, (&m.id, &dst.1), now)?;
     }
     Ok(Remembered {
         id: m.id,

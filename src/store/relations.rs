@@ -62,31 +62,43 @@ pub fn by_id(conn: &Connection, id: &str) -> Result<Option<(i64, Relation)>> {
         .optional()?)
 }
 
-/// Inserts a new relation with id `id`; returns its key.
-pub fn insert(conn: &Connection, id: &str, r: &NewRelation<'_>, now: Millis) -> Result<i64> {
-    let metadata = match r.metadata {
-        Some(m) => serde_json::to_string(m)?,
-        None => "{}".to_owned(),
-    };
-    conn.prepare_cached(
-        "INSERT INTO relations (id, src, dst, kind, weight, metadata, created_at, reinforced_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
-    )?
-    .execute(params![
-        id, r.src.0, r.dst.0, r.kind, r.weight, metadata, now
-    ])?;
-    Ok(conn.last_insert_rowid())
+/// What [`upsert`] stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upserted {
+    pub key: i64,
+    /// The new id when inserted, the existing one otherwise.
+    pub id: String,
+    pub metadata: serde_json::Value,
+    pub created_at: Millis,
+    pub valid_from: Option<Millis>,
+    pub valid_until: Option<Millis>,
 }
 
-/// Sets weight (and metadata when given), revives a forgotten relation, marks it reinforced.
-pub fn reinforce(conn: &Connection, key: i64, r: &NewRelation<'_>, now: Millis) -> Result<()> {
+/// Inserts the relation with id `id`, or (unique on src, dst, kind) sets its weight and metadata
+/// when given, revives it and marks it reinforced. One statement either way.
+pub fn upsert(conn: &Connection, id: &str, r: &NewRelation<'_>, now: Millis) -> Result<Upserted> {
     let metadata = r.metadata.map(serde_json::to_string).transpose()?;
-    conn.prepare_cached(
-        "UPDATE relations SET weight = ?2, metadata = coalesce(?3, metadata), reinforced_at = ?4, \
-         deleted_at = NULL WHERE key = ?1",
-    )?
-    .execute(params![key, r.weight, metadata, now])?;
-    Ok(())
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO relations (id, src, dst, kind, weight, metadata, created_at, reinforced_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, coalesce(?6, '{}'), ?7, ?7) \
+         ON CONFLICT (src, dst, kind) DO UPDATE SET weight = excluded.weight, \
+           metadata = coalesce(?6, metadata), reinforced_at = excluded.reinforced_at, deleted_at = NULL \
+         RETURNING key, id, metadata, created_at, valid_from, valid_until",
+    )?;
+    Ok(stmt.query_row(
+        params![id, r.src.0, r.dst.0, r.kind, r.weight, metadata, now],
+        |row| {
+            let metadata: String = row.get(2)?;
+            Ok(Upserted {
+                key: row.get(0)?,
+                id: row.get(1)?,
+                metadata: serde_json::from_str(&metadata).unwrap_or(serde_json::Value::Null),
+                created_at: row.get(3)?,
+                valid_from: row.get(4)?,
+                valid_until: row.get(5)?,
+            })
+        },
+    )?)
 }
 
 /// Sets or clears the soft-delete mark of a relation.
