@@ -15,6 +15,8 @@ pub struct Limits {
     pub max_name_bytes: usize,
     /// Most memories or relations in one `remember` / `relate` call.
     pub max_batch: usize,
+    /// Most content bytes in one `remember` call, all memories together.
+    pub max_call_bytes: usize,
     /// Largest `metadata` object, serialised, in bytes.
     pub max_metadata_bytes: usize,
     /// Most hits one recall page returns.
@@ -29,6 +31,7 @@ impl Default for Limits {
             max_tag_bytes: 64,
             max_name_bytes: 200,
             max_batch: 10_000,
+            max_call_bytes: 16 * 1024 * 1024,
             max_metadata_bytes: 16 * 1024,
             max_limit: 100,
         }

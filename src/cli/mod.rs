@@ -12,7 +12,8 @@ use clap::{Parser, Subcommand};
 
 use crate::config::Config;
 use crate::engine::Engine;
-use crate::model::{NamespaceScope, RecallQuery, format_time};
+use crate::engine::traverse::{Progressing, Shape, TraverseRequest};
+use crate::model::{MemoryRef, NamespaceScope, RecallQuery, format_time};
 
 /// Exit code of a run that failed at run time.
 const EXIT_FAILURE: u8 = 1;
@@ -35,7 +36,7 @@ struct Args {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve MCP over stdin/stdout (what MCP hosts run; the default).
-    Serve,
+    Serve(ServeArgs),
     /// Start a server on a scratch database, talk MCP to it and print what happens.
     Demo,
     /// Search memories and print a table.
@@ -55,12 +56,62 @@ enum Command {
     Doctor,
     /// Rebuild the text index from the database.
     Reindex,
+    /// Walk relations from a memory (id or name) and print what it reaches.
+    Traverse {
+        /// Seed memory: an id (m_…) or a name.
+        seed: String,
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        /// Hops (1–8).
+        #[arg(long, default_value_t = 2)]
+        depth: u8,
+        /// out, in or both.
+        #[arg(long, default_value = "both")]
+        direction: String,
+        /// Rank by relevance to this text.
+        #[arg(long)]
+        focus: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Long-running calls (MCP tasks) recorded in the database.
+    Tasks {
+        #[command(subcommand)]
+        action: TasksAction,
+    },
+}
+
+#[derive(Debug, clap::Args, Default)]
+struct ServeArgs {
+    /// How long an eligible call may run before it is handed back as a task, in milliseconds
+    /// (0: every eligible call from a task-capable client becomes a task).
+    #[arg(long, env = "MNEMOGRAPH_INLINE_BUDGET_MS", default_value_t = 200)]
+    inline_budget_ms: u64,
+    /// How long finished task results are kept, in milliseconds (at most 24 h).
+    #[arg(long, env = "MNEMOGRAPH_TASK_TTL_MS", default_value_t = 3_600_000)]
+    task_ttl_ms: u64,
+    /// Owner recorded on tasks instead of the client's name.
+    #[arg(long, env = "MNEMOGRAPH_OWNER")]
+    owner: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum TasksAction {
+    /// The newest tasks of every client.
+    List {
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// One task with its result or error.
+    Show { id: String },
+    /// Stop a running task (any process running it stops within a heartbeat).
+    Cancel { id: String },
 }
 
 /// Runs the command line; returns the process exit code.
 pub fn main() -> ExitCode {
     let args = Args::parse();
-    init_logging(matches!(args.command, None | Some(Command::Serve)));
+    init_logging(matches!(args.command, None | Some(Command::Serve(_))));
     match run(args) {
         Ok(code) => code,
         Err(e) => {
@@ -114,8 +165,14 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         let path = cfg.db_path.display().to_string();
         Engine::open(cfg).with_context(|| format!("cannot open the memory database {path}"))
     };
-    match args.command.unwrap_or(Command::Serve) {
-        Command::Serve => {
+    // No command means `serve`, with its flags' environment variables and defaults.
+    let command = args.command.unwrap_or_else(|| {
+        Args::parse_from(["mnemograph", "serve"])
+            .command
+            .unwrap_or(Command::Serve(ServeArgs::default()))
+    });
+    match command {
+        Command::Serve(serve) => {
             let started = std::time::Instant::now();
             let engine = Arc::new(open(cfg)?);
             let _background = engine.start_background()?;
@@ -128,10 +185,15 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .enable_all()
                 .build()
                 .context("cannot start the async runtime")?;
-            runtime.block_on(crate::mcp::serve_stdio(
-                engine,
-                crate::mcp::ServerOptions::default(),
-            ))?;
+            let options = crate::mcp::ServerOptions {
+                owner: serve.owner,
+                tasks: crate::tasks::TaskConfig {
+                    inline_budget: std::time::Duration::from_millis(serve.inline_budget_ms),
+                    default_ttl_ms: serve.task_ttl_ms,
+                    ..crate::tasks::TaskConfig::default()
+                },
+            };
+            runtime.block_on(crate::mcp::serve_stdio(engine, options))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo => {
@@ -238,6 +300,70 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::from(EXIT_UNHEALTHY))
             }
         }
+        Command::Traverse {
+            seed,
+            namespace,
+            depth,
+            direction,
+            focus,
+            limit,
+        } => {
+            let engine = open(cfg)?;
+            let direction = match direction.as_str() {
+                "out" => crate::graph::Direction::Out,
+                "in" => crate::graph::Direction::In,
+                "both" => crate::graph::Direction::Both,
+                other => anyhow::bail!("unknown direction {other:?}: use out, in or both"),
+            };
+            let seed = if seed.starts_with("m_") {
+                MemoryRef::Id(seed)
+            } else {
+                MemoryRef::Name {
+                    namespace,
+                    name: seed,
+                }
+            };
+            let req = TraverseRequest {
+                seeds: vec![seed],
+                query: None,
+                namespaces: NamespaceScope::All,
+                depth,
+                direction,
+                kinds: vec![],
+                min_weight: 0.0,
+                valid_at: None,
+                max_nodes: 1_000_000,
+                shape: Shape::Nodes,
+                focus,
+                limit,
+            };
+            let started = std::time::Instant::now();
+            let r = engine.traverse(&req, &Progressing::default())?;
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "reached {} memories, visited {} nodes in {:.1} ms",
+                r.reached,
+                r.visited,
+                started.elapsed().as_secs_f64() * 1e3
+            )?;
+            writeln!(
+                out,
+                "{:>5}  {:>8}  {:<24}  {:<12}  snippet",
+                "depth", "strength", "id", "via"
+            )?;
+            for n in r.nodes {
+                let via = n.via.map(|v| v.kind).unwrap_or_default();
+                let snippet: String = n.snippet.replace('\n', " ").chars().take(70).collect();
+                writeln!(
+                    out,
+                    "{:>5}  {:>8.3}  {:<24}  {:<12}  {}",
+                    n.depth, n.strength, n.memory.id, via, snippet
+                )?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tasks { action } => tasks_command(open(cfg)?, action),
         Command::Reindex => {
             let engine = open(cfg)?;
             let started = std::time::Instant::now();
@@ -250,5 +376,90 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+fn tasks_command(engine: Engine, action: TasksAction) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    match action {
+        TasksAction::List { limit } => {
+            let rows = engine.task_list(None, limit)?;
+            if rows.is_empty() {
+                writeln!(out, "no tasks")?;
+            }
+            for t in rows {
+                writeln!(
+                    out,
+                    "{}…  {:<10} {:<10} {:<16} {}  {}",
+                    crate::tasks::short_id(&t.id),
+                    t.status.as_str(),
+                    t.tool,
+                    t.owner,
+                    format_time(t.created_at),
+                    t.status_message.unwrap_or_default()
+                )?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        TasksAction::Show { id } => {
+            let Some(t) = find_task(&engine, &id)? else {
+                writeln!(out, "no task {id}")?;
+                return Ok(ExitCode::from(EXIT_FAILURE));
+            };
+            writeln!(out, "id        {}", t.id)?;
+            writeln!(out, "tool      {}", t.tool)?;
+            writeln!(out, "owner     {}", t.owner)?;
+            writeln!(out, "status    {}", t.status.as_str())?;
+            writeln!(out, "message   {}", t.status_message.unwrap_or_default())?;
+            writeln!(out, "created   {}", format_time(t.created_at))?;
+            writeln!(out, "updated   {}", format_time(t.updated_at))?;
+            writeln!(out, "arguments {}", t.arguments)?;
+            if let Some(r) = t.result {
+                writeln!(out, "result    {r}")?;
+            }
+            if let Some(e) = t.error {
+                writeln!(out, "error     {e}")?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        TasksAction::Cancel { id } => {
+            let Some(t) = find_task(&engine, &id)? else {
+                writeln!(out, "no task {id}")?;
+                return Ok(ExitCode::from(EXIT_FAILURE));
+            };
+            if t.status.is_terminal() {
+                writeln!(
+                    out,
+                    "task {}… already {}",
+                    crate::tasks::short_id(&t.id),
+                    t.status.as_str()
+                )?;
+            } else {
+                engine.task_request_cancel(&t.id, crate::model::now_millis())?;
+                writeln!(
+                    out,
+                    "cancellation requested for {}…; the process running it stops it within a second",
+                    crate::tasks::short_id(&t.id)
+                )?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// A task by its full id or a unique prefix (as `tasks list` shows them).
+fn find_task(engine: &Engine, id: &str) -> anyhow::Result<Option<crate::model::TaskRow>> {
+    if let Some(t) = engine.task_get(id)? {
+        return Ok(Some(t));
+    }
+    let matches: Vec<_> = engine
+        .task_list(None, 10_000)?
+        .into_iter()
+        .filter(|t| t.id.starts_with(id.trim_end_matches('…')))
+        .collect();
+    match matches.len() {
+        1 => Ok(matches.into_iter().next()),
+        0 => Ok(None),
+        n => anyhow::bail!("{n} tasks start with {id}; give more characters"),
     }
 }

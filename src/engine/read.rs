@@ -75,6 +75,24 @@ impl Engine {
                 "narrow the query with filters instead of paging further",
             ));
         }
+        let max_label = self.cfg.limits.max_name_bytes;
+        if let crate::model::NamespaceScope::Only(namespaces) = &q.namespaces {
+            for (i, ns) in namespaces.iter().enumerate() {
+                let field = if namespaces.len() == 1 {
+                    "namespace".to_owned()
+                } else {
+                    format!("namespaces[{i}]")
+                };
+                crate::engine::validate::label(&field, ns, max_label)?;
+            }
+        }
+        for (i, kind) in q.kinds.iter().enumerate() {
+            crate::engine::validate::label(&format!("kinds[{i}]"), kind, max_label)?;
+        }
+        crate::engine::validate::tags("tags", &q.tags, &self.cfg.limits)?;
+        if let Some(m) = q.min_importance {
+            crate::engine::validate::unit("min_importance", m)?;
+        }
         if self.text.query_terms(&q.text).is_empty() {
             return Err(Error::invalid(
                 "query",

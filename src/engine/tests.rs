@@ -157,7 +157,7 @@ fn update_keeps_history_and_reindexes() {
         .update(&MemoryRef::Id(id.clone()), &patch, "test")
         .unwrap();
     assert_eq!(m.version, 2);
-    assert_eq!(recall_ids(&e, "tuesday"), [id.clone()]);
+    assert_eq!(recall_ids(&e, "tuesday"), std::slice::from_ref(&id));
     assert!(recall_ids(&e, "monday").is_empty());
     let d = e.get(&[MemoryRef::Id(id)], true).unwrap().remove(0);
     let h = d.history.unwrap();
@@ -171,12 +171,12 @@ fn forget_and_restore_round_trip() {
     let (_d, e) = temp_engine();
     let id = remember_one(&e, item("temporary secret plan"));
     let r = e.forget(&[MemoryRef::Id(id.clone())], &[], "test").unwrap();
-    assert_eq!(r.memories, [id.clone()]);
+    assert_eq!(r.memories, std::slice::from_ref(&id));
     assert!(recall_ids(&e, "secret plan").is_empty());
     // Forgotten content may be remembered afresh: it gets a new id.
     e.restore(&[MemoryRef::Id(id.clone())], &[], "test")
         .unwrap();
-    assert_eq!(recall_ids(&e, "secret plan"), [id.clone()]);
+    assert_eq!(recall_ids(&e, "secret plan"), std::slice::from_ref(&id));
     let err = e
         .forget(&[MemoryRef::Id("m_nope".into())], &[], "t")
         .unwrap_err();
@@ -287,10 +287,10 @@ fn two_engines_on_one_database_see_each_other() {
     let a = Engine::open(cfg.clone()).unwrap();
     let b = Engine::open(cfg).unwrap();
     let id_a = remember_one(&a, item("written by a: walrus"));
-    assert_eq!(recall_ids(&a, "walrus"), [id_a.clone()]); // a now holds the writer
+    assert_eq!(recall_ids(&a, "walrus"), std::slice::from_ref(&id_a)); // a now holds the writer
     let id_b = remember_one(&b, item("written by b: narwhal"));
     a.text.release_writer();
-    assert_eq!(recall_ids(&b, "narwhal"), [id_b.clone()]);
+    assert_eq!(recall_ids(&b, "narwhal"), std::slice::from_ref(&id_b));
     assert_eq!(recall_ids(&a, "narwhal"), [id_b]);
     assert_eq!(recall_ids(&b, "walrus"), [id_a]);
 }
@@ -406,7 +406,7 @@ mod graph_reads {
             namespace: "default".into(),
             name: "c".into(),
         };
-        e.forget(&[c.clone()], &[], "t").unwrap();
+        e.forget(std::slice::from_ref(&c), &[], "t").unwrap();
         let r = e.traverse(&req(3, Shape::Nodes), &ctl).unwrap();
         assert_eq!(names(&r), ["a", "b", "d"]);
         e.restore(&[c], &[], "t").unwrap();

@@ -192,6 +192,17 @@ impl Engine {
     /// content): a repeat returns the existing id with `duplicate`.
     pub fn remember(&self, items: &[RememberItem]) -> Result<Vec<Result<Remembered>>> {
         validate::batch("memories", items.len(), &self.cfg.limits)?;
+        let total: usize = items.iter().map(|i| i.content.len()).sum();
+        if total > self.cfg.limits.max_call_bytes {
+            return Err(Error::invalid(
+                "memories",
+                format!("carry {total} bytes of content in one call"),
+                format!(
+                    "send at most {} bytes per call: split the batch, or use `import` for bulk loads",
+                    self.cfg.limits.max_call_bytes
+                ),
+            ));
+        }
         let checked: Vec<Result<NewMemory>> = items
             .iter()
             .enumerate()

@@ -13,6 +13,9 @@ use crate::graph::{Direction, EdgeData, Key, KindId, MemoryGraph};
 /// Cost added per hop, so that among equally strong paths the shorter wins.
 const HOP_COST: f64 = 0.01;
 
+/// A path as the search builds it: (node reached, relation followed, forwards?) per hop.
+type Steps = Vec<(NodeIndex<u32>, EdgeData, bool)>;
+
 /// One step of a path: the relation followed and whether forwards.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Step {
@@ -223,7 +226,7 @@ pub fn find_paths(
         return out;
     };
     let mut found: Vec<Vec<(NodeIndex<u32>, EdgeData, bool)>> = vec![first];
-    let mut candidates: Vec<(f64, Vec<(NodeIndex<u32>, EdgeData, bool)>)> = Vec::new();
+    let mut candidates: Vec<(f64, Steps)> = Vec::new();
     while found.len() <= k {
         let last = found.last().expect("found starts non-empty").clone();
         let last_nodes: Vec<NodeIndex<u32>> =

@@ -13,8 +13,7 @@ use tantivy::query::{
     BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery,
 };
 use tantivy::schema::{
-    FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing,
-    TextOptions, Value,
+    FAST, Field, INDEXED, IndexRecordOption, STRING, Schema, TextFieldIndexing, TextOptions,
 };
 use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, Stemmer, TextAnalyzer};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
@@ -24,7 +23,7 @@ use crate::index::tokenize::WordTokenizer;
 use crate::model::{MemoryKey, Millis, NamespaceScope, RecallQuery};
 
 /// Bumped whenever the schema or the analyzer changes; an index of another version is rebuilt.
-const TEXT_SCHEMA_VERSION: u32 = 1;
+const TEXT_SCHEMA_VERSION: u32 = 3;
 const ANALYZER: &str = "mnemo";
 /// Extra weight of a match in a memory's name over one in its content.
 const NAME_BOOST: f32 = 2.0;
@@ -61,6 +60,9 @@ struct Fields {
     content: Field,
     created: Field,
     importance: Field,
+    /// Exact token counts of content and name, so statistics can leave deleted documents out.
+    content_tokens: Field,
+    name_tokens: Field,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -71,7 +73,7 @@ fn schema() -> (Schema, Fields) {
             .set_index_option(IndexRecordOption::WithFreqs),
     );
     let fields = Fields {
-        key: b.add_u64_field("key", INDEXED | FAST | STORED),
+        key: b.add_u64_field("key", INDEXED | FAST),
         namespace: b.add_text_field("namespace", STRING),
         kind: b.add_text_field("kind", STRING),
         tags: b.add_text_field("tags", STRING),
@@ -79,6 +81,8 @@ fn schema() -> (Schema, Fields) {
         content: b.add_text_field("content", text),
         created: b.add_i64_field("created", INDEXED | FAST),
         importance: b.add_f64_field("importance", INDEXED | FAST),
+        content_tokens: b.add_u64_field("content_tokens", FAST),
+        name_tokens: b.add_u64_field("name_tokens", FAST),
     };
     (b.build(), fields)
 }
@@ -241,6 +245,15 @@ impl TextIndex {
             return Ok(Some(base));
         }
         let f = self.fields;
+        let mut counter = analyzer();
+        let mut count = |text: &str| -> u64 {
+            let mut stream = counter.token_stream(text);
+            let mut n = 0;
+            while stream.advance() {
+                n += 1;
+            }
+            n
+        };
         for op in &ops {
             match op {
                 TextOp::Delete(key) => {
@@ -258,7 +271,9 @@ impl TextIndex {
                     if let Some(name) = &d.name {
                         doc.add_text(f.name, name);
                     }
+                    doc.add_u64(f.name_tokens, d.name.as_deref().map_or(0, &mut count));
                     doc.add_text(f.content, &d.content);
+                    doc.add_u64(f.content_tokens, count(&d.content));
                     doc.add_i64(f.created, d.created_at);
                     doc.add_f64(f.importance, d.importance);
                     writer.add_document(doc)?;
@@ -306,13 +321,32 @@ impl TextIndex {
         Ok(true)
     }
 
-    /// Lets go of the writer (and its lock file) so another process can index; waits for merges.
+    /// Lets go of the writer (and its lock file) so another process can index. Before that,
+    /// segments holding deleted documents are merged, which purges them: BM25 statistics then
+    /// count only live memories, exactly as in an index rebuilt from the database.
     pub fn release_writer(&self) {
         let taken = self.writer.lock().ok().and_then(|mut g| g.take());
-        if let Some(writer) = taken
-            && let Err(e) = writer.wait_merging_threads()
-        {
+        let Some(mut writer) = taken else { return };
+        match self.index.searchable_segment_metas() {
+            Ok(metas) => {
+                let with_deletes: Vec<_> = metas
+                    .iter()
+                    .filter(|m| m.has_deletes())
+                    .map(|m| m.id())
+                    .collect();
+                if !with_deletes.is_empty()
+                    && let Err(e) = writer.merge(&with_deletes).wait()
+                {
+                    tracing::warn!(error = %e, "could not purge deleted documents from the text index");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not list text index segments"),
+        }
+        if let Err(e) = writer.wait_merging_threads() {
             tracing::warn!(error = %e, "text index merge did not finish");
+        }
+        if let Err(e) = self.reader.reload() {
+            tracing::warn!(error = %e, "text index reader did not reload");
         }
     }
 
@@ -447,23 +481,94 @@ impl TextIndex {
         }
         let query = BooleanQuery::new(clauses);
         let searcher = self.reader.searcher();
+        // Equal scores are ordered by key, so the order never depends on how the index happens
+        // to be split into segments (a rebuilt index answers exactly like the old one). The key
+        // comes from its fast field, so no stored document is read.
         let top = TopDocs::with_limit(q.limit)
             .and_offset(q.offset)
-            .order_by_score();
-        let found = searcher.search(&query, &top)?;
-        let mut out = Vec::with_capacity(found.len());
-        for (score, addr) in found {
-            let doc: TantivyDocument = searcher.doc(addr)?;
-            let key = doc
-                .get_first(f.key)
-                .and_then(|v| v.as_u64())
-                .ok_or_else(|| Error::Corrupted {
-                    what: "text index".into(),
-                    reason: "document without a key".into(),
-                })?;
-            out.push((MemoryKey(key as i64), score));
+            .tweak_score(|segment: &tantivy::SegmentReader| {
+                let keys = segment
+                    .fast_fields()
+                    .u64("key")
+                    .map(|c| c.first_or_default_col(0))
+                    .ok();
+                move |doc: tantivy::DocId, score: tantivy::Score| {
+                    let key = keys.as_ref().map_or(0, |k| k.get_val(doc));
+                    (score, std::cmp::Reverse(key))
+                }
+            });
+        let stats = LiveStatistics {
+            searcher: &searcher,
+            fields: f,
+        };
+        let found = searcher.search_with_statistics_provider(&query, &top, &stats)?;
+        Ok(found
+            .into_iter()
+            .map(|((score, std::cmp::Reverse(key)), _)| (MemoryKey(key as i64), score))
+            .collect())
+    }
+}
+
+/// BM25 statistics of live documents only. tantivy's own count documents that were deleted but
+/// not merged away yet; leaving them out makes scores independent of the index's history, so an
+/// index rebuilt from the database ranks exactly as the one it replaces.
+struct LiveStatistics<'a> {
+    searcher: &'a tantivy::Searcher,
+    fields: Fields,
+}
+
+impl tantivy::query::Bm25StatisticsProvider for LiveStatistics<'_> {
+    fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
+        let counts = if field == self.fields.content {
+            "content_tokens"
+        } else if field == self.fields.name {
+            "name_tokens"
+        } else {
+            return self.searcher.total_num_tokens(field);
+        };
+        let mut total = 0u64;
+        for segment in self.searcher.segment_readers() {
+            let mut tokens = segment.inverted_index(field)?.total_num_tokens();
+            if let Some(alive) = segment.alive_bitset().filter(|_| segment.has_deletes()) {
+                let col = segment.fast_fields().u64(counts)?.first_or_default_col(0);
+                for doc in 0..segment.max_doc() {
+                    if !alive.is_alive(doc) {
+                        tokens = tokens.saturating_sub(col.get_val(doc));
+                    }
+                }
+            }
+            total += tokens;
         }
-        Ok(out)
+        Ok(total)
+    }
+
+    fn total_num_docs(&self) -> tantivy::Result<u64> {
+        Ok(self.searcher.num_docs())
+    }
+
+    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
+        use tantivy::DocSet;
+        let mut total = 0u64;
+        for segment in self.searcher.segment_readers() {
+            let inverted = segment.inverted_index(term.field())?;
+            match segment.alive_bitset().filter(|_| segment.has_deletes()) {
+                None => total += u64::from(inverted.doc_freq(term)?),
+                Some(alive) => {
+                    if let Some(mut postings) =
+                        inverted.read_postings(term, IndexRecordOption::Basic)?
+                    {
+                        let mut doc = postings.doc();
+                        while doc != tantivy::TERMINATED {
+                            if alive.is_alive(doc) {
+                                total += 1;
+                            }
+                            doc = postings.advance();
+                        }
+                    }
+                }
+            }
+        }
+        Ok(total)
     }
 }
 

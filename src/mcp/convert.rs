@@ -259,12 +259,17 @@ pub(super) fn relation_out(r: Relation) -> dto::RelationOut {
     }
 }
 
+/// A kept version in the same public shape as a live memory (no internal keys, RFC 3339 times).
 fn history_out(h: HistoryEntry) -> dto::HistoryOut {
+    let previous = match serde_json::from_value::<Memory>(h.previous.clone()) {
+        Ok(m) => serde_json::to_value(memory_out(m)).unwrap_or(serde_json::Value::Null),
+        Err(_) => h.previous,
+    };
     dto::HistoryOut {
         op: h.op,
         actor: h.actor,
         at: format_time(h.at),
-        previous: h.previous,
+        previous,
     }
 }
 

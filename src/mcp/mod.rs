@@ -28,6 +28,9 @@ const INSTRUCTIONS: &str = "Graph memory. `recall` before answering from memory;
 facts worth keeping (one memory per fact, with a namespace per project or user); `relate` links \
 them; `get` shows a memory with its relations. Memories are resources at memory://{namespace}/{id}.";
 
+/// Largest incoming JSON-RPC message, in bytes.
+const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
+
 /// How the server identifies callers and runs long work.
 #[derive(Debug, Clone, Default)]
 pub struct ServerOptions {
@@ -173,8 +176,11 @@ impl ServerHandler for MemoryServer {
 /// Serves MCP on stdin/stdout until the client closes the stream.
 pub async fn serve_stdio(engine: Arc<Engine>, options: ServerOptions) -> Result<()> {
     let (reader, writer) = rmcp::transport::io::stdio_pipes();
+    // Room for the largest call the limits allow (16 MiB of content, JSON-escaped).
+    let transport = rmcp::transport::async_rw::AsyncRwTransport::new(reader, writer)
+        .with_max_line_length(MAX_MESSAGE_BYTES);
     let service = MemoryServer::new(engine, options)
-        .serve((reader, writer))
+        .serve(transport)
         .await
         .map_err(|e| Error::Internal(format!("MCP session did not start: {e}")))?;
     service

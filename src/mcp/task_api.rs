@@ -138,12 +138,11 @@ pub(crate) async fn call_long(
         }
         None => (None, None),
     };
-    let on_progress: Option<Box<dyn Fn(crate::engine::traverse::WorkProgress) + Send + Sync>> = tx
-        .map(|tx| {
-            Box::new(move |p| {
-                let _ = tx.send(p);
-            }) as Box<dyn Fn(_) + Send + Sync>
-        });
+    let on_progress: Option<crate::tasks::ProgressSink> = tx.map(|tx| {
+        Arc::new(move |p| {
+            let _ = tx.send(p);
+        }) as crate::tasks::ProgressSink
+    });
     let ttl = ctx.meta.0.0.get(TTL_KEY).and_then(Value::as_u64);
     let answer = tasks.run(&owner, tool, args, plan, ttl, on_progress).await;
     if let Some(fw) = forwarder {

@@ -65,7 +65,7 @@ pub enum Answer {
     /// The output (or the error) of work that ran to its end.
     Inline(Result<Value>),
     /// A task was created; its row as committed.
-    Task(TaskRow),
+    Task(Box<TaskRow>),
 }
 
 /// The shortened form of an id for logs (ids never appear whole there).
@@ -214,7 +214,7 @@ impl Tasks {
         args: Value,
         plan: Plan,
         ttl_ms: Option<u64>,
-        on_progress: Option<Box<dyn Fn(WorkProgress) + Send + Sync>>,
+        on_progress: Option<ProgressSink>,
     ) -> Result<Answer> {
         let live = Arc::new(Live {
             ctl: Arc::new(Progressing::default()),
@@ -229,14 +229,21 @@ impl Tasks {
             Plan::Task => handle,
             Plan::Race => {
                 let budget = self.cfg.inline_budget;
-                let forward = on_progress.map(|f| spawn_forwarder(Arc::clone(&live), f));
+                let forward = on_progress
+                    .clone()
+                    .map(|f| spawn_forwarder(Arc::clone(&live), f));
                 let raced = tokio::time::timeout(budget, &mut handle).await;
                 if let Some(fw) = forward {
                     fw.abort();
                     let _ = fw.await;
                 }
                 match raced {
-                    Ok(joined) => return Ok(Answer::Inline(flatten(joined))),
+                    Ok(joined) => {
+                        if let Some(f) = &on_progress {
+                            f(live.progress());
+                        }
+                        return Ok(Answer::Inline(flatten(joined)));
+                    }
                     Err(_) => handle,
                 }
             }
@@ -271,7 +278,7 @@ impl Tasks {
         }
         tracing::info!(task = short_id(&row.id), tool, "task created");
         self.track(row.id.clone(), live, handle);
-        Ok(Answer::Task(row))
+        Ok(Answer::Task(Box::new(row)))
     }
 
     fn spawn_work(
@@ -296,13 +303,19 @@ impl Tasks {
         &self,
         handle: tokio::task::JoinHandle<Result<Value>>,
         live: &Arc<Live>,
-        on_progress: Option<Box<dyn Fn(WorkProgress) + Send + Sync>>,
+        on_progress: Option<ProgressSink>,
     ) -> Result<Value> {
-        let forward = on_progress.map(|f| spawn_forwarder(Arc::clone(live), f));
+        let forward = on_progress
+            .clone()
+            .map(|f| spawn_forwarder(Arc::clone(live), f));
         let out = flatten(handle.await);
         if let Some(fw) = forward {
             fw.abort();
             let _ = fw.await;
+        }
+        // The last word on progress, also for work too quick for the forwarder to see.
+        if let Some(f) = &on_progress {
+            f(live.progress());
         }
         out
     }
@@ -541,10 +554,10 @@ impl Tasks {
     }
 }
 
-fn spawn_forwarder(
-    live: Arc<Live>,
-    f: Box<dyn Fn(WorkProgress) + Send + Sync>,
-) -> tokio::task::JoinHandle<()> {
+/// Where inline progress goes (the front end turns it into notifications).
+pub type ProgressSink = Arc<dyn Fn(WorkProgress) + Send + Sync>;
+
+fn spawn_forwarder(live: Arc<Live>, f: ProgressSink) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         let mut last = 0;

@@ -1,1 +1,12 @@
-//! Integration tests.
+//! Integration tests: each spawns the real `mnemograph serve` binary on files in a temp folder and
+//! talks MCP to it over stdio, in both protocol eras (2025-11-25 `initialize`, 2026-07-28
+//! `server/discover`).
+
+mod bad_input;
+mod concurrency;
+mod durability;
+mod protocol;
+mod queries;
+mod support;
+mod tasks;
+mod tools;

@@ -1,0 +1,229 @@
+//! The wire: stdout carries only JSON-RPC messages (logs go to stderr) in both eras, and memories
+//! are readable as `memory://{namespace}/{id}` resources.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+use crate::support::{Era, TestDb, raw_session};
+
+/// Parses every non-empty stdout line as a JSON-RPC 2.0 message; returns the responses by id.
+fn responses(stdout: &str) -> HashMap<i64, Value> {
+    let mut by_id = HashMap::new();
+    for line in stdout.lines() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let msg: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"));
+        assert_eq!(msg["jsonrpc"], "2.0", "not a JSON-RPC 2.0 message: {line}");
+        assert!(
+            msg.get("result").is_some()
+                || msg.get("error").is_some()
+                || msg.get("method").is_some(),
+            "neither a response nor a request/notification: {line}"
+        );
+        if let Some(id) = msg["id"].as_i64() {
+            assert!(
+                by_id.insert(id, msg).is_none(),
+                "two answers to request {id}"
+            );
+        }
+    }
+    by_id
+}
+
+/// Stores one memory about otters through a normal session; returns its id.
+async fn seed(db: &TestDb) -> String {
+    let s = db.serve(Era::Initialize).await;
+    let ids = s
+        .remember(json!([{"content": "seeded memory: otters hold hands while sleeping"}]))
+        .await;
+    s.stop().await;
+    ids[0].clone()
+}
+
+fn tool_call(id: i64, name: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
+}
+
+fn check_answers(by_id: &HashMap<i64, Value>, seeded: &str) {
+    let tools = by_id[&2]["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("tools/list answer: {}", by_id[&2]));
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    for tool in [
+        "remember", "recall", "relate", "get", "update", "forget", "restore", "stats",
+    ] {
+        assert!(names.contains(&tool), "{tool} missing from {names:?}");
+    }
+    for t in tools {
+        assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+        assert!(
+            t["description"].as_str().is_some_and(|d| !d.is_empty()),
+            "{t}"
+        );
+    }
+    let stored = &by_id[&3]["result"];
+    assert_eq!(stored["structuredContent"]["ok"], 1, "{stored}");
+    assert_eq!(stored["isError"], false, "{stored}");
+    // Requests on one connection run concurrently, so the recall may or may not see the memory
+    // stored beside it; it must see the one stored before the session.
+    let found: Vec<&str> = by_id[&4]["result"]["structuredContent"]["hits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("recall answer: {}", by_id[&4]))
+        .iter()
+        .filter_map(|h| h["id"].as_str())
+        .collect();
+    assert!(found.contains(&seeded), "{found:?}");
+    assert_eq!(by_id[&5]["error"]["code"], -32602, "{}", by_id[&5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdout_is_only_json_rpc_in_the_initialize_era() {
+    let db = TestDb::new();
+    let seeded = seed(&db).await;
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw-test", "version": "0.0.1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        tool_call(
+            3,
+            "remember",
+            json!({"memories": [{"content": "raw wire memory about otters"}]}),
+        ),
+        tool_call(4, "recall", json!({"query": "otters?"})),
+        tool_call(5, "recall", json!({"query": "otters", "limit": "ten"})),
+        json!({"jsonrpc": "2.0", "id": 6, "method": "ping"}),
+    ];
+    // Debug logging on: all of it must go to stderr, none to stdout.
+    let stdout = raw_session(&db.path, &lines, "debug").await;
+    let by_id = responses(&stdout);
+    assert_eq!(by_id.len(), 6, "one answer per request: {stdout}");
+    assert_eq!(by_id[&1]["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(by_id[&1]["result"]["serverInfo"]["name"], "mnemograph");
+    check_answers(&by_id, &seeded);
+    assert!(by_id[&6].get("result").is_some(), "{}", by_id[&6]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdout_is_only_json_rpc_in_the_discover_era() {
+    let db = TestDb::new();
+    let seeded = seed(&db).await;
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "0.0.1"}
+    });
+    let with_meta = |mut msg: Value| {
+        msg["params"]["_meta"] = meta.clone();
+        msg
+    };
+    let lines = [
+        with_meta(json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}})),
+        with_meta(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})),
+        with_meta(tool_call(
+            3,
+            "remember",
+            json!({"memories": [{"content": "raw wire memory about otters"}]}),
+        )),
+        with_meta(tool_call(4, "recall", json!({"query": "otters?"}))),
+        with_meta(tool_call(
+            5,
+            "recall",
+            json!({"query": "otters", "limit": "ten"}),
+        )),
+        // Without the required _meta, a 2026 request is refused, in JSON.
+        tool_call(6, "recall", json!({"query": "otters"})),
+    ];
+    let stdout = raw_session(&db.path, &lines, "debug").await;
+    let by_id = responses(&stdout);
+    assert_eq!(by_id.len(), 6, "one answer per request: {stdout}");
+    let discover = &by_id[&1]["result"];
+    assert!(
+        discover["supportedVersions"]
+            .as_array()
+            .is_some_and(|v| v.contains(&json!("2026-07-28"))),
+        "{discover}"
+    );
+    assert!(discover["capabilities"]["tools"].is_object(), "{discover}");
+    assert_eq!(
+        discover["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "mnemograph",
+        "{discover}"
+    );
+    check_answers(&by_id, &seeded);
+    assert!(by_id[&6].get("error").is_some(), "{}", by_id[&6]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memories_are_resources() {
+    for era in Era::ALL {
+        let db = TestDb::new();
+        let s = db.serve(era).await;
+        let ids = s
+            .remember(json!([
+                {"content": "Erin maintains the release scripts", "namespace": "team", "name": "erin", "tags": ["people"]},
+                {"content": "The release scripts live in tools/release", "namespace": "team", "name": "scripts"}
+            ]))
+            .await;
+        s.ok(
+            "relate",
+            json!({"relations": [{"from": "erin", "to": "scripts", "kind": "maintains", "namespace": "team"}]}),
+        )
+        .await;
+
+        let templates = s
+            .resource_templates()
+            .await
+            .expect("resources/templates/list");
+        let templates = serde_json::to_value(&templates).expect("serialise");
+        let uris: Vec<&str> = templates["resourceTemplates"]
+            .as_array()
+            .expect("resourceTemplates")
+            .iter()
+            .filter_map(|t| t["uriTemplate"].as_str())
+            .collect();
+        assert_eq!(uris, ["memory://{namespace}/{id}"], "{era:?}");
+
+        let uri = format!("memory://team/{}", ids[0]);
+        let read = s.read_resource(&uri).await.expect("resources/read");
+        let read = serde_json::to_value(&read).expect("serialise");
+        let contents = read["contents"].as_array().expect("contents");
+        assert_eq!(contents.len(), 1, "{read}");
+        assert_eq!(contents[0]["uri"], uri.as_str());
+        assert_eq!(contents[0]["mimeType"], "application/json");
+        let memory: Value = serde_json::from_str(contents[0]["text"].as_str().expect("text"))
+            .expect("the resource is JSON");
+        assert_eq!(memory["id"], ids[0].as_str(), "{memory}");
+        assert_eq!(memory["content"], "Erin maintains the release scripts");
+        assert_eq!(memory["namespace"], "team");
+        assert_eq!(memory["tags"], json!(["people"]));
+        assert_eq!(memory["relations"][0]["kind"], "maintains", "{memory}");
+        assert_eq!(memory["relations"][0]["to"], ids[1].as_str(), "{memory}");
+
+        for bad in [
+            "memory://team/m_doesnotexist0000000".to_owned(),
+            format!("memory://other/{}", ids[0]),
+            format!("memory://team/{}/extra", ids[0]),
+            format!("memory:/team/{}", ids[0]),
+            "file:///etc/passwd".to_owned(),
+            "memory://team/scripts".to_owned(),
+        ] {
+            match s.read_resource(&bad).await {
+                Ok(r) => panic!("{era:?}: {bad} was read: {r:?}"),
+                Err(rmcp::service::ServiceError::McpError(e)) => {
+                    assert!(
+                        e.message.contains(&bad),
+                        "{era:?}: the error does not name {bad}: {e:?}"
+                    );
+                }
+                Err(e) => panic!("{era:?}: {bad}: not a JSON-RPC error: {e}"),
+            }
+        }
+        // The server is still serving.
+        s.ok("stats", json!({})).await;
+        s.stop().await;
+    }
+}

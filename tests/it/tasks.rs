@@ -1,0 +1,494 @@
+//! Long work as MCP tasks, over stdio against the real binary: the per-call inline/task decision,
+//! nodes-visited progress, cancellation, restart, owner isolation, and clients without tasks.
+//!
+//! The graph: 200,000 memories and 1,000,000 relations, built once per run through the library
+//! (the fixture is not what is tested) and shared by every test here; each test runs its own
+//! server processes on it.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use mnemograph::engine::{RelateItem, RememberItem};
+use mnemograph::{Config, Engine};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig,
+    GetTaskParams, GetTaskResult, Implementation, NumberOrString, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, RequestMetaObject, TaskStatus,
+};
+use rmcp::service::{NotificationContext, RunningService, ServiceError};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::support::BIN;
+
+const MEMORIES: usize = 200_000;
+const RELATIONS: usize = 1_000_000;
+const BATCH: usize = 10_000;
+/// Bumped when the fixture's recipe changes.
+const FIXTURE_VERSION: u32 = 1;
+
+/// Words the fixture's memories are made of (every memory has two of them and its number).
+const WORDS: [&str; 16] = [
+    "deploy", "billing", "alice", "atlas", "staging", "invoice", "kyoto", "tea", "garden", "rust",
+    "sqlite", "graph", "memory", "agent", "recall", "task",
+];
+
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The shared fixture database, built on first use under the target folder and reused by later
+/// runs while `FIXTURE_VERSION` is unchanged.
+fn fixture() -> &'static Path {
+    static DB: OnceLock<PathBuf> = OnceLock::new();
+    DB.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("graph-fixture-v{FIXTURE_VERSION}"));
+        let db = dir.join("graph.db");
+        let done = dir.join("complete");
+        if done.exists() {
+            return db;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("fixture dir");
+        build(&db);
+        std::fs::write(&done, b"ok").expect("mark fixture complete");
+        db
+    })
+}
+
+fn build(db: &Path) {
+    let engine = Engine::open(Config::for_db(db)).expect("open fixture db");
+    let mut ids = Vec::with_capacity(MEMORIES);
+    for start in (0..MEMORIES).step_by(BATCH) {
+        let items: Vec<RememberItem> = (start..start + BATCH)
+            .map(|i| RememberItem {
+                content: format!(
+                    "node {i} about {} and {}",
+                    WORDS[i % 16],
+                    WORDS[(i / 16) % 16]
+                ),
+                name: (i < 100).then(|| format!("n{i}")),
+                namespace: Some("graph".into()),
+                ..RememberItem::default()
+            })
+            .collect();
+        for r in engine.remember(&items).expect("remember") {
+            ids.push(r.expect("fixture memory").id);
+        }
+    }
+    // Each node links to 5 others: two near it (a chain and a ring of neighbours) and three random
+    // ones, so walks fan out fast and every node is reachable.
+    let mut rng = 42u64;
+    let mut items = Vec::with_capacity(BATCH);
+    let mut n = 0;
+    'outer: for i in 0..MEMORIES {
+        for j in 0..5 {
+            let to = match j {
+                0 => (i + 1) % MEMORIES,
+                1 => (i + 7) % MEMORIES,
+                _ => (splitmix(&mut rng) % MEMORIES as u64) as usize,
+            };
+            if to == i {
+                continue;
+            }
+            items.push(RelateItem {
+                from: ids[i].clone(),
+                to: ids[to].clone(),
+                kind: if j < 2 { "next".into() } else { "about".into() },
+                weight: Some(0.5 + (splitmix(&mut rng) % 50) as f64 / 100.0),
+                metadata: None,
+                namespace: Some("graph".into()),
+            });
+            n += 1;
+            if items.len() == BATCH {
+                engine.relate(&items).expect("relate");
+                items.clear();
+            }
+            if n == RELATIONS {
+                break 'outer;
+            }
+        }
+    }
+    engine.relate(&items).expect("relate");
+    engine.sync_text().expect("index the fixture");
+}
+
+/// A client that records progress notifications and may declare the tasks extension.
+#[derive(Clone, Default)]
+struct Recorder {
+    tasks: bool,
+    name: String,
+    progress: Arc<Mutex<Vec<(f64, Instant)>>>,
+}
+
+impl ClientHandler for Recorder {
+    fn get_info(&self) -> ClientConfig {
+        let caps = if self.tasks {
+            ClientCapabilities::builder().enable_tasks().build()
+        } else {
+            ClientCapabilities::default()
+        };
+        ClientConfig::new(caps, Implementation::new(self.name.clone(), "1.0"))
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        self.progress
+            .lock()
+            .expect("progress log")
+            .push((params.progress, Instant::now()));
+    }
+}
+
+struct Client {
+    service: RunningService<RoleClient, Recorder>,
+    progress: Arc<Mutex<Vec<(f64, Instant)>>>,
+}
+
+async fn connect(db: &Path, modern: bool, tasks: bool, name: &str, extra: &[&str]) -> Client {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.arg("serve")
+        .arg("--db")
+        .arg(db)
+        .args(extra)
+        .kill_on_drop(true);
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn server");
+    let recorder = Recorder {
+        tasks,
+        name: name.into(),
+        progress: Arc::default(),
+    };
+    let progress = Arc::clone(&recorder.progress);
+    let service = if modern {
+        recorder
+            .serve_with_lifecycle(
+                transport,
+                ClientLifecycleMode::Discover {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                },
+            )
+            .await
+    } else {
+        recorder.serve(transport).await
+    }
+    .expect("session");
+    Client { service, progress }
+}
+
+impl Client {
+    async fn call(
+        &self,
+        tool: &str,
+        args: Value,
+        progress_token: Option<i64>,
+    ) -> Result<CallToolResponse, ServiceError> {
+        let Value::Object(args) = args else {
+            panic!("args must be an object")
+        };
+        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+        if let Some(t) = progress_token {
+            let mut meta = RequestMetaObject::default();
+            meta.set_progress_token(ProgressToken(NumberOrString::Number(t)));
+            params.meta = Some(meta);
+        }
+        self.service.call_tool_once(params).await
+    }
+
+    async fn get(&self, id: &str) -> Result<GetTaskResult, ServiceError> {
+        self.service.get_task(GetTaskParams::new(id)).await
+    }
+}
+
+fn rpc_code(e: &ServiceError) -> Option<i32> {
+    match e {
+        ServiceError::McpError(e) => Some(e.code.0),
+        _ => None,
+    }
+}
+
+/// A walk whose work takes seconds: every memory within 4 hops is scored against a focus text.
+fn deep_walk() -> Value {
+    json!({"names": ["n1"], "namespace": "graph", "depth": 5, "direction": "both", "max_nodes": 1_000_000, "focus": "billing invoice tea", "limit": 20})
+}
+
+fn visited(t: &GetTaskResult) -> u64 {
+    t.meta
+        .as_ref()
+        .and_then(|m| m.0.get("mnemograph/progress"))
+        .and_then(|p| p["visited"].as_u64())
+        .unwrap_or(0)
+}
+
+async fn poll_until_terminal(c: &Client, id: &str, limit: Duration) -> (GetTaskResult, Vec<u64>) {
+    let deadline = Instant::now() + limit;
+    let mut counts = Vec::new();
+    loop {
+        let t = c.get(id).await.expect("tasks/get");
+        if t.task.task.status != TaskStatus::Working {
+            return (t, counts);
+        }
+        counts.push(visited(&t));
+        assert!(
+            Instant::now() < deadline,
+            "task still working after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(
+            t.task.task.poll_interval_ms.unwrap_or(250),
+        ))
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_walk_becomes_a_task_with_growing_progress_and_survives_restart() {
+    let db = fixture();
+    let c = connect(db, true, true, "agent-a", &[]).await;
+    let started = Instant::now();
+    let CallToolResponse::Task(created) =
+        c.call("traverse", deep_walk(), None).await.expect("call")
+    else {
+        panic!("a deep focused walk must become a task");
+    };
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the handle comes back fast"
+    );
+    let id = created.task.task_id.clone();
+    assert_eq!(created.task.status, TaskStatus::Working);
+    let decision = created
+        .meta
+        .as_ref()
+        .and_then(|m| m.0.get("mnemograph/decision"))
+        .expect("decision in _meta");
+    assert_eq!(decision["plan"], "task", "{decision}");
+    let (done, counts) = poll_until_terminal(&c, &id, Duration::from_secs(120)).await;
+    assert!(counts.len() >= 2, "polled while working: {counts:?}");
+    assert!(
+        counts.windows(2).all(|w| w[1] > w[0]),
+        "visited counts strictly increase: {counts:?}"
+    );
+    assert_eq!(done.task.task.status, TaskStatus::Completed);
+    let result = serde_json::to_value(&done).unwrap();
+    let nodes = result["result"]["structuredContent"]["nodes"]
+        .as_array()
+        .expect("nodes in the result")
+        .len();
+    assert_eq!(nodes, 20);
+    let reached = result["result"]["structuredContent"]["reached"]
+        .as_u64()
+        .unwrap();
+    assert!(reached > 50_000, "reached {reached}");
+    let message = done.task.task.status_message.clone().unwrap_or_default();
+    assert!(message.contains("visited"), "{message}");
+
+    // The tasks tool lists it.
+    let CallToolResponse::Complete(listed) = c.call("tasks", json!({}), None).await.unwrap() else {
+        panic!()
+    };
+    assert!(
+        listed.structured_content.unwrap()["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["taskId"] == id.as_str())
+    );
+
+    // A restarted server still returns the completed result; another client does not see it.
+    drop(c);
+    let c = connect(db, true, true, "agent-a", &[]).await;
+    let again = c.get(&id).await.expect("tasks/get after restart");
+    assert_eq!(again.task.task.status, TaskStatus::Completed);
+    assert_eq!(
+        serde_json::to_value(&again).unwrap()["result"],
+        result["result"]
+    );
+    let other = connect(db, true, true, "agent-b", &[]).await;
+    let err = other.get(&id).await.expect_err("foreign task");
+    assert_eq!(rpc_code(&err), Some(-32602));
+    let err = c
+        .get("00000000000000000000000000000000")
+        .await
+        .expect_err("unknown task");
+    assert_eq!(rpc_code(&err), Some(-32602));
+    let err = other
+        .service
+        .cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .expect_err("foreign cancel");
+    assert_eq!(rpc_code(&err), Some(-32602));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shallow_lookup_is_inline() {
+    let c = connect(fixture(), true, true, "agent-a", &[]).await;
+    let CallToolResponse::Complete(r) = c
+        .call(
+            "traverse",
+            json!({"names": ["n2"], "namespace": "graph", "depth": 1}),
+            None,
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("a depth-1 lookup is answered inline");
+    };
+    let out = r.structured_content.unwrap();
+    assert!(out["reached"].as_u64().unwrap() >= 6, "{out}");
+    assert_eq!(r.meta.unwrap().0["mnemograph/decision"]["plan"], "inline");
+    let CallToolResponse::Complete(p) = c
+        .call(
+            "find_paths",
+            json!({"from": "n1", "to": "n3", "namespace": "graph", "k": 2, "max_hops": 3}),
+            None,
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("a short path search is answered inline");
+    };
+    assert!(
+        !p.structured_content.unwrap()["paths"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_without_tasks_get_bounded_inline_answers_with_progress() {
+    let db = fixture();
+    for (modern, tasks) in [(false, true), (true, false)] {
+        let c = connect(db, modern, tasks, "plain", &[]).await;
+        let CallToolResponse::Complete(r) = c.call("traverse", deep_walk(), Some(7)).await.unwrap()
+        else {
+            panic!("modern={modern} tasks={tasks}: no task for this client");
+        };
+        let answered = Instant::now();
+        let out = r.structured_content.unwrap();
+        assert_eq!(out["truncated"], true, "{out}");
+        assert!(out["hint"].as_str().unwrap().contains("narrow"), "{out}");
+        assert!(out["reached"].as_u64().unwrap() <= 10_000);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let seen = c.progress.lock().unwrap().clone();
+        assert!(
+            !seen.is_empty(),
+            "modern={modern}: progress notifications were sent"
+        );
+        assert!(
+            seen.iter().all(|(_, at)| *at <= answered),
+            "no progress after the response"
+        );
+        assert!(seen.windows(2).all(|w| w[1].0 >= w[0].0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_a_task_promptly() {
+    let c = connect(fixture(), true, true, "agent-c", &[]).await;
+    let CallToolResponse::Task(created) = c.call("traverse", deep_walk(), None).await.unwrap()
+    else {
+        panic!("expected a task");
+    };
+    let id = created.task.task_id;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = Instant::now();
+    c.service
+        .cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .expect("cancel");
+    loop {
+        let t = c.get(&id).await.unwrap();
+        if t.task.task.status == TaskStatus::Cancelled {
+            break;
+        }
+        assert_eq!(t.task.task.status, TaskStatus::Working);
+        assert!(
+            asked.elapsed() < Duration::from_millis(100),
+            "cancelled within 100 ms"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Cancelling a finished task is acknowledged.
+    c.service
+        .cancel_task(CancelTaskParams::new(id))
+        .await
+        .expect("cancel again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_zero_makes_every_eligible_call_a_task() {
+    let c = connect(
+        fixture(),
+        true,
+        true,
+        "agent-d",
+        &["--inline-budget-ms", "0"],
+    )
+    .await;
+    let CallToolResponse::Task(created) = c
+        .call(
+            "traverse",
+            json!({"names": ["n2"], "namespace": "graph", "depth": 1}),
+            None,
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("budget 0: a task even for a cheap walk");
+    };
+    let (done, _) = poll_until_terminal(&c, &created.task.task_id, Duration::from_secs(30)).await;
+    assert_eq!(done.task.task.status, TaskStatus::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_traversals_get_clear_errors() {
+    let c = connect(fixture(), true, true, "agent-e", &[]).await;
+    for (args, field) in [
+        (
+            json!({"names": ["n1"], "namespace": "graph", "depth": 0}),
+            "depth",
+        ),
+        (
+            json!({"names": ["n1"], "namespace": "graph", "depth": 50}),
+            "depth",
+        ),
+        (
+            json!({"names": ["n1"], "namespace": "graph", "direction": "sideways"}),
+            "direction",
+        ),
+        (json!({"namespace": "graph"}), "ids"),
+    ] {
+        let err = c
+            .call("traverse", args.clone(), None)
+            .await
+            .expect_err("invalid");
+        assert_eq!(rpc_code(&err), Some(-32602), "{args}");
+        assert!(err.to_string().contains(field), "{args}: {err}");
+    }
+    let CallToolResponse::Complete(r) = c
+        .call(
+            "traverse",
+            json!({"names": ["nobody"], "namespace": "graph"}),
+            None,
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("unknown seed is answered inline");
+    };
+    assert_eq!(r.is_error, Some(true));
+    assert!(format!("{:?}", r.content).contains("nobody"));
+}
