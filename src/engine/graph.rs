@@ -30,11 +30,20 @@ impl Engine {
         let started = Instant::now();
         let state = self.store.snapshot(|c| {
             let seq = changes::max_seq(c)?;
-            let mut rows = Vec::new();
-            relations::for_each_live_edge(c, |r| rows.push(r))?;
+            let n = relations::count(c)?;
+            let mut graph = MemoryGraph::with_capacity(n / 4, n);
+            relations::for_each_live_edge(c, |r| {
+                graph.add_loaded(
+                    r.relation,
+                    r.src,
+                    r.dst,
+                    r.kind,
+                    r.weight,
+                    r.valid_from,
+                    r.valid_until,
+                );
+            })?;
             let forgotten = relations::forgotten_memory_keys(c)?;
-            let n = rows.len();
-            let mut graph = MemoryGraph::from_rows(rows, n);
             for key in forgotten {
                 graph.remove_node(key);
             }

@@ -37,6 +37,9 @@ impl EdgeData {
 
 pub use crate::model::EdgeRow;
 
+/// No node for this key.
+const NONE: u32 = u32::MAX;
+
 /// Which way edges are followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -49,7 +52,8 @@ pub enum Direction {
 #[derive(Default)]
 pub struct MemoryGraph {
     g: StableDiGraph<Key, EdgeData, u32>,
-    nodes: HashMap<Key, NodeIndex<u32>>,
+    /// Node of each memory key (keys are dense row ids); `NONE` where the memory has no node.
+    nodes: Vec<u32>,
     kinds: Vec<String>,
     kind_ids: HashMap<String, KindId>,
 }
@@ -59,7 +63,7 @@ impl MemoryGraph {
     pub fn with_capacity(nodes: usize, edges: usize) -> MemoryGraph {
         MemoryGraph {
             g: StableDiGraph::with_capacity(nodes, edges),
-            nodes: HashMap::with_capacity(nodes),
+            nodes: Vec::with_capacity(nodes),
             kinds: Vec::new(),
             kind_ids: HashMap::new(),
         }
@@ -76,7 +80,12 @@ impl MemoryGraph {
 
     /// The id of `kind`, interning it when new.
     pub fn intern(&mut self, kind: &str) -> KindId {
-        if let Some(&id) = self.kind_ids.get(kind) {
+        // Vocabularies are small: a scan beats hashing the string.
+        if self.kinds.len() <= 16 {
+            if let Some(i) = self.kinds.iter().position(|k| k == kind) {
+                return i as KindId;
+            }
+        } else if let Some(&id) = self.kind_ids.get(kind) {
             return id;
         }
         let id = self.kinds.len() as KindId;
@@ -96,17 +105,23 @@ impl MemoryGraph {
     }
 
     fn node(&mut self, key: Key) -> NodeIndex<u32> {
-        if let Some(&n) = self.nodes.get(&key) {
+        if let Some(n) = self.node_of(key) {
             return n;
         }
         let n = self.g.add_node(key);
-        self.nodes.insert(key, n);
+        let slot = usize::try_from(key).expect("memory keys are positive");
+        if slot >= self.nodes.len() {
+            self.nodes
+                .resize((slot + 1).max(self.nodes.len() * 5 / 4), NONE);
+        }
+        self.nodes[slot] = n.index() as u32;
         n
     }
 
     /// The node of a memory, when it has any relation.
     pub fn node_of(&self, key: Key) -> Option<NodeIndex<u32>> {
-        self.nodes.get(&key).copied()
+        let n = *self.nodes.get(usize::try_from(key).ok()?)?;
+        (n != NONE).then(|| NodeIndex::new(n as usize))
     }
 
     /// The memory of a node.
@@ -122,6 +137,29 @@ impl MemoryGraph {
             valid_from: row.valid_from.unwrap_or(i64::MIN),
             valid_until: row.valid_until.unwrap_or(i64::MAX),
         }
+    }
+
+    /// Adds one relation while loading (no check for an existing copy of it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_loaded(
+        &mut self,
+        relation: i64,
+        src: Key,
+        dst: Key,
+        kind: &str,
+        weight: f64,
+        valid_from: Option<i64>,
+        valid_until: Option<i64>,
+    ) {
+        let data = EdgeData {
+            relation,
+            kind: self.intern(kind),
+            weight: weight as f32,
+            valid_from: valid_from.unwrap_or(i64::MIN),
+            valid_until: valid_until.unwrap_or(i64::MAX),
+        };
+        let (a, b) = (self.node(src), self.node(dst));
+        self.g.add_edge(a, b, data);
     }
 
     fn insert_edge_unchecked(&mut self, row: &EdgeRow) {
@@ -163,13 +201,14 @@ impl MemoryGraph {
             && self.g.neighbors_undirected(n).next().is_none()
         {
             self.g.remove_node(n);
-            self.nodes.remove(&key);
+            self.nodes[key as usize] = NONE;
         }
     }
 
     /// Removes a memory and every relation touching it.
     pub fn remove_node(&mut self, key: Key) {
-        if let Some(n) = self.nodes.remove(&key) {
+        if let Some(n) = self.node_of(key) {
+            self.nodes[key as usize] = NONE;
             let neighbours: Vec<Key> = self.g.neighbors_undirected(n).map(|m| self.g[m]).collect();
             self.g.remove_node(n);
             for k in neighbours {
@@ -215,13 +254,18 @@ impl MemoryGraph {
         out.chain(inc)
     }
 
-    /// Approximate heap bytes held per relation (graph storage plus the key map), for reporting.
+    /// Approximate heap bytes held per relation (edge and node storage plus the key index),
+    /// for reporting. Counts allocated capacity, not only what is in use.
     pub fn bytes_per_relation(&self) -> f64 {
-        let edge = std::mem::size_of::<EdgeData>() + 2 * 4 + 2 * 4;
-        let node =
-            std::mem::size_of::<Key>() + 2 * 4 + std::mem::size_of::<(Key, NodeIndex<u32>)>() + 8;
+        // petgraph keeps per edge its weight, two next-edge links and two end nodes (u32 each);
+        // per node its weight and two first-edge links.
+        let edge = std::mem::size_of::<EdgeData>() + 4 * 4;
+        let node = std::mem::size_of::<Key>() + 2 * 4;
         let edges = self.edge_count().max(1) as f64;
-        (edge as f64 * edges + node as f64 * self.node_count() as f64) / edges
+        let total = edge as f64 * self.edge_count() as f64
+            + node as f64 * self.node_count() as f64
+            + 4.0 * self.nodes.capacity() as f64;
+        total / edges
     }
 }
 

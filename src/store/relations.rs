@@ -134,17 +134,41 @@ fn edge_from_row(r: &Row<'_>) -> rusqlite::Result<EdgeRow> {
 
 const EDGE_COLS: &str = "r.key, r.src, r.dst, r.kind, r.weight, r.valid_from, r.valid_until";
 
-/// Calls `f` with every relation that is not forgotten, in source order. Relations whose ends are
-/// forgotten are included: pair with [`forgotten_memory_keys`] to drop them.
-pub fn for_each_live_edge(conn: &Connection, mut f: impl FnMut(EdgeRow)) -> Result<()> {
-    let sql =
-        format!("SELECT {EDGE_COLS} FROM relations r WHERE r.deleted_at IS NULL ORDER BY r.src");
+/// One relation as [`for_each_live_edge`] lends it (the kind is borrowed from the row).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EdgeRef<'a> {
+    pub relation: i64,
+    pub src: i64,
+    pub dst: i64,
+    pub kind: &'a str,
+    pub weight: f64,
+    pub valid_from: Option<Millis>,
+    pub valid_until: Option<Millis>,
+}
+
+/// Calls `f` with every relation that is not forgotten, in table order (one sequential scan).
+/// Relations whose ends are forgotten are included: pair with [`forgotten_memory_keys`].
+pub fn for_each_live_edge(conn: &Connection, mut f: impl FnMut(EdgeRef<'_>)) -> Result<()> {
+    let sql = format!("SELECT {EDGE_COLS} FROM relations r WHERE r.deleted_at IS NULL");
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
-        f(edge_from_row(row)?);
+    while let Some(r) = rows.next()? {
+        f(EdgeRef {
+            relation: r.get(0)?,
+            src: r.get(1)?,
+            dst: r.get(2)?,
+            kind: r.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?,
+            weight: r.get(4)?,
+            valid_from: r.get(5)?,
+            valid_until: r.get(6)?,
+        });
     }
     Ok(())
+}
+
+/// Number of relation rows (live or not), to size the graph before loading it.
+pub fn count(conn: &Connection) -> Result<usize> {
+    Ok(conn.query_row("SELECT count(*) FROM relations", [], |r| r.get::<_, i64>(0))? as usize)
 }
 
 /// Keys of forgotten memories.

@@ -219,9 +219,10 @@ fn rpc_code(e: &ServiceError) -> Option<i32> {
     }
 }
 
-/// A walk whose work takes seconds: every memory within 4 hops is scored against a focus text.
+/// A walk whose work takes seconds: every memory within 7 hops (nearly all 200,000) is scored
+/// against a focus text.
 fn deep_walk() -> Value {
-    json!({"names": ["n1"], "namespace": "graph", "depth": 5, "direction": "both", "max_nodes": 1_000_000, "focus": "billing invoice tea", "limit": 20})
+    json!({"names": ["n1"], "namespace": "graph", "depth": 7, "direction": "both", "max_nodes": 1_000_000, "focus": "billing invoice tea", "limit": 20})
 }
 
 fn visited(t: &GetTaskResult) -> u64 {
