@@ -38,7 +38,12 @@ enum Command {
     /// Serve MCP over stdin/stdout (what MCP hosts run; the default).
     Serve(ServeArgs),
     /// Start a server on a scratch database, talk MCP to it and print what happens.
-    Demo,
+    Demo {
+        /// Show the MCP tasks flow instead: a graph of 100,000 memories, a walk that becomes a
+        /// task, polled at the advertised interval with its progress printed.
+        #[arg(long)]
+        tasks: bool,
+    },
     /// Search memories and print a table.
     Recall {
         /// Words or a question.
@@ -193,15 +198,22 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                     ..crate::tasks::TaskConfig::default()
                 },
             };
-            runtime.block_on(crate::mcp::serve_stdio(engine, options))?;
+            let served = runtime.block_on(crate::mcp::serve_stdio(engine, options));
+            // Work that ignores cancellation must not keep a closed session's process alive.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+            served?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo => {
+        Command::Demo { tasks } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
                 .context("cannot start the async runtime")?;
-            runtime.block_on(demo::run())?;
+            if tasks {
+                runtime.block_on(demo::run_tasks())?;
+            } else {
+                runtime.block_on(demo::run())?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Recall {

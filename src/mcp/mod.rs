@@ -179,13 +179,15 @@ pub async fn serve_stdio(engine: Arc<Engine>, options: ServerOptions) -> Result<
     // Room for the largest call the limits allow (16 MiB of content, JSON-escaped).
     let transport = rmcp::transport::async_rw::AsyncRwTransport::new(reader, writer)
         .with_max_line_length(MAX_MESSAGE_BYTES);
-    let service = MemoryServer::new(engine, options)
+    let server = MemoryServer::new(engine, options);
+    let tasks = Arc::clone(&server.tasks);
+    let service = server
         .serve(transport)
         .await
         .map_err(|e| Error::Internal(format!("MCP session did not start: {e}")))?;
-    service
-        .waiting()
-        .await
-        .map_err(|e| Error::Internal(format!("MCP session ended abnormally: {e}")))?;
+    let ended = service.waiting().await;
+    // Work still running is stopped and its rows left for the next process to adopt.
+    tasks.shutdown();
+    ended.map_err(|e| Error::Internal(format!("MCP session ended abnormally: {e}")))?;
     Ok(())
 }

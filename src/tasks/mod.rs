@@ -143,6 +143,8 @@ pub struct Tasks {
     boot_id: String,
     executor: Arc<dyn Executor>,
     live: Mutex<HashMap<String, Arc<Live>>>,
+    /// Set when the process is going away: stopped work is not recorded as cancelled.
+    shutting_down: std::sync::atomic::AtomicBool,
 }
 
 /// A view of one task for the front end: its row, with live progress when this process runs it.
@@ -188,6 +190,7 @@ impl Tasks {
             boot_id: random_task_id(),
             executor,
             live: Mutex::new(HashMap::new()),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -357,7 +360,27 @@ impl Tasks {
         });
     }
 
+    /// Stops all running work of this process without ending its tasks: their rows stay
+    /// `working`, and the next process on the database adopts them once the heartbeat is stale.
+    pub fn shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+        if let Ok(live) = self.live.lock() {
+            for l in live.values() {
+                l.ctl.cancelled.store(true, Ordering::Relaxed);
+            }
+            if !live.is_empty() {
+                tracing::info!(
+                    n_tasks = live.len(),
+                    "stopping running tasks; another process will take them over"
+                );
+            }
+        }
+    }
+
     async fn finish(&self, id: &str, live: &Live, outcome: Result<Value>) {
+        if self.shutting_down.load(Ordering::Acquire) && matches!(outcome, Err(Error::Cancelled)) {
+            return;
+        }
         let p = live.progress();
         let (status, msg, result, error) = match &outcome {
             Ok(v) => (

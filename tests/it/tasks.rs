@@ -493,3 +493,31 @@ async fn bad_traversals_get_clear_errors() {
     assert_eq!(r.is_error, Some(true));
     assert!(format!("{:?}", r.content).contains("nobody"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_task_of_a_killed_process_is_rerun_by_the_next_one() {
+    let db = fixture();
+    let c = connect(db, true, true, "agent-f", &[]).await;
+    let CallToolResponse::Task(created) = c.call("traverse", deep_walk(), None).await.unwrap()
+    else {
+        panic!("expected a task");
+    };
+    let id = created.task.task_id;
+    // Kill the server mid-walk: the row stays `working` with a heartbeat that goes stale.
+    drop(c);
+    let c = connect(db, true, true, "agent-f", &[]).await;
+    let (done, _) = poll_until_terminal(&c, &id, Duration::from_secs(60)).await;
+    assert_eq!(
+        done.task.task.status,
+        TaskStatus::Completed,
+        "{:?}",
+        done.task.task.status_message
+    );
+    let result = serde_json::to_value(&done).unwrap();
+    assert_eq!(
+        result["result"]["structuredContent"]["nodes"]
+            .as_array()
+            .map(Vec::len),
+        Some(20)
+    );
+}
