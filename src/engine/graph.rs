@@ -14,7 +14,12 @@ use crate::store::relations;
 pub(crate) struct GraphState {
     pub(crate) graph: MemoryGraph,
     pub(crate) seq: i64,
+    /// When the graph last changed (the compact adjacency is rebuilt once it has been quiet).
+    pub(crate) changed_at: Instant,
 }
+
+/// How long the graph must be unchanged before its compact adjacency is rebuilt.
+const FREEZE_AFTER_QUIET: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Size and cost of the in-memory graph.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,7 +52,12 @@ impl Engine {
             for key in forgotten {
                 graph.remove_node(key);
             }
-            Ok(GraphState { graph, seq })
+            graph.freeze();
+            Ok(GraphState {
+                graph,
+                seq,
+                changed_at: Instant::now(),
+            })
         })?;
         let ms = started.elapsed().as_secs_f64() * 1e3;
         *self
@@ -92,8 +102,37 @@ impl Engine {
                 apply(c, &mut state.graph, change)?;
             }
             state.seq = target;
+            state.changed_at = Instant::now();
             Ok(())
         })
+    }
+
+    /// Rebuilds the compact adjacency of a graph that has been quiet for a while (background job).
+    pub(crate) fn freeze_graph_if_quiet(&self) -> Result<()> {
+        let quiet = {
+            let guard = self
+                .graph
+                .read()
+                .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
+            guard.as_ref().is_some_and(|s| {
+                !s.graph.is_frozen() && s.changed_at.elapsed() >= FREEZE_AFTER_QUIET
+            })
+        };
+        if quiet {
+            let mut guard = self
+                .graph
+                .write()
+                .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
+            if let Some(s) = guard.as_mut() {
+                let started = Instant::now();
+                s.graph.freeze();
+                tracing::debug!(
+                    ms = started.elapsed().as_secs_f64() * 1e3,
+                    "graph adjacency compacted"
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Runs `f` on the graph, synced with every write committed before the call.

@@ -21,6 +21,8 @@ enum Job {
     CommitText,
     /// Load the relation graph (at start) or apply new change-log entries to it.
     SyncGraph,
+    /// Rebuild the graph's compact adjacency once writes have stopped for a while.
+    FreezeGraph,
     /// Write recorded accesses (last accessed, access count) to the database.
     FlushAccess,
     /// Release the text index writer after a quiet spell.
@@ -68,6 +70,7 @@ impl Engine {
         match job {
             Job::CommitText => self.sync_text(),
             Job::SyncGraph => self.sync_graph(),
+            Job::FreezeGraph => self.freeze_graph_if_quiet(),
             Job::FlushAccess => {
                 self.flush_touched();
                 Ok(())
@@ -100,6 +103,7 @@ fn run(weak: Weak<Engine>) {
             jobs.push(Job::SyncGraph);
             last_index = Instant::now();
         }
+        jobs.push(Job::FreezeGraph);
         if engine
             .touched
             .lock()

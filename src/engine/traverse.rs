@@ -411,8 +411,8 @@ impl Engine {
             let via = match (r.parent, r.via) {
                 (Some(p), Some((e, forward))) => Some(Via {
                     from: id_of(p as usize),
-                    kind: graph.kind_name(e.kind).to_owned(),
-                    weight: f64::from(e.weight),
+                    kind: graph.kind_name(graph.edge(e).kind).to_owned(),
+                    weight: f64::from(graph.edge(e).weight),
                     forward,
                 }),
                 _ => None,
@@ -434,7 +434,7 @@ impl Engine {
                         .filter_map(|&j| {
                             outcome.reached[j]
                                 .via
-                                .map(|(e, _)| graph.kind_name(e.kind).to_owned())
+                                .map(|(e, _)| graph.kind_name(graph.edge(e).kind).to_owned())
                         })
                         .collect(),
                     strength: f64::from(r.score),

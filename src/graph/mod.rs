@@ -1,6 +1,7 @@
 //! The in-memory graph of live relations (petgraph), kept in step with the change log by the
 //! engine. Pure: no I/O, no `Result`; traversal reports progress to a visitor that can stop it.
 
+mod frozen;
 pub mod paths;
 pub mod traverse;
 
@@ -56,6 +57,8 @@ pub struct MemoryGraph {
     nodes: Vec<u32>,
     kinds: Vec<String>,
     kind_ids: HashMap<String, KindId>,
+    /// Compact adjacency for walks; `None` after any change until [`MemoryGraph::freeze`].
+    frozen: Option<frozen::Frozen>,
 }
 
 impl MemoryGraph {
@@ -66,6 +69,7 @@ impl MemoryGraph {
             nodes: Vec::with_capacity(nodes),
             kinds: Vec::new(),
             kind_ids: HashMap::new(),
+            frozen: None,
         }
     }
 
@@ -160,12 +164,14 @@ impl MemoryGraph {
         };
         let (a, b) = (self.node(src), self.node(dst));
         self.g.add_edge(a, b, data);
+        self.frozen = None;
     }
 
     fn insert_edge_unchecked(&mut self, row: &EdgeRow) {
         let data = self.data(row);
         let (a, b) = (self.node(row.src), self.node(row.dst));
         self.g.add_edge(a, b, data);
+        self.frozen = None;
     }
 
     fn find(&self, relation: i64, src: Key, dst: Key) -> Option<EdgeIndex<u32>> {
@@ -182,6 +188,7 @@ impl MemoryGraph {
             Some(e) => {
                 let data = self.data(row);
                 self.g[e] = data;
+                self.frozen = None;
             }
             None => self.insert_edge_unchecked(row),
         }
@@ -191,6 +198,7 @@ impl MemoryGraph {
     pub fn remove_edge(&mut self, relation: i64, src: Key, dst: Key) {
         if let Some(e) = self.find(relation, src, dst) {
             self.g.remove_edge(e);
+            self.frozen = None;
             self.drop_if_isolated(src);
             self.drop_if_isolated(dst);
         }
@@ -201,6 +209,7 @@ impl MemoryGraph {
             && self.g.neighbors_undirected(n).next().is_none()
         {
             self.g.remove_node(n);
+            self.frozen = None;
             self.nodes[key as usize] = NONE;
         }
     }
@@ -211,6 +220,7 @@ impl MemoryGraph {
             self.nodes[key as usize] = NONE;
             let neighbours: Vec<Key> = self.g.neighbors_undirected(n).map(|m| self.g[m]).collect();
             self.g.remove_node(n);
+            self.frozen = None;
             for k in neighbours {
                 self.drop_if_isolated(k);
             }
@@ -240,7 +250,38 @@ impl MemoryGraph {
         &self,
         n: NodeIndex<u32>,
         dir: Direction,
-    ) -> impl Iterator<Item = (NodeIndex<u32>, &EdgeData, bool)> + '_ {
+    ) -> Box<dyn Iterator<Item = (NodeIndex<u32>, &EdgeData, bool)> + '_> {
+        if let Some(f) = &self.frozen {
+            let (o, i) = f.of(n.index());
+            let out = if matches!(dir, Direction::Out | Direction::Both) {
+                o
+            } else {
+                &[]
+            };
+            let inc = if matches!(dir, Direction::In | Direction::Both) {
+                i
+            } else {
+                &[]
+            };
+            let g = &self.g;
+            return Box::new(
+                out.iter()
+                    .map(move |a| {
+                        (
+                            NodeIndex::new(a.nbr as usize),
+                            &g[frozen::edge_index(*a)],
+                            true,
+                        )
+                    })
+                    .chain(inc.iter().map(move |a| {
+                        (
+                            NodeIndex::new(a.nbr as usize),
+                            &g[frozen::edge_index(*a)],
+                            false,
+                        )
+                    })),
+            );
+        }
         let out = matches!(dir, Direction::Out | Direction::Both)
             .then(|| self.g.edges_directed(n, PetDirection::Outgoing))
             .into_iter()
@@ -251,7 +292,65 @@ impl MemoryGraph {
             .into_iter()
             .flatten()
             .map(|e| (e.source(), e.weight(), false));
-        out.chain(inc)
+        Box::new(out.chain(inc))
+    }
+
+    /// Calls `f(neighbour, edge, weight, forward)` for every edge of `n` in direction `dir`: the
+    /// hot loop of walks, reading the compact adjacency when there is one.
+    #[inline]
+    pub(crate) fn for_each_adjacent(
+        &self,
+        n: NodeIndex<u32>,
+        dir: Direction,
+        mut f: impl FnMut(NodeIndex<u32>, u32, f32, bool),
+    ) {
+        let (want_out, want_in) = (
+            matches!(dir, Direction::Out | Direction::Both),
+            matches!(dir, Direction::In | Direction::Both),
+        );
+        if let Some(fr) = &self.frozen {
+            let (out, inc) = fr.of(n.index());
+            if want_out {
+                for a in out {
+                    f(NodeIndex::new(a.nbr as usize), a.edge, a.weight, true);
+                }
+            }
+            if want_in {
+                for a in inc {
+                    f(NodeIndex::new(a.nbr as usize), a.edge, a.weight, false);
+                }
+            }
+            return;
+        }
+        if want_out {
+            for e in self.g.edges_directed(n, PetDirection::Outgoing) {
+                f(e.target(), e.id().index() as u32, e.weight().weight, true);
+            }
+        }
+        if want_in {
+            for e in self.g.edges_directed(n, PetDirection::Incoming) {
+                f(e.source(), e.id().index() as u32, e.weight().weight, false);
+            }
+        }
+    }
+
+    /// The data of an edge named by [`MemoryGraph::for_each_adjacent`] or a [`traverse::Reached`].
+    #[inline]
+    pub fn edge(&self, edge: u32) -> &EdgeData {
+        &self.g[petgraph::stable_graph::EdgeIndex::new(edge as usize)]
+    }
+
+    /// Builds the compact adjacency walks use (until the next change). Worth it on large graphs
+    /// that are read more than written; cheap to skip.
+    pub fn freeze(&mut self) {
+        if self.frozen.is_none() {
+            self.frozen = Some(frozen::Frozen::build(&self.g, self.node_bound()));
+        }
+    }
+
+    /// True while the compact adjacency is current.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.is_some()
     }
 
     /// Approximate heap bytes held per relation (edge and node storage plus the key index),
@@ -264,7 +363,8 @@ impl MemoryGraph {
         let edges = self.edge_count().max(1) as f64;
         let total = edge as f64 * self.edge_count() as f64
             + node as f64 * self.node_count() as f64
-            + 4.0 * self.nodes.capacity() as f64;
+            + 4.0 * self.nodes.capacity() as f64
+            + self.frozen.as_ref().map_or(0, |f| f.bytes()) as f64;
         total / edges
     }
 }

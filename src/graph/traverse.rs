@@ -8,7 +8,7 @@ use std::ops::ControlFlow;
 
 use petgraph::stable_graph::NodeIndex;
 
-use crate::graph::{Direction, EdgeData, Key, KindId, MemoryGraph};
+use crate::graph::{Direction, Key, KindId, MemoryGraph};
 
 /// Nodes expanded between two calls of the visitor.
 pub const CHECK_EVERY: u64 = 2_048;
@@ -38,10 +38,17 @@ pub struct Spec {
 }
 
 impl Spec {
-    fn follows(&self, e: &EdgeData) -> bool {
-        e.weight >= self.min_weight
-            && e.valid_at(self.valid_at)
-            && self.kinds.as_ref().is_none_or(|k| k.contains(&e.kind))
+    /// True when the walk may take the edge; reads the edge data only when a filter needs it.
+    #[inline]
+    fn follows(&self, graph: &MemoryGraph, edge: u32, weight: f32) -> bool {
+        if weight < self.min_weight {
+            return false;
+        }
+        if self.kinds.is_none() && self.valid_at.is_none() {
+            return true;
+        }
+        let e = graph.edge(edge);
+        e.valid_at(self.valid_at) && self.kinds.as_ref().is_none_or(|k| k.contains(&e.kind))
     }
 }
 
@@ -79,8 +86,9 @@ pub struct Reached {
     pub score: f32,
     /// Index in `Outcome::reached` of the node it was reached from.
     pub parent: Option<u32>,
-    /// The relation it was reached through, and whether it was followed forwards.
-    pub via: Option<(EdgeData, bool)>,
+    /// The relation it was reached through (see [`MemoryGraph::edge`]), and whether it was
+    /// followed forwards.
+    pub via: Option<(u32, bool)>,
 }
 
 /// Result of a walk.
@@ -166,6 +174,11 @@ pub fn traverse(
         Order::Breadth => breadth(graph, spec, visitor, &mut out, &mut slot, &mut nodes),
         Order::BestFirst => best_first(graph, spec, visitor, &mut out, &mut slot, &mut nodes),
     }
+    for (r, n) in out.reached.iter_mut().zip(&nodes) {
+        if let Some(n) = n {
+            r.key = graph.key_of(*n);
+        }
+    }
     out.progress.reached = out.reached.len() as u64;
     out
 }
@@ -178,6 +191,13 @@ fn breadth(
     slot: &mut [u32],
     nodes: &mut Vec<Option<NodeIndex<u32>>>,
 ) {
+    // A bitset of reached nodes: small enough to stay in cache where `slot` would not.
+    let mut seen = vec![0u64; slot.len().div_ceil(64)];
+    for (i, s) in slot.iter().enumerate() {
+        if *s != 0 {
+            seen[i >> 6] |= 1u64 << (i & 63);
+        }
+    }
     let mut queue: VecDeque<u32> = (0..out.reached.len() as u32).collect();
     while let Some(idx) = queue.pop_front() {
         let r = out.reached[idx as usize];
@@ -197,26 +217,32 @@ fn breadth(
         let Some(n) = nodes[idx as usize] else {
             continue;
         };
-        for (m, e, forward) in graph.edges(n, spec.direction) {
-            if !spec.follows(e) || slot[m.index()] != 0 {
-                continue;
-            }
-            if out.reached.len() >= spec.max_nodes {
-                out.truncated = true;
-                out.progress.frontier = queue.len() as u64;
+        let mut full = false;
+        graph.for_each_adjacent(n, spec.direction, |m, edge, weight, forward| {
+            let (word, bit) = (m.index() >> 6, 1u64 << (m.index() & 63));
+            if full || seen[word] & bit != 0 || !spec.follows(graph, edge, weight) {
                 return;
             }
+            if out.reached.len() >= spec.max_nodes {
+                full = true;
+                return;
+            }
+            seen[word] |= bit;
             let next = out.reached.len() as u32;
-            slot[m.index()] = next + 1;
             out.reached.push(Reached {
-                key: graph.key_of(m),
+                key: 0, // filled in after the walk, off the hot loop
                 depth: r.depth + 1,
-                score: r.score * e.weight,
+                score: r.score * weight,
                 parent: Some(idx),
-                via: Some((*e, forward)),
+                via: Some((edge, forward)),
             });
             nodes.push(Some(m));
             queue.push_back(next);
+        });
+        if full {
+            out.truncated = true;
+            out.progress.frontier = queue.len() as u64;
+            return;
         }
     }
     out.progress.frontier = 0;
@@ -255,11 +281,11 @@ fn best_first(
             continue;
         }
         let Some(n) = nodes[i] else { continue };
-        for (m, e, forward) in graph.edges(n, spec.direction) {
-            if !spec.follows(e) {
-                continue;
+        graph.for_each_adjacent(n, spec.direction, |m, edge, weight, forward| {
+            if !spec.follows(graph, edge, weight) {
+                return;
             }
-            let s = r.score * e.weight;
+            let s = r.score * weight;
             let seen = slot[m.index()];
             if seen != 0 {
                 let j = (seen - 1) as usize;
@@ -267,17 +293,17 @@ fn best_first(
                     out.reached[j].score = s;
                     out.reached[j].depth = r.depth + 1;
                     out.reached[j].parent = Some(idx);
-                    out.reached[j].via = Some((*e, forward));
+                    out.reached[j].via = Some((edge, forward));
                     heap.push(Candidate {
                         score: s,
                         idx: j as u32,
                     });
                 }
-                continue;
+                return;
             }
             if out.reached.len() >= spec.max_nodes {
                 out.truncated = true;
-                continue;
+                return;
             }
             let next = out.reached.len() as u32;
             slot[m.index()] = next + 1;
@@ -286,7 +312,7 @@ fn best_first(
                 depth: r.depth + 1,
                 score: s,
                 parent: Some(idx),
-                via: Some((*e, forward)),
+                via: Some((edge, forward)),
             });
             nodes.push(Some(m));
             done.push(false);
@@ -294,7 +320,7 @@ fn best_first(
                 score: s,
                 idx: next,
             });
-        }
+        });
     }
     out.progress.frontier = 0;
 }
