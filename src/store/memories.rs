@@ -151,13 +151,25 @@ pub fn by_name(
     name: &str,
     include_forgotten: bool,
 ) -> Result<Option<Memory>> {
-    let sql = format!(
-        "SELECT {COLS} FROM memories WHERE namespace = ?1 AND name = ?2 \
-         AND (deleted_at IS NULL OR ?3) ORDER BY deleted_at IS NOT NULL, deleted_at DESC LIMIT 1"
+    // Two plain statements, so each can use its index (a `deleted_at IS NULL OR ?` condition
+    // would defeat the partial index and scan the table).
+    let live = format!(
+        "SELECT {COLS} FROM memories WHERE namespace = ?1 AND name = ?2 AND deleted_at IS NULL LIMIT 1"
+    );
+    let found = conn
+        .prepare_cached(&live)?
+        .query_row(params![namespace, name], from_row)
+        .optional()?;
+    if found.is_some() || !include_forgotten {
+        return Ok(found);
+    }
+    let forgotten = format!(
+        "SELECT {COLS} FROM memories WHERE namespace = ?1 AND name = ?2 AND deleted_at IS NOT NULL \
+         ORDER BY deleted_at DESC LIMIT 1"
     );
     Ok(conn
-        .prepare_cached(&sql)?
-        .query_row(params![namespace, name, include_forgotten], from_row)
+        .prepare_cached(&forgotten)?
+        .query_row(params![namespace, name], from_row)
         .optional()?)
 }
 

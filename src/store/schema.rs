@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::error::{Error, Result};
 
 /// Version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 /// Oldest version this build can migrate from (0 is an empty file).
 pub const OLDEST_SUPPORTED_SCHEMA: i64 = 0;
 
@@ -100,6 +100,11 @@ ALTER TABLE tasks ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX tasks_status ON tasks(status, heartbeat_at);
 "#;
 
+/// Version 3: looking up forgotten memories by name without a scan.
+const V3: &str = r#"
+CREATE INDEX memories_named ON memories(namespace, name) WHERE name IS NOT NULL;
+"#;
+
 /// Brings the database up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -117,7 +122,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
             reason: format!("version {version} is too old to migrate"),
         });
     }
-    let steps: [&str; 2] = [V1, V2];
+    let steps: [&str; 3] = [V1, V2, V3];
     for (i, sql) in steps.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         // Another process may have migrated while we waited for the lock.
