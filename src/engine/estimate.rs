@@ -5,7 +5,7 @@ use std::ops::ControlFlow;
 
 use crate::engine::Engine;
 use crate::engine::traverse::{PathRequest, Shape, TraverseRequest};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::graph::traverse::{Order, Progress, Spec, traverse};
 use crate::graph::{Direction, MemoryGraph};
 use crate::model::{MemoryKey, MemoryRef};
@@ -99,15 +99,8 @@ impl Engine {
         req: &TraverseRequest,
         seeds: &[MemoryKey],
     ) -> Result<Estimate> {
-        self.sync_graph()?;
-        let guard = self
-            .graph
-            .read()
-            .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
-        let graph = &guard
-            .as_ref()
-            .ok_or_else(|| Error::Internal("graph not loaded".into()))?
-            .graph;
+        let view = self.synced_graph()?;
+        let graph: &MemoryGraph = &view;
         let keys: Vec<i64> = seeds.iter().map(|k| k.0).collect();
         let kinds = (!req.kinds.is_empty()).then(|| {
             req.kinds
@@ -145,15 +138,8 @@ impl Engine {
             .store
             .read(|c| crate::engine::write::lookup(c, from, false))?
             .map(|m| m.key.0);
-        self.sync_graph()?;
-        let guard = self
-            .graph
-            .read()
-            .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
-        let graph = &guard
-            .as_ref()
-            .ok_or_else(|| Error::Internal("graph not loaded".into()))?
-            .graph;
+        let view = self.synced_graph()?;
+        let graph: &MemoryGraph = &view;
         let Some(key) = key else {
             return Ok(Estimate {
                 ms: 0.0,

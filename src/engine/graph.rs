@@ -21,6 +21,21 @@ pub(crate) struct GraphState {
 /// How long the graph must be unchanged before its compact adjacency is rebuilt.
 const FREEZE_AFTER_QUIET: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Read access to a loaded graph (holds the read lock).
+pub(crate) struct GraphView<'a>(std::sync::RwLockReadGuard<'a, Option<GraphState>>);
+
+impl std::ops::Deref for GraphView<'_> {
+    type Target = MemoryGraph;
+
+    fn deref(&self) -> &MemoryGraph {
+        &self
+            .0
+            .as_ref()
+            .expect("a view is only made of a loaded graph")
+            .graph
+    }
+}
+
 /// Size and cost of the in-memory graph.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GraphStats {
@@ -135,17 +150,23 @@ impl Engine {
         Ok(())
     }
 
-    /// Runs `f` on the graph, synced with every write committed before the call.
-    pub fn with_graph<T>(&self, f: impl FnOnce(&MemoryGraph) -> T) -> Result<T> {
+    /// A read view of the graph, synced with every write committed before the call.
+    pub(crate) fn synced_graph(&self) -> Result<GraphView<'_>> {
         self.sync_graph()?;
         let guard = self
             .graph
             .read()
             .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
-        let state = guard
-            .as_ref()
-            .ok_or_else(|| Error::Internal("graph not loaded".into()))?;
-        Ok(f(&state.graph))
+        if guard.is_none() {
+            return Err(Error::Internal("graph not loaded".into()));
+        }
+        Ok(GraphView(guard))
+    }
+
+    /// Runs `f` on the graph, synced with every write committed before the call.
+    pub fn with_graph<T>(&self, f: impl FnOnce(&MemoryGraph) -> T) -> Result<T> {
+        let view = self.synced_graph()?;
+        Ok(f(&view))
     }
 
     /// Nodes, relations and memory of the in-memory graph.

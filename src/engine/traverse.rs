@@ -281,15 +281,8 @@ impl Engine {
     /// Walks the graph from the seeds. Stops with [`Error::Cancelled`] when `ctl` says so.
     pub fn traverse(&self, req: &TraverseRequest, ctl: &dyn Control) -> Result<TraverseResult> {
         let seeds = self.check_traverse(req)?;
-        self.sync_graph()?;
-        let guard = self
-            .graph
-            .read()
-            .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
-        let graph = &guard
-            .as_ref()
-            .ok_or_else(|| Error::Internal("graph not loaded".into()))?
-            .graph;
+        let view = self.synced_graph()?;
+        let graph: &MemoryGraph = &view;
         let spec = Spec {
             depth: req.depth,
             direction: req.direction,
@@ -486,15 +479,8 @@ impl Engine {
                 .ok_or_else(|| Error::not_found("memory", format!("{to:?}"), "check `to`"))?;
             Ok((a, b))
         })?;
-        self.sync_graph()?;
-        let guard = self
-            .graph
-            .read()
-            .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
-        let graph = &guard
-            .as_ref()
-            .ok_or_else(|| Error::Internal("graph not loaded".into()))?
-            .graph;
+        let view = self.synced_graph()?;
+        let graph: &MemoryGraph = &view;
         let pspec = PathSpec {
             direction: spec.direction,
             kinds: kind_filter(graph, &spec.kinds),

@@ -225,18 +225,10 @@ impl TextIndex {
     where
         F: FnOnce(i64) -> Result<(Vec<TextOp>, i64)>,
     {
-        let mut guard = self
-            .writer
-            .lock()
-            .map_err(|_| Error::Internal("text writer lock poisoned".into()))?;
-        if guard.is_none() {
-            match self.index.writer_with_num_threads(1, self.writer_bytes) {
-                Ok(w) => *guard = Some(w),
-                Err(tantivy::TantivyError::LockFailure(..)) => return Ok(None),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let writer = guard.as_mut().expect("writer was just set");
+        let Some(mut guard) = self.writer_guard()? else {
+            return Ok(None);
+        };
+        let writer = guard.as_mut().expect("writer_guard holds a writer");
         let base = committed_seq(&self.index)?;
         let (ops, up_to) = f(base)?;
         if ops.is_empty() && up_to <= base {
@@ -294,8 +286,9 @@ impl TextIndex {
         Ok(Some(seq))
     }
 
-    /// Removes every document (the first step of a rebuild); needs the writer.
-    pub fn clear(&self) -> Result<bool> {
+    /// The writer, taken when this process does not hold it yet; `None` while another process
+    /// holds tantivy's writer lock.
+    fn writer_guard(&self) -> Result<Option<std::sync::MutexGuard<'_, Option<IndexWriter>>>> {
         let mut guard = self
             .writer
             .lock()
@@ -303,11 +296,19 @@ impl TextIndex {
         if guard.is_none() {
             match self.index.writer_with_num_threads(1, self.writer_bytes) {
                 Ok(w) => *guard = Some(w),
-                Err(tantivy::TantivyError::LockFailure(..)) => return Ok(false),
+                Err(tantivy::TantivyError::LockFailure(..)) => return Ok(None),
                 Err(e) => return Err(e.into()),
             }
         }
-        let writer = guard.as_mut().expect("writer was just set");
+        Ok(Some(guard))
+    }
+
+    /// Removes every document (the first step of a rebuild); needs the writer.
+    pub fn clear(&self) -> Result<bool> {
+        let Some(mut guard) = self.writer_guard()? else {
+            return Ok(false);
+        };
+        let writer = guard.as_mut().expect("writer_guard holds a writer");
         writer.delete_all_documents()?;
         let mut prepared = writer.prepare_commit()?;
         prepared.set_payload(&serde_json::to_string(&Payload {

@@ -245,24 +245,7 @@ pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Va
             .get("max_nodes")
             .and_then(Value::as_u64)
             .map_or(DEFAULT_MAX_NODES, |n| n as usize);
-        let req = TraverseRequest {
-            seeds: page
-                .hits
-                .iter()
-                .map(|h| MemoryRef::Id(h.memory.id.clone()))
-                .collect(),
-            query: None,
-            namespaces: NamespaceScope::All,
-            depth: expand,
-            direction: Direction::Both,
-            kinds: vec![],
-            min_weight: 0.0,
-            valid_at: None,
-            max_nodes,
-            shape: Shape::Nodes,
-            focus: None,
-            limit: q.limit * 2 + page.hits.len(),
-        };
+        let req = expansion(&page.hits, expand, max_nodes, q.limit * 2 + page.hits.len());
         let r = engine.traverse(&req, ctl)?;
         truncated = Some(r.truncated);
         related = Some(
@@ -295,6 +278,32 @@ pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Va
         related,
         truncated,
     })?)
+}
+
+/// The walk that adds related memories `depth` hops around recall hits.
+fn expansion(
+    hits: &[crate::model::Hit],
+    depth: u8,
+    max_nodes: usize,
+    limit: usize,
+) -> TraverseRequest {
+    TraverseRequest {
+        seeds: hits
+            .iter()
+            .map(|h| MemoryRef::Id(h.memory.id.clone()))
+            .collect(),
+        query: None,
+        namespaces: NamespaceScope::All,
+        depth,
+        direction: Direction::Both,
+        kinds: vec![],
+        min_weight: 0.0,
+        valid_at: None,
+        max_nodes,
+        shape: Shape::Nodes,
+        focus: None,
+        limit,
+    }
 }
 
 /// Runs the long tools for the task runner.
@@ -348,27 +357,11 @@ pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
             let p: dto::RecallParams = parse("recall", args)?;
             let q = convert::recall_query(&p)?;
             let hits = engine.recall(&q)?;
-            let req = TraverseRequest {
-                seeds: hits
-                    .hits
-                    .iter()
-                    .map(|h| MemoryRef::Id(h.memory.id.clone()))
-                    .collect(),
-                query: None,
-                namespaces: NamespaceScope::All,
-                depth: p
-                    .expand
-                    .unwrap_or(0)
-                    .clamp(1, crate::engine::traverse::MAX_DEPTH),
-                direction: Direction::Both,
-                kinds: vec![],
-                min_weight: 0.0,
-                valid_at: None,
-                max_nodes: DEFAULT_MAX_NODES,
-                shape: Shape::Nodes,
-                focus: None,
-                limit: q.limit,
-            };
+            let depth = p
+                .expand
+                .unwrap_or(0)
+                .clamp(1, crate::engine::traverse::MAX_DEPTH);
+            let req = expansion(&hits.hits, depth, DEFAULT_MAX_NODES, q.limit);
             if req.seeds.is_empty() {
                 return Ok(0.0);
             }
