@@ -182,6 +182,18 @@ fn direction_progress(p: &Progress) -> WorkProgress {
     }
 }
 
+/// A graph visitor that reports to `ctl` and stops when it is cancelled.
+fn watch(ctl: &dyn Control) -> impl FnMut(&Progress) -> ControlFlow<()> + '_ {
+    move |p: &Progress| {
+        ctl.report(&direction_progress(p));
+        if ctl.is_cancelled() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+}
+
 fn cancelled() -> Error {
     Error::Cancelled
 }
@@ -296,14 +308,7 @@ impl Engine {
                 Order::Breadth
             },
         };
-        let mut visitor = |p: &Progress| {
-            ctl.report(&direction_progress(p));
-            if ctl.is_cancelled() {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        };
+        let mut visitor = watch(ctl);
         let seed_keys: Vec<i64> = seeds.iter().map(|k| k.0).collect();
         let outcome = traverse(graph, &seed_keys, &spec, &mut visitor);
         if outcome.cancelled {
@@ -488,14 +493,7 @@ impl Engine {
             valid_at: spec.valid_at,
             max_hops: spec.max_hops,
         };
-        let mut visitor = |p: &Progress| {
-            ctl.report(&direction_progress(p));
-            if ctl.is_cancelled() {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        };
+        let mut visitor = watch(ctl);
         let out = find_paths(graph, a.key.0, b.key.0, k, &pspec, &mut visitor);
         if out.cancelled {
             return Err(cancelled());

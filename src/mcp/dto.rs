@@ -239,6 +239,32 @@ pub struct ItemOut {
     pub error: Option<String>,
 }
 
+impl ItemOut {
+    /// An item that was stored under `id`.
+    pub fn stored(index: usize, id: String) -> ItemOut {
+        ItemOut {
+            index,
+            id: Some(id),
+            duplicate: None,
+            created: None,
+            links: None,
+            error: None,
+        }
+    }
+
+    /// An item that failed with `error`.
+    pub fn failed(index: usize, error: Option<String>) -> ItemOut {
+        ItemOut {
+            index,
+            id: None,
+            duplicate: None,
+            created: None,
+            links: None,
+            error,
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct BatchOut {
     pub results: Vec<ItemOut>,

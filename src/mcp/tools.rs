@@ -228,21 +228,11 @@ async fn dispatch(
                                 .enumerate()
                                 .map(|(index, r)| match r {
                                     Ok(m) => dto::ItemOut {
-                                        index,
-                                        id: Some(m.id),
                                         duplicate: Some(m.duplicate),
-                                        created: None,
                                         links: (m.n_links > 0).then_some(m.n_links),
-                                        error: None,
+                                        ..dto::ItemOut::stored(index, m.id)
                                     },
-                                    Err(e) => dto::ItemOut {
-                                        index,
-                                        id: None,
-                                        duplicate: None,
-                                        created: None,
-                                        links: None,
-                                        error: item_error(e),
-                                    },
+                                    Err(e) => dto::ItemOut::failed(index, item_error(e)),
                                 })
                                 .collect(),
                         )
@@ -259,21 +249,10 @@ async fn dispatch(
                             .enumerate()
                             .map(|(index, r)| match r {
                                 Ok((rel, created)) => dto::ItemOut {
-                                    index,
-                                    id: Some(rel.id),
-                                    duplicate: None,
                                     created: Some(created),
-                                    links: None,
-                                    error: None,
+                                    ..dto::ItemOut::stored(index, rel.id)
                                 },
-                                Err(e) => dto::ItemOut {
-                                    index,
-                                    id: None,
-                                    duplicate: None,
-                                    created: None,
-                                    links: None,
-                                    error: item_error(e),
-                                },
+                                Err(e) => dto::ItemOut::failed(index, item_error(e)),
                             })
                             .collect(),
                     )
