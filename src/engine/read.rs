@@ -103,7 +103,15 @@ impl Engine {
         self.sync_text()?;
         let mut page_q = q.clone();
         page_q.limit = q.limit + 1;
-        let mut found = self.text.search(&page_q)?;
+        let mut found = match self.text.search(&page_q) {
+            Ok(found) => found,
+            // The index is derived state: when it cannot be read, it is rebuilt, never fatal.
+            Err(e) => {
+                tracing::warn!(error = %e, "text index unreadable; rebuilding it from the database");
+                self.reindex_text()?;
+                self.text.search(&page_q)?
+            }
+        };
         let more = found.len() > q.limit;
         found.truncate(q.limit);
         let keys: Vec<_> = found.iter().map(|(k, _)| *k).collect();
