@@ -334,6 +334,14 @@ impl MemoryGraph {
         }
     }
 
+    /// Hints that node `n` will be expanded soon (see [`frozen::Frozen::prefetch`]).
+    #[inline]
+    pub(crate) fn prefetch(&self, n: NodeIndex<u32>, near: bool) {
+        if let Some(f) = &self.frozen {
+            f.prefetch(n.index(), near);
+        }
+    }
+
     /// The data of an edge named by [`MemoryGraph::for_each_adjacent`] or a [`traverse::Reached`].
     #[inline]
     pub fn edge(&self, edge: u32) -> &EdgeData {
