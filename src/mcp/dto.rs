@@ -26,6 +26,7 @@ pub struct MemoryInput {
     pub kind: Option<String>,
     /// Unique name in the namespace, for entity-style memories.
     pub name: Option<String>,
+    /// Labels to filter by.
     pub tags: Option<Vec<String>>,
     /// 0–1, default 0.5.
     pub importance: Option<f64>,
@@ -37,6 +38,7 @@ pub struct MemoryInput {
     pub valid_from: Option<String>,
     /// RFC 3339 time or date.
     pub valid_until: Option<String>,
+    /// Relations from this memory to existing ones.
     pub links: Option<Vec<LinkInput>>,
 }
 
@@ -55,9 +57,11 @@ pub struct RelationInput {
     pub from: String,
     /// Target id or name.
     pub to: String,
+    /// Relation kind, e.g. about, part_of.
     pub kind: String,
     /// 0–1, default 1.
     pub weight: Option<f64>,
+    /// Any JSON object.
     pub metadata: Option<serde_json::Value>,
     /// Where names resolve. Default "default".
     pub namespace: Option<String>,
@@ -66,6 +70,7 @@ pub struct RelationInput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RelateParams {
+    /// One or many relations.
     pub relations: Vec<RelationInput>,
 }
 
@@ -74,9 +79,11 @@ pub struct RelateParams {
 pub struct RecallParams {
     /// Words or a question; no syntax.
     pub query: String,
+    /// Only this namespace.
     pub namespace: Option<String>,
     /// Several namespaces; default all.
     pub namespaces: Option<Vec<String>>,
+    /// Only these kinds.
     pub kinds: Option<Vec<String>>,
     /// Hits carry all of these.
     pub tags: Option<Vec<String>>,
@@ -84,6 +91,7 @@ pub struct RecallParams {
     pub since: Option<String>,
     /// Created at or before (RFC 3339).
     pub until: Option<String>,
+    /// 0–1.
     pub min_importance: Option<f64>,
     /// 1–100, default 10.
     pub limit: Option<u32>,
@@ -98,7 +106,9 @@ pub struct RecallParams {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetParams {
+    /// Memory ids.
     pub ids: Option<Vec<String>>,
+    /// Memory names.
     pub names: Option<Vec<String>>,
     /// Where names resolve. Default "default".
     pub namespace: Option<String>,
@@ -111,16 +121,23 @@ pub struct GetParams {
 pub struct UpdateParams {
     /// The memory's id (or give name).
     pub id: Option<String>,
+    /// The memory's name (instead of id).
     pub name: Option<String>,
+    /// Where the name resolves.
     pub namespace: Option<String>,
+    /// New text.
     pub content: Option<String>,
+    /// New kind.
     pub kind: Option<String>,
     /// Replaces the tags.
     pub tags: Option<Vec<String>>,
+    /// 0–1.
     pub importance: Option<f64>,
     /// Replaces the metadata.
     pub metadata: Option<serde_json::Value>,
+    /// RFC 3339.
     pub valid_from: Option<String>,
+    /// RFC 3339.
     pub valid_until: Option<String>,
 }
 
@@ -128,9 +145,13 @@ pub struct UpdateParams {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RelationRefInput {
+    /// Relation id.
     pub id: Option<String>,
+    /// Source id or name.
     pub from: Option<String>,
+    /// Target id or name.
     pub to: Option<String>,
+    /// Relation kind.
     pub kind: Option<String>,
 }
 
@@ -143,6 +164,7 @@ pub struct ForgetParams {
     pub names: Option<Vec<String>>,
     /// Where names resolve. Default "default".
     pub namespace: Option<String>,
+    /// Relations by id or by from, to, kind.
     pub relations: Option<Vec<RelationRefInput>>,
 }
 
@@ -339,6 +361,7 @@ pub struct TraverseParams {
     pub names: Option<Vec<String>>,
     /// Seeds = top recall hits of this query (when no ids/names).
     pub query: Option<String>,
+    /// Where names and the query resolve.
     pub namespace: Option<String>,
     /// Hops, 1–8 (default 2).
     pub depth: Option<u8>,
@@ -346,6 +369,7 @@ pub struct TraverseParams {
     pub direction: Option<DirectionInput>,
     /// Relation kinds to follow (default all).
     pub kinds: Option<Vec<String>>,
+    /// Skip weaker relations (0–1).
     pub min_weight: Option<f64>,
     /// Only relations valid at this time (RFC 3339).
     pub valid_at: Option<String>,
@@ -367,12 +391,17 @@ pub struct FindPathsParams {
     pub from: String,
     /// End id or name.
     pub to: String,
+    /// Where names resolve.
     pub namespace: Option<String>,
     /// Alternatives besides the strongest path, 0–10 (default 3).
     pub k: Option<u32>,
+    /// Default both.
     pub direction: Option<DirectionInput>,
+    /// Relation kinds to follow.
     pub kinds: Option<Vec<String>>,
+    /// Skip weaker relations.
     pub min_weight: Option<f64>,
+    /// RFC 3339.
     pub valid_at: Option<String>,
     /// 1–8 (default 6).
     pub max_hops: Option<u8>,

@@ -51,6 +51,7 @@ fn compact(v: &mut serde_json::Value) {
             o.remove("title");
             o.remove("format");
             o.remove("minimum");
+            o.remove("maximum");
             o.remove("additionalProperties");
             if let Some(Value::Array(types)) = o.get("type") {
                 let non_null: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
