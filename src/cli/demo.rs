@@ -110,16 +110,12 @@ pub(super) async fn run_tasks() -> anyhow::Result<()> {
         .call_tool_once(CallToolRequestParams::new("traverse").with_arguments(args(shallow)))
         .await?;
     if let rmcp::model::CallToolResponse::Complete(r) = answer {
-        let reason = r
-            .meta
-            .as_ref()
-            .and_then(|m| m.0.get("mnemograph/decision"))
-            .map(|d| d["reason"].clone());
+        let reason = decision_reason(r.meta.as_ref());
         writeln!(
             out,
             "\ntraverse depth 1: answered inline in {:.1} ms ({})",
             asked.elapsed().as_secs_f64() * 1e3,
-            reason.unwrap_or_default()
+            reason
         )?;
     }
 
@@ -136,17 +132,13 @@ pub(super) async fn run_tasks() -> anyhow::Result<()> {
         rmcp::model::CallToolResponse::Task(t) => t,
         other => anyhow::bail!("expected a task handle, got {other:?}"),
     };
-    let reason = task
-        .meta
-        .as_ref()
-        .and_then(|m| m.0.get("mnemograph/decision"))
-        .map(|d| d["reason"].clone());
+    let reason = decision_reason(task.meta.as_ref());
     writeln!(
         out,
         "task {}… handed back in {:.1} ms ({})",
         &task.task.task_id[..8],
         asked.elapsed().as_secs_f64() * 1e3,
-        reason.unwrap_or_default()
+        reason
     )?;
     let done = loop {
         let t = client
@@ -183,6 +175,13 @@ pub(super) async fn run_tasks() -> anyhow::Result<()> {
     }
     client.cancel().await.ok();
     Ok(())
+}
+
+/// Why the server answered as it did (the `_meta` the server puts on results and task handles).
+fn decision_reason(meta: Option<&rmcp::model::MetaObject>) -> Value {
+    meta.and_then(|m| m.0.get("mnemograph/decision"))
+        .map(|d| d["reason"].clone())
+        .unwrap_or_default()
 }
 
 /// A hub memory and a ring of memories, each linked to its neighbours and a few random others.

@@ -187,6 +187,18 @@ pub fn traverse(
     out
 }
 
+/// Every [`CHECK_EVERY`] expanded nodes, shows the visitor the counters; true when it stopped
+/// the walk (which is then marked cancelled).
+fn checkpoint(out: &mut Outcome, frontier: usize, visitor: &mut dyn Visitor) -> bool {
+    if !out.progress.visited.is_multiple_of(CHECK_EVERY) {
+        return false;
+    }
+    out.progress.frontier = frontier as u64;
+    out.progress.reached = out.reached.len() as u64;
+    out.cancelled = visitor.progress(&out.progress).is_break();
+    out.cancelled
+}
+
 fn breadth(
     graph: &MemoryGraph,
     spec: &Spec,
@@ -218,13 +230,8 @@ fn breadth(
         let r = out.reached[idx as usize];
         out.progress.visited += 1;
         out.progress.depth = r.depth;
-        if out.progress.visited.is_multiple_of(CHECK_EVERY) {
-            out.progress.frontier = queue.len() as u64;
-            out.progress.reached = out.reached.len() as u64;
-            if visitor.progress(&out.progress).is_break() {
-                out.cancelled = true;
-                return;
-            }
+        if checkpoint(out, queue.len(), visitor) {
+            return;
         }
         if r.depth >= spec.depth {
             continue;
@@ -284,13 +291,8 @@ fn best_first(
         let r = out.reached[i];
         out.progress.visited += 1;
         out.progress.depth = out.progress.depth.max(r.depth);
-        if out.progress.visited.is_multiple_of(CHECK_EVERY) {
-            out.progress.frontier = heap.len() as u64;
-            out.progress.reached = out.reached.len() as u64;
-            if visitor.progress(&out.progress).is_break() {
-                out.cancelled = true;
-                return;
-            }
+        if checkpoint(out, heap.len(), visitor) {
+            return;
         }
         if r.depth >= spec.depth {
             continue;
