@@ -29,6 +29,10 @@ pub enum Error {
     Io(#[from] std::io::Error),
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
+    /// An embedding provider failed or answered something unusable (wrong dimension, bad reply,
+    /// missing model file). Recall falls back to text search when this happens.
+    #[error("embedder {provider}: {reason}")]
+    Embed { provider: String, reason: String },
     /// Stored state that cannot be read back.
     #[error("corrupted {what}: {reason}")]
     Corrupted { what: String, reason: String },

@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod embed;
 pub mod engine;
 pub mod error;
 pub mod graph;

@@ -1,0 +1,55 @@
+//! Turning text into vectors: the `Embedder` trait and its providers — the built-in static model
+//! (the default, offline), an OpenAI-compatible HTTP endpoint, the MiniLM transformer (feature
+//! `minilm`) and a deterministic hashing embedder for tests.
+
+pub mod hashing;
+pub mod wordpiece;
+
+use crate::error::{Error, Result};
+
+/// A text embedding provider. Vectors are unit length (cosine = dot product), `dim()` long, and
+/// the same text always gives the same vector for one `model_id()`.
+pub trait Embedder: Send + Sync {
+    /// Stable identifier of the model; stored with every vector so a switch is noticed.
+    fn model_id(&self) -> &str;
+    /// Length of every vector this embedder returns.
+    fn dim(&self) -> usize;
+    /// One unit vector per text, in order. Fails as a whole (callers fall back to text search).
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>>;
+}
+
+/// Scales `v` to unit length in place; a zero vector stays zero.
+pub fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        for x in v {
+            *x /= norm;
+        }
+    }
+}
+
+/// Checks what a provider returned: one vector per text, each `dim` long and finite.
+pub fn check_output(provider: &str, dim: usize, n_texts: usize, out: &[Vec<f32>]) -> Result<()> {
+    let fail = |reason: String| Error::Embed {
+        provider: provider.to_owned(),
+        reason,
+    };
+    if out.len() != n_texts {
+        return Err(fail(format!(
+            "returned {} vectors for {n_texts} texts",
+            out.len()
+        )));
+    }
+    for (i, v) in out.iter().enumerate() {
+        if v.len() != dim {
+            return Err(fail(format!(
+                "vector {i} has {} dimensions, expected {dim}",
+                v.len()
+            )));
+        }
+        if v.iter().any(|x| !x.is_finite()) {
+            return Err(fail(format!("vector {i} has a non-finite value")));
+        }
+    }
+    Ok(())
+}
