@@ -38,6 +38,29 @@ impl Default for Limits {
     }
 }
 
+/// Which embedding provider recall uses for its vector signal.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum EmbedderSpec {
+    /// The static model compiled into the binary (offline, microseconds a text).
+    #[default]
+    Builtin,
+    /// No vectors: recall is text-only.
+    None,
+    /// A static model folder in model2vec's layout.
+    StaticDir(PathBuf),
+    /// The MiniLM transformer from a sentence-transformers folder (build feature `minilm`).
+    MiniLm(PathBuf),
+    /// An OpenAI-compatible `/v1/embeddings` endpoint.
+    Http {
+        base_url: String,
+        model: String,
+        api_key: Option<String>,
+        timeout_ms: u64,
+    },
+    /// Deterministic word hashing, for tests.
+    Hashing(usize),
+}
+
 /// Everything the engine needs to open a memory file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -50,6 +73,8 @@ pub struct Config {
     /// How long a write waits for another process's lock before failing, in milliseconds.
     pub busy_timeout_ms: u64,
     pub limits: Limits,
+    /// The embedding provider of the vector index.
+    pub embedder: EmbedderSpec,
 }
 
 impl Config {
@@ -64,7 +89,13 @@ impl Config {
             text_writer_bytes: 64 * 1024 * 1024,
             busy_timeout_ms: 10_000,
             limits: Limits::default(),
+            embedder: EmbedderSpec::default(),
         }
+    }
+
+    /// Folder of the HNSW dump.
+    pub fn vector_index_dir(&self) -> PathBuf {
+        self.index_dir.join("vector")
     }
 
     /// Folder of the tantivy index.

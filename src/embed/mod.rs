@@ -3,9 +3,44 @@
 //! `minilm`) and a deterministic hashing embedder for tests.
 
 pub mod hashing;
+pub mod static_model;
 pub mod wordpiece;
 
+use std::sync::Arc;
+
+use crate::config::EmbedderSpec;
 use crate::error::{Error, Result};
+
+/// The provider `spec` names, ready to use (`None` for a text-only configuration). Cheap for the
+/// built-in model, which parses its table on first use; an HTTP endpoint is asked for its
+/// dimension now.
+pub fn open(spec: &EmbedderSpec) -> Result<Option<Arc<dyn Embedder>>> {
+    Ok(match spec {
+        EmbedderSpec::None => None,
+        EmbedderSpec::Builtin => Some(Arc::new(static_model::StaticModel::builtin())),
+        EmbedderSpec::StaticDir(dir) => Some(Arc::new(static_model::StaticModel::from_dir(dir)?)),
+        EmbedderSpec::Hashing(dim) => Some(Arc::new(hashing::HashingEmbedder::new(*dim))),
+        EmbedderSpec::MiniLm(_dir) => {
+            #[cfg(feature = "minilm")]
+            {
+                Some(Arc::new(minilm::MiniLmEmbedder::open(_dir)?))
+            }
+            #[cfg(not(feature = "minilm"))]
+            {
+                return Err(Error::Embed {
+                    provider: "minilm".into(),
+                    reason: "this build has no transformer support; rebuild with `cargo build --release --features minilm`".into(),
+                });
+            }
+        }
+        EmbedderSpec::Http { .. } => {
+            return Err(Error::Embed {
+                provider: "http".into(),
+                reason: "not available yet".into(),
+            });
+        }
+    })
+}
 
 /// A text embedding provider. Vectors are unit length (cosine = dot product), `dim()` long, and
 /// the same text always gives the same vector for one `model_id()`.

@@ -8,6 +8,7 @@ pub mod history;
 pub mod memories;
 pub mod relations;
 pub mod tasks;
+pub mod vectors;
 
 use std::path::Path;
 use std::sync::Mutex;

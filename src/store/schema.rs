@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::error::{Error, Result};
 
 /// Version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 /// Oldest version this build can migrate from (0 is an empty file).
 pub const OLDEST_SUPPORTED_SCHEMA: i64 = 0;
 
@@ -105,6 +105,18 @@ const V3: &str = r#"
 CREATE INDEX memories_named ON memories(namespace, name) WHERE name IS NOT NULL;
 "#;
 
+/// Version 4: embeddings, one row per memory, tagged with the model and the memory version they
+/// were computed from (the older `memories.embedding` columns stay unused so rows stay small).
+const V4: &str = r#"
+CREATE TABLE vectors (
+    memory_key     INTEGER PRIMARY KEY REFERENCES memories(key) ON DELETE CASCADE,
+    model          TEXT NOT NULL,
+    version        INTEGER NOT NULL,
+    dim            INTEGER NOT NULL,
+    vec            BLOB NOT NULL
+);
+"#;
+
 /// Brings the database up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -122,7 +134,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
             reason: format!("version {version} is too old to migrate"),
         });
     }
-    let steps: [&str; 3] = [V1, V2, V3];
+    let steps: [&str; 4] = [V1, V2, V3, V4];
     for (i, sql) in steps.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         // Another process may have migrated while we waited for the lock.

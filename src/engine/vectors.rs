@@ -1,0 +1,341 @@
+//! Keeping the vector index in step with the change log: embeddings computed once and stored in
+//! SQLite, the HNSW loaded from its dump (or rebuilt from the stored vectors), caught up before
+//! reads, dumped again by the background job.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use crate::embed::{Embedder, check_output};
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::index::vector::{LoadState, Scope, VectorIndex};
+use crate::model::MemoryKey;
+use crate::store::vectors::{self, Unembedded};
+use crate::store::{changes, memories};
+
+/// Change-log entries applied per step of a catch-up (each step ends with a new position).
+const WINDOW: i64 = 20_000;
+/// Most memories a read embeds and indexes itself before it answers; a longer backlog is left
+/// to the background job and the read uses the index as it is (with a warning).
+pub(crate) const READ_CATCH_UP: i64 = 2_000;
+/// Texts per embedding call (and per parallel chunk).
+const EMBED_CHUNK: usize = 256;
+/// Vectors written per transaction.
+const STORE_CHUNK: usize = 2_000;
+
+/// The loaded vector index and the change-log position of its dump on disk.
+pub(crate) struct VectorState {
+    pub(crate) index: VectorIndex,
+    pub(crate) dumped_seq: i64,
+    pub(crate) dumped_at: Instant,
+}
+
+/// How far the vector index is behind after a sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VectorSync {
+    Current,
+    /// Change-log entries still to apply (left to the background job).
+    Behind(i64),
+}
+
+/// The text a memory is embedded from: its name (entity-style memories) and content.
+pub(crate) fn embed_text(name: Option<&str>, content: &str) -> String {
+    match name {
+        Some(n) if !n.is_empty() => format!("{n}: {content}"),
+        _ => content.to_owned(),
+    }
+}
+
+/// Embeds `texts` on the rayon pool in chunks; one failing chunk fails the whole call.
+pub(crate) fn embed_parallel(e: &dyn Embedder, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+    let chunks: Vec<Result<Vec<Vec<f32>>>> = texts
+        .par_chunks(EMBED_CHUNK)
+        .map(|chunk| {
+            let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            let out = e.embed(&refs)?;
+            check_output(e.model_id(), e.dim(), refs.len(), &out)?;
+            Ok(out)
+        })
+        .collect();
+    let mut all = Vec::with_capacity(texts.len());
+    for c in chunks {
+        all.extend(c?);
+    }
+    Ok(all)
+}
+
+impl Engine {
+    /// The embedding provider, when vectors are configured.
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    /// Loads the vector index from its dump (or an empty one to be rebuilt) when not loaded yet.
+    fn ensure_vectors(&self) -> Result<()> {
+        let Some(e) = &self.embedder else {
+            return Ok(());
+        };
+        if self.vectors.read().map_err(poisoned)?.is_some() {
+            return Ok(());
+        }
+        let mut guard = self.vectors.write().map_err(poisoned)?;
+        if guard.is_some() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let (index, state) = VectorIndex::load(&self.cfg.vector_index_dir(), e.model_id(), e.dim());
+        match &state {
+            LoadState::Loaded => tracing::info!(
+                vectors = index.len(),
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "vector index loaded"
+            ),
+            LoadState::Missing => tracing::info!("no vector index yet; building it from the database"),
+            LoadState::Rebuilt(why) => {
+                tracing::warn!(reason = %why, "vector index dump unusable; rebuilding it from the database")
+            }
+        }
+        let dumped_seq = index.seq();
+        *guard = Some(VectorState {
+            index,
+            dumped_seq,
+            dumped_at: Instant::now(),
+        });
+        Ok(())
+    }
+
+    /// Change-log entries the vector index has not applied yet (0 without an embedder).
+    pub fn vector_lag(&self) -> Result<i64> {
+        if self.embedder.is_none() {
+            return Ok(0);
+        }
+        self.ensure_vectors()?;
+        let seq = self.vector_seq()?;
+        let target = self.store.read(changes::max_seq)?;
+        Ok((target - seq).max(0))
+    }
+
+    fn vector_seq(&self) -> Result<i64> {
+        Ok(self
+            .vectors
+            .read()
+            .map_err(poisoned)?
+            .as_ref()
+            .map_or(0, |s| s.index.seq()))
+    }
+
+    /// Applies the change log to the vector index: embeds (and stores) what has no current
+    /// vector, indexes it, drops forgotten memories. With `limit`, gives up (returning
+    /// `Behind`) when more than `limit` entries are pending, leaving them to the background.
+    pub(crate) fn sync_vectors(&self, limit: Option<i64>) -> Result<VectorSync> {
+        let Some(embedder) = self.embedder.clone() else {
+            return Ok(VectorSync::Current);
+        };
+        self.ensure_vectors()?;
+        let _one_at_a_time = self.vector_sync.lock().map_err(poisoned)?;
+        let target = self.store.read(changes::max_seq)?;
+        let mut seq = self.vector_seq()?;
+        if seq >= target {
+            return Ok(VectorSync::Current);
+        }
+        if let Some(limit) = limit
+            && target - seq > limit
+        {
+            return Ok(VectorSync::Behind(target - seq));
+        }
+        let started = Instant::now();
+        let mut n_indexed = 0usize;
+        while seq < target {
+            let end = (seq + WINDOW).min(target);
+            n_indexed += self.apply_vector_window(embedder.as_ref(), seq, end)?;
+            self.with_vector_index(|ix| ix.set_seq(end))?;
+            seq = end;
+        }
+        if n_indexed > 1_000 {
+            tracing::info!(
+                vectors = n_indexed,
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "vector index caught up"
+            );
+        }
+        Ok(VectorSync::Current)
+    }
+
+    /// Indexes the memories changed in `(after, up_to]`; returns how many vectors were indexed.
+    fn apply_vector_window(&self, e: &dyn Embedder, after: i64, up_to: i64) -> Result<usize> {
+        let model = e.model_id();
+        let (live, gone, mut have) = self.store.read(|c| {
+            let keys = changes::memories_changed(c, after, up_to)?;
+            let found = memories::by_keys(c, &keys)?;
+            let live_keys: Vec<MemoryKey> = found
+                .iter()
+                .filter(|m| m.deleted_at.is_none())
+                .map(|m| m.key)
+                .collect();
+            let have = vectors::current(c, model, &live_keys)?;
+            let live: Vec<Unembedded> = found
+                .into_iter()
+                .filter(|m| m.deleted_at.is_none())
+                .map(|m| Unembedded {
+                    key: m.key,
+                    version: m.version,
+                    name: m.name,
+                    content: m.content,
+                })
+                .collect();
+            let gone: Vec<u64> = keys
+                .iter()
+                .filter(|k| !live_keys.contains(k))
+                .map(|k| k.0 as u64)
+                .collect();
+            Ok((live, gone, have))
+        })?;
+        let todo: Vec<&Unembedded> = live.iter().filter(|m| !have.contains_key(&m.key)).collect();
+        let fresh = self.embed_and_store(e, &todo)?;
+        let mut items: Vec<(u64, Vec<f32>)> = Vec::with_capacity(live.len());
+        for m in &live {
+            if let Some(v) = have.remove(&m.key) {
+                items.push((m.key.0 as u64, v.vec));
+            }
+        }
+        items.extend(fresh);
+        let n = items.len();
+        self.with_vector_index(|ix| {
+            ix.remove(&gone);
+            ix.upsert(&items);
+        })?;
+        Ok(n)
+    }
+
+    /// Embeds `todo` (in parallel) and stores the vectors; returns them keyed for the index.
+    fn embed_and_store(&self, e: &dyn Embedder, todo: &[&Unembedded]) -> Result<Vec<(u64, Vec<f32>)>> {
+        if todo.is_empty() {
+            return Ok(Vec::new());
+        }
+        let texts: Vec<String> = todo
+            .iter()
+            .map(|m| embed_text(m.name.as_deref(), &m.content))
+            .collect();
+        let vecs = embed_parallel(e, &texts)?;
+        let model = e.model_id();
+        for (ms, vs) in todo.chunks(STORE_CHUNK).zip(vecs.chunks(STORE_CHUNK)) {
+            self.store.write(|tx| {
+                for (m, v) in ms.iter().zip(vs) {
+                    vectors::put(tx, m.key, model, m.version, v)?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(todo
+            .iter()
+            .map(|m| m.key.0 as u64)
+            .zip(vecs)
+            .collect())
+    }
+
+    fn with_vector_index<T>(&self, f: impl FnOnce(&VectorIndex) -> T) -> Result<T> {
+        let guard = self.vectors.read().map_err(poisoned)?;
+        let state = guard
+            .as_ref()
+            .ok_or_else(|| Error::Internal("vector index not loaded".into()))?;
+        Ok(f(&state.index))
+    }
+
+    /// The query's vector and the `k` nearest memories in `scope` (unit-vector dot product).
+    pub(crate) fn vector_search(
+        &self,
+        query: &str,
+        k: usize,
+        scope: Scope<'_>,
+    ) -> Result<(Vec<(MemoryKey, f32)>, VectorSync)> {
+        let Some(e) = self.embedder.clone() else {
+            return Err(Error::Embed {
+                provider: "none".into(),
+                reason: "no embedder is configured".into(),
+            });
+        };
+        let q = e.embed(&[query])?;
+        check_output(e.model_id(), e.dim(), 1, &q)?;
+        let sync = self.sync_vectors(Some(READ_CATCH_UP))?;
+        if let VectorSync::Behind(_) = sync {
+            self.mark_dirty();
+        }
+        let found = self.with_vector_index(|ix| ix.search(&q[0], k, scope))?;
+        Ok((
+            found
+                .into_iter()
+                .map(|(key, s)| (MemoryKey(key as i64), s))
+                .collect(),
+            sync,
+        ))
+    }
+
+    /// Stored vectors of `keys` for the current model (for near-duplicate checks).
+    pub(crate) fn stored_vectors(&self, keys: &[MemoryKey]) -> Result<std::collections::HashMap<MemoryKey, Vec<f32>>> {
+        let Some(e) = &self.embedder else {
+            return Ok(Default::default());
+        };
+        let model = e.model_id().to_owned();
+        Ok(self
+            .store
+            .read(|c| vectors::current(c, &model, keys))?
+            .into_iter()
+            .map(|(k, v)| (k, v.vec))
+            .collect())
+    }
+
+    /// Writes the index to disk when it moved since the last dump and `force` or enough time
+    /// has passed; compacts it first when replacements left many dead slots.
+    pub(crate) fn dump_vectors_if_due(&self, force: bool) -> Result<()> {
+        let mut guard = self.vectors.write().map_err(poisoned)?;
+        let Some(state) = guard.as_mut() else {
+            return Ok(());
+        };
+        let due = state.index.seq() > state.dumped_seq
+            && (force || state.dumped_at.elapsed() >= DUMP_EVERY);
+        if !due {
+            return Ok(());
+        }
+        if state.index.needs_compaction() {
+            state.index.compact();
+        }
+        let started = Instant::now();
+        state.index.dump(&self.cfg.vector_index_dir())?;
+        state.dumped_seq = state.index.seq();
+        state.dumped_at = Instant::now();
+        tracing::debug!(
+            vectors = state.index.len(),
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "vector index dumped"
+        );
+        Ok(())
+    }
+
+    /// Drops the vector index and builds it again from the stored vectors (embedding what has
+    /// none); returns the number of vectors indexed.
+    pub fn reindex_vectors(&self) -> Result<u64> {
+        let Some(e) = self.embedder.clone() else {
+            return Ok(0);
+        };
+        {
+            let mut guard = self.vectors.write().map_err(poisoned)?;
+            *guard = Some(VectorState {
+                index: VectorIndex::new(e.model_id(), e.dim()),
+                dumped_seq: -1,
+                dumped_at: Instant::now(),
+            });
+        }
+        self.sync_vectors(None)?;
+        self.dump_vectors_if_due(true)?;
+        self.with_vector_index(|ix| ix.len() as u64)
+    }
+}
+
+/// How often a changing vector index is written to disk.
+const DUMP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn poisoned<T>(_: T) -> Error {
+    Error::Internal("vector index lock poisoned".into())
+}

@@ -1,0 +1,180 @@
+//! Embedding rows: one vector per memory, tagged with the model and the memory version it was
+//! computed from. The source the vector index is rebuilt from, so rebuilds never re-embed.
+
+use std::collections::HashMap;
+
+use rusqlite::{Connection, params};
+
+use crate::error::Result;
+use crate::model::MemoryKey;
+
+/// A stored vector and the memory version it belongs to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredVector {
+    pub key: MemoryKey,
+    pub version: i64,
+    pub vec: Vec<f32>,
+}
+
+/// A live memory that has no vector of the current model for its current version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unembedded {
+    pub key: MemoryKey,
+    pub version: i64,
+    pub name: Option<String>,
+    pub content: String,
+}
+
+fn encode(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn decode(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Stores the vector of memory `key` at `version`, unless the memory has moved on to another
+/// version meanwhile (then the row would be stale the moment it lands). True when stored.
+pub fn put(
+    conn: &Connection,
+    key: MemoryKey,
+    model: &str,
+    version: i64,
+    v: &[f32],
+) -> Result<bool> {
+    let n = conn
+        .prepare_cached(
+            "INSERT OR REPLACE INTO vectors (memory_key, model, version, dim, vec) \
+             SELECT ?1, ?2, ?3, ?4, ?5 FROM memories WHERE key = ?1 AND version = ?3",
+        )?
+        .execute(params![key.0, model, version, v.len() as i64, encode(v)])?;
+    Ok(n > 0)
+}
+
+/// The current vectors (model `model`, the memory's live version) of `keys`; others are skipped.
+pub fn current(
+    conn: &Connection,
+    model: &str,
+    keys: &[MemoryKey],
+) -> Result<HashMap<MemoryKey, StoredVector>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT v.version, v.vec FROM vectors v JOIN memories m ON m.key = v.memory_key \
+         WHERE v.memory_key = ?1 AND v.model = ?2 AND v.version = m.version AND m.deleted_at IS NULL",
+    )?;
+    let mut out = HashMap::with_capacity(keys.len());
+    for &key in keys {
+        let mut rows = stmt.query(params![key.0, model])?;
+        if let Some(r) = rows.next()? {
+            let blob = r.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+            out.insert(
+                key,
+                StoredVector {
+                    key,
+                    version: r.get(0)?,
+                    vec: decode(blob),
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Up to `n` current vectors of live memories with keys above `after`, in key order.
+pub fn current_page(
+    conn: &Connection,
+    model: &str,
+    after: MemoryKey,
+    n: usize,
+) -> Result<Vec<StoredVector>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT v.memory_key, v.version, v.vec FROM vectors v JOIN memories m ON m.key = v.memory_key \
+         WHERE v.memory_key > ?1 AND v.model = ?2 AND v.version = m.version AND m.deleted_at IS NULL \
+         ORDER BY v.memory_key LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![after.0, model, n as i64], |r| {
+        Ok(StoredVector {
+            key: MemoryKey(r.get(0)?),
+            version: r.get(1)?,
+            vec: decode(r.get_ref(2)?.as_blob()?),
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Up to `n` live memories above `after` (in key order) lacking a current vector of `model`.
+pub fn unembedded_page(
+    conn: &Connection,
+    model: &str,
+    after: MemoryKey,
+    n: usize,
+) -> Result<Vec<Unembedded>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT m.key, m.version, m.name, m.content FROM memories m \
+         LEFT JOIN vectors v ON v.memory_key = m.key AND v.model = ?2 AND v.version = m.version \
+         WHERE m.key > ?1 AND m.deleted_at IS NULL AND v.memory_key IS NULL ORDER BY m.key LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![after.0, model, n as i64], |r| {
+        Ok(Unembedded {
+            key: MemoryKey(r.get(0)?),
+            version: r.get(1)?,
+            name: r.get(2)?,
+            content: r.get(3)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Live memories, and how many of them have a current vector of `model`.
+pub fn coverage(conn: &Connection, model: &str) -> Result<(i64, i64)> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT count(*), count(v.memory_key) FROM memories m \
+             LEFT JOIN vectors v ON v.memory_key = m.key AND v.model = ?1 AND v.version = m.version \
+             WHERE m.deleted_at IS NULL",
+        )?
+        .query_row([model], |r| Ok((r.get(0)?, r.get(1)?)))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NewMemory;
+    use crate::store::memories;
+
+    fn note(content: &str) -> NewMemory {
+        NewMemory {
+            namespace: "default".into(),
+            kind: "note".into(),
+            name: None,
+            content: content.into(),
+            tags: vec![],
+            importance: 0.5,
+            metadata: serde_json::json!({}),
+            valid_from: None,
+            valid_until: None,
+        }
+    }
+
+    #[test]
+    fn stale_versions_and_other_models_are_not_current() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::store::schema::migrate(&mut conn).unwrap();
+        let m = memories::insert(&conn, "m1", &note("hello"), 1).unwrap();
+        let other = memories::insert(&conn, "m2", &note("world"), 1).unwrap();
+        assert!(put(&conn, m.key, "a", m.version, &[1.0, 0.0]).unwrap());
+        assert!(!put(&conn, m.key, "a", m.version + 1, &[1.0, 0.0]).unwrap());
+        let cur = current(&conn, "a", &[m.key, other.key]).unwrap();
+        assert_eq!(cur[&m.key].vec, vec![1.0, 0.0]);
+        assert!(!cur.contains_key(&other.key));
+        assert!(current(&conn, "b", &[m.key]).unwrap().is_empty());
+        let todo = unembedded_page(&conn, "a", MemoryKey(0), 10).unwrap();
+        assert_eq!(
+            todo.iter().map(|u| u.key).collect::<Vec<_>>(),
+            vec![other.key]
+        );
+        assert_eq!(coverage(&conn, "a").unwrap(), (2, 1));
+        assert_eq!(current_page(&conn, "a", MemoryKey(0), 10).unwrap().len(), 1);
+    }
+}
