@@ -3,6 +3,7 @@
 //! `minilm`) and a deterministic hashing embedder for tests.
 
 pub mod hashing;
+pub mod http;
 pub mod wordpiece;
 
 use crate::error::{Error, Result};
