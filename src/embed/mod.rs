@@ -3,6 +3,7 @@
 //! `minilm`) and a deterministic hashing embedder for tests.
 
 pub mod hashing;
+pub mod http;
 pub mod static_model;
 pub mod wordpiece;
 
@@ -33,12 +34,18 @@ pub fn open(spec: &EmbedderSpec) -> Result<Option<Arc<dyn Embedder>>> {
                 });
             }
         }
-        EmbedderSpec::Http { .. } => {
-            return Err(Error::Embed {
-                provider: "http".into(),
-                reason: "not available yet".into(),
-            });
-        }
+        EmbedderSpec::Http {
+            base_url,
+            model,
+            api_key,
+            timeout_ms,
+        } => Some(Arc::new(http::HttpEmbedder::new(http::HttpConfig {
+            base_url: base_url.clone(),
+            model: model.clone(),
+            api_key: api_key.clone(),
+            dim: None,
+            timeout: std::time::Duration::from_millis(*timeout_ms),
+        })?)),
     })
 }
 
