@@ -212,6 +212,27 @@ pub struct RecallQuery {
     pub min_importance: Option<f64>,
     pub limit: usize,
     pub offset: usize,
+    /// Which signals rank the hits.
+    pub mode: RecallMode,
+    /// Hops of neighbours merged into the ranking (0–2).
+    pub expand: u8,
+    /// Report each signal's rank and score on every hit.
+    pub explain: bool,
+    /// Weights of the text and vector signals in the fusion (default 1 each).
+    pub weights: Option<(f32, f32)>,
+}
+
+/// Which signals rank a recall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecallMode {
+    /// Text (BM25) and vector ranks fused by reciprocal rank, with boosts. The default.
+    #[default]
+    Hybrid,
+    /// BM25 only; the score is the BM25 score.
+    Text,
+    /// Vector similarity only; the score is the cosine similarity.
+    Vector,
 }
 
 /// One ranked recall hit.
@@ -221,6 +242,47 @@ pub struct Hit {
     pub score: f32,
     pub snippet: String,
     pub n_relations: i64,
+    /// Set when the hit was added by graph expansion: the hit it was reached from.
+    pub via: Option<Via>,
+    /// Ids of near-duplicate memories collapsed into this hit.
+    pub duplicates: Vec<String>,
+    /// Each signal's part in the score (when asked for).
+    pub explain: Option<Explain>,
+}
+
+/// How an expanded hit was reached.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Via {
+    /// Id of the memory it was reached from.
+    pub from: String,
+    /// Kind of the relation followed (from `from` to this hit, or back when `forward` is false).
+    pub relation: String,
+    pub forward: bool,
+    pub hops: u8,
+}
+
+/// The signals behind one hit's score.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct Explain {
+    /// 1-based rank in the text (BM25) list, and the BM25 score.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text_rank: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text_score: Option<f32>,
+    /// 1-based rank in the vector list, and the cosine similarity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vector_rank: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vector_similarity: Option<f32>,
+    /// Reciprocal-rank fusion of the ranks above.
+    pub fused: f32,
+    /// Multipliers applied to the fused score.
+    pub importance_boost: f32,
+    pub recency_boost: f32,
+    /// Score inherited through graph expansion (decayed), when that was higher.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expanded: Option<f32>,
+    pub score: f32,
 }
 
 /// One page of recall hits.
@@ -229,6 +291,8 @@ pub struct RecallPage {
     pub hits: Vec<Hit>,
     /// Offset of the next page, when there may be more.
     pub next_offset: Option<usize>,
+    /// What degraded this answer (a failing embedder, an index still catching up).
+    pub warnings: Vec<String>,
 }
 
 /// Counts of memories per namespace and kind.
@@ -242,6 +306,12 @@ pub struct Stats {
     /// Change-log entries the text index has not applied yet.
     pub text_index_lag: i64,
     pub database_bytes: u64,
+    /// Model of the vectors (None: text-only recall).
+    pub embedding_model: Option<String>,
+    /// Live memories with a vector of that model.
+    pub vectors: i64,
+    /// Change-log entries the vector index has not applied yet.
+    pub vector_index_lag: i64,
 }
 
 /// Parses an RFC 3339 time (`2024-05-01T10:00:00Z`, with optional fraction and offset) or a date

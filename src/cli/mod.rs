@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::Config;
+use crate::config::{Config, EmbedderSpec};
 use crate::engine::Engine;
 use crate::engine::traverse::{Progressing, Shape, TraverseRequest};
 use crate::model::{MemoryRef, NamespaceScope, RecallQuery, format_time};
@@ -29,8 +29,60 @@ struct Args {
     #[arg(long, global = true, env = "MNEMOGRAPH_DB")]
     db: Option<PathBuf>,
 
+    #[command(flatten)]
+    embed: EmbedArgs,
+
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+/// Where recall's vectors come from.
+#[derive(Debug, clap::Args, Default)]
+struct EmbedArgs {
+    /// Embedding provider: `builtin` (the static model in the binary; offline), `none`
+    /// (text-only recall), `static:DIR` (a model2vec folder), `minilm:DIR` (the transformer;
+    /// build feature `minilm`) or `http` (an OpenAI-compatible endpoint, see --embed-url).
+    #[arg(long, global = true, env = "MNEMOGRAPH_EMBEDDER", default_value = "builtin")]
+    embedder: String,
+    /// Base URL of the OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 (Ollama).
+    #[arg(long, global = true, env = "MNEMOGRAPH_EMBED_URL")]
+    embed_url: Option<String>,
+    /// Model name sent to the endpoint, e.g. nomic-embed-text.
+    #[arg(long, global = true, env = "MNEMOGRAPH_EMBED_MODEL")]
+    embed_model: Option<String>,
+    /// API key for the endpoint (sent as a bearer token; never logged).
+    #[arg(long, global = true, env = "MNEMOGRAPH_EMBED_KEY", hide_env_values = true)]
+    embed_key: Option<String>,
+    /// Timeout of one embedding request, in milliseconds.
+    #[arg(long, global = true, env = "MNEMOGRAPH_EMBED_TIMEOUT_MS", default_value_t = 30_000)]
+    embed_timeout_ms: u64,
+}
+
+impl EmbedArgs {
+    fn spec(&self) -> anyhow::Result<EmbedderSpec> {
+        let e = self.embedder.trim();
+        Ok(match e {
+            "builtin" | "" => EmbedderSpec::Builtin,
+            "none" | "off" => EmbedderSpec::None,
+            "http" => EmbedderSpec::Http {
+                base_url: self.embed_url.clone().ok_or_else(|| {
+                    anyhow::anyhow!("--embedder http needs --embed-url (or MNEMOGRAPH_EMBED_URL), e.g. http://localhost:11434/v1")
+                })?,
+                model: self.embed_model.clone().ok_or_else(|| {
+                    anyhow::anyhow!("--embedder http needs --embed-model (or MNEMOGRAPH_EMBED_MODEL)")
+                })?,
+                api_key: self.embed_key.clone(),
+                timeout_ms: self.embed_timeout_ms,
+            },
+            other => match other.split_once(':') {
+                Some(("static", dir)) => EmbedderSpec::StaticDir(PathBuf::from(dir)),
+                Some(("minilm", dir)) => EmbedderSpec::MiniLm(PathBuf::from(dir)),
+                _ => anyhow::bail!(
+                    "unknown --embedder {other:?}; use builtin, none, static:DIR, minilm:DIR or http"
+                ),
+            },
+        })
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -59,7 +111,7 @@ enum Command {
     Stats,
     /// Check schema version, change-log lag, text index and SQLite integrity.
     Doctor,
-    /// Rebuild the text index from the database.
+    /// Rebuild the text and vector indexes from the database.
     Reindex,
     /// Walk relations from a memory (id or name) and print what it reaches.
     Traverse {
@@ -159,13 +211,15 @@ fn default_db_path() -> PathBuf {
         .join("memory.db")
 }
 
-fn config(args: &Args) -> Config {
-    Config::for_db(args.db.clone().unwrap_or_else(default_db_path))
+fn config(args: &Args) -> anyhow::Result<Config> {
+    let mut cfg = Config::for_db(args.db.clone().unwrap_or_else(default_db_path));
+    cfg.embedder = args.embed.spec()?;
+    Ok(cfg)
 }
 
 fn run(args: Args) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
-    let cfg = config(&args);
+    let cfg = config(&args)?;
     let open = |cfg: Config| -> anyhow::Result<Engine> {
         let path = cfg.db_path.display().to_string();
         Engine::open(cfg).with_context(|| format!("cannot open the memory database {path}"))
@@ -256,6 +310,11 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             writeln!(out, "relations       {}", s.relations)?;
             writeln!(out, "forgotten       {}", s.forgotten_memories)?;
             writeln!(out, "text index lag  {}", s.text_index_lag)?;
+            if let Some(model) = &s.embedding_model {
+                writeln!(out, "embedding model {model}")?;
+                writeln!(out, "vectors         {} of {}", s.vectors, s.memories)?;
+                writeln!(out, "vector index lag {}", s.vector_index_lag)?;
+            }
             writeln!(out, "database size   {} bytes", s.database_bytes)?;
             for (ns, n) in s.by_namespace {
                 writeln!(out, "namespace  {ns:<20} {n}")?;
@@ -386,6 +445,15 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 started.elapsed().as_secs_f64(),
                 format_time(crate::model::now_millis())
             )?;
+            if engine.embedder().is_some() {
+                let started = std::time::Instant::now();
+                let n = engine.reindex_vectors()?;
+                writeln!(
+                    std::io::stdout().lock(),
+                    "vector index rebuilt: {n} vectors in {:.1} s",
+                    started.elapsed().as_secs_f64(),
+                )?;
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

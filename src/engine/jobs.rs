@@ -27,6 +27,8 @@ enum Job {
     FlushAccess,
     /// Release the text index writer after a quiet spell.
     ReleaseWriter,
+    /// Load the vector index (at start), embed and index what changed, dump it now and then.
+    SyncVectors,
 }
 
 /// Handle of the background thread; it stops when the engine is dropped.
@@ -79,6 +81,10 @@ impl Engine {
                 self.text.release_writer();
                 Ok(())
             }
+            Job::SyncVectors => {
+                self.sync_vectors(None)?;
+                self.dump_vectors_if_due(false)
+            }
         }
     }
 }
@@ -92,7 +98,8 @@ fn run(weak: Weak<Engine>) {
         }
         let Some(engine) = weak.upgrade() else { return };
         let mut jobs = Vec::with_capacity(4);
-        if std::mem::take(&mut first) {
+        let starting = std::mem::take(&mut first);
+        if starting {
             jobs.push(Job::SyncGraph);
         }
         let dirty = engine.dirty.swap(false, Ordering::AcqRel);
@@ -102,6 +109,9 @@ fn run(weak: Weak<Engine>) {
             jobs.push(Job::CommitText);
             jobs.push(Job::SyncGraph);
             last_index = Instant::now();
+        }
+        if engine.embedder.is_some() && (starting || dirty || lagging || engine.vectors_behind()) {
+            jobs.push(Job::SyncVectors);
         }
         jobs.push(Job::FreezeGraph);
         if engine

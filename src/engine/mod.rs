@@ -6,17 +6,20 @@ mod estimate;
 mod graph;
 mod jobs;
 mod read;
+pub mod recall;
 pub mod snippet;
 mod sync;
 mod task_rows;
+mod vectors;
 pub mod traverse;
 pub mod validate;
 mod write;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::config::Config;
+use crate::embed::Embedder;
 use crate::error::Result;
 use crate::index::text::{OpenState, TextIndex};
 use crate::model::{MemoryKey, Millis};
@@ -40,6 +43,12 @@ pub struct Engine {
     /// The relation graph, loaded on first use (or by the background job at start).
     graph: RwLock<Option<graph::GraphState>>,
     graph_load_ms: Mutex<f64>,
+    /// The embedding provider (None: recall is text-only).
+    embedder: Option<Arc<dyn Embedder>>,
+    /// The vector index, loaded on first use (or by the background job at start).
+    vectors: RwLock<Option<vectors::VectorState>>,
+    /// Held while the vector index catches up, so two readers do not embed the same memories.
+    vector_sync: Mutex<()>,
 }
 
 impl Engine {
@@ -47,6 +56,7 @@ impl Engine {
     /// index from the database when it is missing or unusable, and catching it up otherwise.
     pub fn open(cfg: Config) -> Result<Engine> {
         let store = Store::open(&cfg)?;
+        let embedder = crate::embed::open(&cfg.embedder)?;
         let (text, state) = TextIndex::open(&cfg.text_index_dir(), cfg.text_writer_bytes)?;
         if state == OpenState::Recreated {
             tracing::warn!("text index was rebuilt from the database");
@@ -59,6 +69,9 @@ impl Engine {
             touched: Mutex::new(Vec::new()),
             graph: RwLock::new(None),
             graph_load_ms: Mutex::new(0.0),
+            embedder,
+            vectors: RwLock::new(None),
+            vector_sync: Mutex::new(()),
         };
         Ok(engine)
     }
@@ -83,6 +96,9 @@ impl Drop for Engine {
     fn drop(&mut self) {
         self.flush_touched();
         self.text.release_writer();
+        if let Err(e) = self.dump_vectors_if_due(true) {
+            tracing::warn!(error = %e, "could not write the vector index; it will be rebuilt at next start");
+        }
     }
 }
 

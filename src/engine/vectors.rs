@@ -117,6 +117,19 @@ impl Engine {
         Ok((target - seq).max(0))
     }
 
+    /// True when the index moved since its last dump or lags the change log (cheap check for
+    /// the background loop).
+    pub(crate) fn vectors_behind(&self) -> bool {
+        let Ok(guard) = self.vectors.read() else {
+            return false;
+        };
+        let Some(state) = guard.as_ref() else {
+            return false;
+        };
+        let seq = state.index.seq();
+        seq > state.dumped_seq || self.store.read(changes::max_seq).is_ok_and(|t| t > seq)
+    }
+
     fn vector_seq(&self) -> Result<i64> {
         Ok(self
             .vectors
@@ -204,8 +217,8 @@ impl Engine {
         let n = items.len();
         self.with_vector_index(|ix| {
             ix.remove(&gone);
-            ix.upsert(&items);
-        })?;
+            ix.upsert(&items)
+        })??;
         Ok(n)
     }
 

@@ -334,6 +334,15 @@ impl MemoryGraph {
         }
     }
 
+    /// Calls `f(neighbour key, relation kind, weight, forward)` for every relation of memory
+    /// `key`, both directions (nothing when it has none).
+    pub fn adjacent(&self, key: Key, mut f: impl FnMut(Key, &str, f32, bool)) {
+        let Some(n) = self.node_of(key) else { return };
+        for (nbr, e, forward) in self.edges(n, Direction::Both) {
+            f(self.key_of(nbr), self.kind_name(e.kind), e.weight, forward);
+        }
+    }
+
     /// Hints that node `n` will be expanded soon (see [`frozen::Frozen::prefetch`]).
     #[inline]
     pub(crate) fn prefetch(&self, n: NodeIndex<u32>, near: bool) {

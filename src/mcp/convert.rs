@@ -5,7 +5,7 @@ use std::hash::{Hash, Hasher};
 use crate::engine::{Link, MemoryDetail, RelateItem, RelationRef, RememberItem};
 use crate::error::{Error, Result};
 use crate::mcp::dto;
-use crate::model::{
+use crate::model::{RecallMode, 
     DEFAULT_NAMESPACE, HistoryEntry, Memory, MemoryPatch, MemoryRef, Millis, NamespaceScope,
     RecallQuery, Relation, format_time, parse_time,
 };
@@ -87,6 +87,9 @@ fn fingerprint(q: &RecallQuery) -> u64 {
     q.until.hash(&mut h);
     q.min_importance.map(f64::to_bits).hash(&mut h);
     q.limit.hash(&mut h);
+    q.mode.hash(&mut h);
+    q.expand.hash(&mut h);
+    q.weights.map(|(t, v)| (t.to_bits(), v.to_bits())).hash(&mut h);
     h.finish()
 }
 
@@ -138,6 +141,24 @@ pub(super) fn recall_query(p: &dto::RecallParams) -> Result<RecallQuery> {
         min_importance: p.min_importance,
         limit: p.limit.unwrap_or(DEFAULT_LIMIT) as usize,
         offset: 0,
+        mode: match p.mode {
+            Some(dto::ModeInput::Text) => RecallMode::Text,
+            Some(dto::ModeInput::Vector) => RecallMode::Vector,
+            Some(dto::ModeInput::Hybrid) | None => RecallMode::Hybrid,
+        },
+        expand: p.expand.unwrap_or(0).min(2),
+        explain: p.explain.unwrap_or(false),
+        weights: match p.weights.as_deref() {
+            None => None,
+            Some(&[t, v]) => Some((t, v)),
+            Some(other) => {
+                return Err(Error::invalid(
+                    "weights",
+                    format!("has {} numbers", other.len()),
+                    "give two: [text, vector]",
+                ));
+            }
+        },
     };
     if let Some(c) = &p.cursor {
         q.offset = decode_cursor(&q, c)?;
@@ -299,6 +320,9 @@ mod tests {
             cursor,
             full: None,
             expand: None,
+            mode: None,
+            explain: None,
+            weights: None,
         }
     }
 

@@ -99,8 +99,22 @@ pub struct RecallParams {
     pub cursor: Option<String>,
     /// Full content instead of snippets.
     pub full: Option<bool>,
-    /// Hops of related memories added around the hits (0–8; 3+ may run as a task).
+    /// Hops of related memories added around the hits (0–8; 1–2 merged into the ranking, 3+ also listed in `related`, may run as a task).
     pub expand: Option<u8>,
+    /// hybrid (default: text + vector), text or vector.
+    pub mode: Option<ModeInput>,
+    /// Show each signal's rank and score per hit.
+    pub explain: Option<bool>,
+    /// Fusion weights [text, vector], default [1, 1].
+    pub weights: Option<Vec<f32>>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeInput {
+    Hybrid,
+    Text,
+    Vector,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -232,11 +246,22 @@ pub struct HitOut {
     pub score: f32,
     pub relations: i64,
     pub created_at: String,
+    /// How an expanded hit was reached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<crate::model::Via>,
+    /// Near-duplicates collapsed into this hit.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub duplicates: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<crate::model::Explain>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct RecallOut {
     pub hits: Vec<HitOut>,
+    /// What degraded the answer (embedder down, index catching up).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
     /// Memories related to the hits (with `expand`).
@@ -332,6 +357,10 @@ pub struct StatsOut {
     pub by_kind: Vec<CountOut>,
     pub text_index_lag: i64,
     pub database_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedding_model: Option<String>,
+    pub vectors: i64,
+    pub vector_index_lag: i64,
 }
 
 /// Which way relations are followed.

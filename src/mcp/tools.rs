@@ -322,6 +322,9 @@ async fn dispatch(
                     by_kind: counts(s.by_kind),
                     text_index_lag: s.text_index_lag,
                     database_bytes: s.database_bytes,
+                    embedding_model: s.embedding_model,
+                    vectors: s.vectors,
+                    vector_index_lag: s.vector_index_lag,
                 })
             })
         }

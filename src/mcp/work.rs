@@ -240,7 +240,7 @@ pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Va
     let q = convert::recall_query(&p)?;
     let page = engine.recall(&q)?;
     let (mut related, mut truncated) = (None, None);
-    if expand > 0 && !page.hits.is_empty() {
+    if expand > INLINE_EXPAND && !page.hits.is_empty() {
         let max_nodes = args
             .get("max_nodes")
             .and_then(Value::as_u64)
@@ -270,10 +270,14 @@ pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Va
             score: h.score,
             relations: h.n_relations,
             created_at: format_time(h.memory.created_at),
+            via: h.via,
+            duplicates: h.duplicates,
+            explain: h.explain,
         })
         .collect();
     Ok(serde_json::to_value(dto::RecallOut {
         hits,
+        warnings: page.warnings,
         next_cursor: page.next_offset.map(|o| convert::encode_cursor(&q, o)),
         related,
         truncated,

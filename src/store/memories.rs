@@ -196,6 +196,32 @@ pub fn live_page(conn: &Connection, after: MemoryKey, n: usize) -> Result<Vec<Me
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Number of live memories in `namespaces`.
+pub fn count_in(conn: &Connection, namespaces: &[String]) -> Result<i64> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT count(*) FROM memories WHERE namespace = ?1 AND deleted_at IS NULL",
+    )?;
+    let mut n = 0;
+    for ns in namespaces {
+        n += stmt.query_row([ns], |r| r.get::<_, i64>(0))?;
+    }
+    Ok(n)
+}
+
+/// Keys of the live memories in `namespaces`.
+pub fn keys_in(conn: &Connection, namespaces: &[String]) -> Result<Vec<MemoryKey>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT key FROM memories WHERE namespace = ?1 AND deleted_at IS NULL")?;
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let rows = stmt.query_map([ns], |r| Ok(MemoryKey(r.get(0)?)))?;
+        for k in rows {
+            out.push(k?);
+        }
+    }
+    Ok(out)
+}
+
 /// Number of live relations touching each of `keys`.
 pub fn relation_counts(conn: &Connection, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey, i64>> {
     let mut stmt = conn.prepare_cached(
@@ -244,5 +270,6 @@ pub fn stats(conn: &Connection) -> Result<Stats> {
         by_kind,
         text_index_lag: 0,
         database_bytes: 0,
+        ..Stats::default()
     })
 }

@@ -1,0 +1,484 @@
+//! Recall: text (BM25) and vector candidates, fused by reciprocal rank, boosted by importance and
+//! recency, widened by graph neighbours, near-duplicates collapsed, then paged.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::engine::vectors::VectorSync;
+use crate::engine::{Engine, snippet};
+use crate::error::{Error, Result};
+use crate::index::vector::Scope;
+use crate::model::{
+    Explain, Hit, Memory, MemoryKey, Millis, NamespaceScope, RecallMode, RecallPage, RecallQuery,
+    Via, now_millis,
+};
+use crate::store::memories;
+
+/// Deepest page recall serves (offset + limit).
+const MAX_RECALL_DEPTH: usize = 1_000;
+/// The `k` of reciprocal-rank fusion: a hit ranked r in a list adds weight / (RRF_K + r).
+pub const RRF_K: f32 = 60.0;
+/// Fewest candidates taken from each list (more for deep pages).
+const MIN_CANDIDATES: usize = 100;
+/// Importance 1 multiplies the fused score by 1 + IMPORTANCE_BOOST / 2, importance 0 by
+/// 1 − IMPORTANCE_BOOST / 2 (0.5 leaves it).
+pub const IMPORTANCE_BOOST: f32 = 0.2;
+/// A memory created just now is boosted by 1 + RECENCY_BOOST, one half-life ago by half that.
+pub const RECENCY_BOOST: f32 = 0.1;
+/// Half-life of the recency boost.
+pub const RECENCY_HALF_LIFE_MS: f64 = 30.0 * 24.0 * 3_600_000.0;
+/// A neighbour reached through graph expansion inherits this share of its source's score per
+/// hop, times the relation's weight.
+pub const EXPAND_DECAY: f32 = 0.5;
+/// Most neighbours one hit contributes per hop.
+const EXPAND_FANOUT: usize = 32;
+/// Vectors at least this similar are the same memory said twice: only the best-ranked is kept.
+pub const DUPLICATE_SIMILARITY: f32 = 0.97;
+/// Namespaces this small are searched exactly (every vector compared) instead of through HNSW.
+const EXACT_SCOPE: i64 = 20_000;
+/// How many more vector candidates are fetched when filters will drop some.
+const FILTER_OVERFETCH: usize = 4;
+
+/// A candidate while ranking.
+#[derive(Debug, Clone, Default)]
+struct Candidate {
+    text: Option<(usize, f32)>,
+    vector: Option<(usize, f32)>,
+    via: Option<Via>,
+    explain: Explain,
+    score: f32,
+}
+
+impl Engine {
+    /// Ranked memories for `q` (see the module doc); sees every write committed before the call.
+    pub fn recall(&self, q: &RecallQuery) -> Result<RecallPage> {
+        self.check_recall(q)?;
+        let depth = (q.offset + q.limit + 1).max(MIN_CANDIDATES).max(2 * (q.offset + q.limit + 1));
+        let mut warnings = Vec::new();
+        let want_text = q.mode != RecallMode::Vector;
+        let mut want_vector = q.mode != RecallMode::Text && self.embedder.is_some();
+        if q.mode == RecallMode::Vector && self.embedder.is_none() {
+            warnings.push("no embedder is configured; answered with text search".to_owned());
+        }
+        let text_hits = if want_text || !want_vector {
+            self.text_candidates(q, depth)?
+        } else {
+            Vec::new()
+        };
+        let mut vector_hits = Vec::new();
+        if want_vector {
+            match self.vector_candidates(q, depth) {
+                Ok((hits, sync)) => {
+                    vector_hits = hits;
+                    if let VectorSync::Behind(n) = sync {
+                        warnings.push(format!(
+                            "the vector index is catching up ({n} changes behind); newer memories are found by text only for now"
+                        ));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "vector search failed; answering with text search");
+                    warnings.push(format!("vector search unavailable ({e}); answered with text search"));
+                    want_vector = false;
+                }
+            }
+        }
+        // Vector mode without a usable vector signal falls back to text.
+        let mode = match (q.mode, want_vector) {
+            (RecallMode::Vector, false) => RecallMode::Text,
+            (m, _) => m,
+        };
+        let text_hits = if mode == RecallMode::Text && text_hits.is_empty() && q.mode == RecallMode::Vector {
+            self.text_candidates(q, depth)?
+        } else {
+            text_hits
+        };
+
+        let mut cands: HashMap<MemoryKey, Candidate> = HashMap::new();
+        for (i, (k, s)) in text_hits.iter().enumerate() {
+            cands.entry(*k).or_default().text = Some((i + 1, *s));
+        }
+        if mode != RecallMode::Text {
+            for (i, (k, s)) in vector_hits.iter().enumerate() {
+                cands.entry(*k).or_default().vector = Some((i + 1, *s));
+            }
+        }
+        let keys: Vec<MemoryKey> = cands.keys().copied().collect();
+        let mut rows = self.load_rows(&keys)?;
+        // Vector candidates have not been filtered yet; text ones have (by the index).
+        cands.retain(|k, _| rows.get(k).is_some_and(|m| matches(q, m)));
+
+        let now = now_millis();
+        let (wt, wv) = q.weights.unwrap_or((1.0, 1.0));
+        for (k, c) in cands.iter_mut() {
+            let m = &rows[k];
+            score(c, m, mode, wt, wv, now);
+        }
+        let mut ranked = sorted(cands);
+
+        if q.expand > 0 && !ranked.is_empty() {
+            self.expand(q, &mut ranked, &mut rows, now)?;
+        }
+        if mode != RecallMode::Text {
+            ranked = self.collapse_duplicates(ranked, q.offset + q.limit + 1, &rows)?;
+        }
+
+        let more = ranked.len() > q.offset + q.limit;
+        let page: Vec<_> = ranked.into_iter().skip(q.offset).take(q.limit).collect();
+        let page_keys: Vec<MemoryKey> = page.iter().map(|(k, _, _)| *k).collect();
+        let counts = self.store.read(|c| memories::relation_counts(c, &page_keys))?;
+        let mut hits = Vec::with_capacity(page.len());
+        for (key, c, dups) in page {
+            let Some(memory) = rows.remove(&key) else { continue };
+            hits.push(Hit {
+                snippet: snippet::snippet(&memory.content, &q.text),
+                n_relations: counts.get(&key).copied().unwrap_or(0),
+                memory,
+                score: c.score,
+                via: c.via,
+                duplicates: dups,
+                explain: q.explain.then_some(c.explain),
+            });
+        }
+        self.note_touched(hits.iter().map(|h| h.memory.key), now);
+        Ok(RecallPage {
+            hits,
+            next_offset: more.then_some(q.offset + q.limit),
+            warnings,
+        })
+    }
+
+    fn check_recall(&self, q: &RecallQuery) -> Result<()> {
+        if q.text.trim().is_empty() {
+            return Err(Error::invalid("query", "is empty", "give the words or question to search for"));
+        }
+        let max = self.cfg.limits.max_limit;
+        if q.limit == 0 || q.limit > max {
+            return Err(Error::invalid("limit", format!("is {}", q.limit), format!("give 1 to {max}")));
+        }
+        if q.offset + q.limit > MAX_RECALL_DEPTH {
+            return Err(Error::invalid(
+                "cursor",
+                "goes past the deepest page served",
+                "narrow the query with filters instead of paging further",
+            ));
+        }
+        if q.expand > 2 {
+            return Err(Error::invalid("expand", format!("is {}", q.expand), "give 0 to 2 hops"));
+        }
+        if let Some((t, v)) = q.weights
+            && !(t.is_finite() && v.is_finite() && t >= 0.0 && v >= 0.0 && t + v > 0.0)
+        {
+            return Err(Error::invalid(
+                "weights",
+                format!("are {t} and {v}"),
+                "give two non-negative numbers, not both 0",
+            ));
+        }
+        let max_label = self.cfg.limits.max_name_bytes;
+        if let NamespaceScope::Only(namespaces) = &q.namespaces {
+            for (i, ns) in namespaces.iter().enumerate() {
+                let field = if namespaces.len() == 1 {
+                    "namespace".to_owned()
+                } else {
+                    format!("namespaces[{i}]")
+                };
+                crate::engine::validate::label(&field, ns, max_label)?;
+            }
+        }
+        for (i, kind) in q.kinds.iter().enumerate() {
+            crate::engine::validate::label(&format!("kinds[{i}]"), kind, max_label)?;
+        }
+        crate::engine::validate::tags("tags", &q.tags, &self.cfg.limits)?;
+        if let Some(m) = q.min_importance {
+            crate::engine::validate::unit("min_importance", m)?;
+        }
+        if q.mode == RecallMode::Text && self.text.query_terms(&q.text).is_empty() {
+            return Err(Error::invalid(
+                "query",
+                "has no searchable words (only punctuation or symbols)",
+                "include at least one word or number",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The best `depth` text matches, filters applied by the index.
+    fn text_candidates(&self, q: &RecallQuery, depth: usize) -> Result<Vec<(MemoryKey, f32)>> {
+        if self.text.query_terms(&q.text).is_empty() {
+            return Ok(Vec::new());
+        }
+        self.sync_text()?;
+        let mut tq = q.clone();
+        tq.offset = 0;
+        tq.limit = depth;
+        match self.text.search(&tq) {
+            Ok(found) => Ok(found),
+            // The index is derived state: when it cannot be read, it is rebuilt, never fatal.
+            Err(e) => {
+                tracing::warn!(error = %e, "text index unreadable; rebuilding it from the database");
+                self.reindex_text()?;
+                self.text.search(&tq)
+            }
+        }
+    }
+
+    /// The `depth` nearest memories by vector, scoped to the query's namespaces (exactly when
+    /// they are small); other filters are applied by the caller.
+    fn vector_candidates(&self, q: &RecallQuery, depth: usize) -> Result<(Vec<(MemoryKey, f32)>, VectorSync)> {
+        let filtered = !q.kinds.is_empty()
+            || !q.tags.is_empty()
+            || q.since.is_some()
+            || q.until.is_some()
+            || q.min_importance.is_some();
+        let k = if filtered { depth * FILTER_OVERFETCH } else { depth };
+        let scoped: Option<Vec<u64>> = match &q.namespaces {
+            NamespaceScope::Only(ns) => {
+                let n = self.store.read(|c| memories::count_in(c, ns))?;
+                if n <= EXACT_SCOPE {
+                    Some(
+                        self.store
+                            .read(|c| memories::keys_in(c, ns))?
+                            .into_iter()
+                            .map(|k| k.0 as u64)
+                            .collect(),
+                    )
+                } else {
+                    None
+                }
+            }
+            NamespaceScope::All => None,
+        };
+        match &scoped {
+            Some(keys) => self.vector_search(&q.text, k, Scope::Keys(keys)),
+            None if matches!(q.namespaces, NamespaceScope::Only(_)) => {
+                // A large namespace: over-fetch from the whole index and filter.
+                self.vector_search(&q.text, k * FILTER_OVERFETCH, Scope::All)
+            }
+            None => self.vector_search(&q.text, k, Scope::All),
+        }
+    }
+
+    fn load_rows(&self, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey, Memory>> {
+        let rows = self.store.read(|c| memories::by_keys(c, keys))?;
+        Ok(rows
+            .into_iter()
+            .filter(|m| m.deleted_at.is_none())
+            .map(|m| (m.key, m))
+            .collect())
+    }
+
+    /// Adds the graph neighbours (up to `q.expand` hops) of the hits that can reach the page,
+    /// each with its source's score decayed per hop and by the relation's weight. A neighbour
+    /// already ranked keeps the higher of its own and the inherited score.
+    fn expand(
+        &self,
+        q: &RecallQuery,
+        ranked: &mut Vec<(MemoryKey, Candidate, Vec<String>)>,
+        rows: &mut HashMap<MemoryKey, Memory>,
+        now: Millis,
+    ) -> Result<()> {
+        let seeds: Vec<(MemoryKey, f32)> = ranked
+            .iter()
+            .take(q.offset + q.limit)
+            .map(|(k, c, _)| (*k, c.score))
+            .collect();
+        // (neighbour) -> (inherited score, via)
+        let mut reached: HashMap<MemoryKey, (f32, Via)> = HashMap::new();
+        self.with_graph(|g| {
+            let mut frontier: Vec<(MemoryKey, f32, String)> = seeds
+                .iter()
+                .filter_map(|(k, s)| rows.get(k).map(|m| (*k, *s, m.id.clone())))
+                .collect();
+            for hop in 1..=q.expand {
+                let mut next = Vec::new();
+                for (key, s, from_id) in &frontier {
+                    let mut nbrs: Vec<(i64, f32, String, bool)> = Vec::new();
+                    g.adjacent(key.0, |nbr, kind, weight, forward| {
+                        nbrs.push((nbr, weight, kind.to_owned(), forward));
+                    });
+                    nbrs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                    for (nbr, w, kind, forward) in nbrs.into_iter().take(EXPAND_FANOUT) {
+                        let inherited = s * EXPAND_DECAY * w.clamp(0.0, 1.0);
+                        let nk = MemoryKey(nbr);
+                        let better = reached.get(&nk).is_none_or(|(old, _)| inherited > *old);
+                        if better && inherited > 0.0 {
+                            reached.insert(
+                                nk,
+                                (
+                                    inherited,
+                                    Via {
+                                        from: from_id.clone(),
+                                        relation: kind,
+                                        forward,
+                                        hops: hop,
+                                    },
+                                ),
+                            );
+                            next.push((nk, inherited, from_id.clone()));
+                        }
+                    }
+                }
+                frontier = next;
+            }
+        })?;
+        let missing: Vec<MemoryKey> = reached.keys().filter(|k| !rows.contains_key(k)).copied().collect();
+        rows.extend(self.load_rows(&missing)?);
+        let mut index: HashMap<MemoryKey, usize> =
+            ranked.iter().enumerate().map(|(i, (k, _, _))| (*k, i)).collect();
+        for (key, (inherited, via)) in reached {
+            let Some(m) = rows.get(&key) else { continue };
+            if !matches(q, m) {
+                continue;
+            }
+            match index.get(&key) {
+                Some(&i) => {
+                    let c = &mut ranked[i].1;
+                    if inherited > c.score {
+                        c.score = inherited;
+                        c.explain.expanded = Some(inherited);
+                        c.explain.score = inherited;
+                        c.via = Some(via);
+                    }
+                }
+                None => {
+                    let c = Candidate {
+                        via: Some(via),
+                        score: inherited,
+                        explain: Explain {
+                            expanded: Some(inherited),
+                            importance_boost: 1.0,
+                            recency_boost: 1.0,
+                            score: inherited,
+                            ..Explain::default()
+                        },
+                        ..Candidate::default()
+                    };
+                    index.insert(key, ranked.len());
+                    ranked.push((key, c, Vec::new()));
+                }
+            }
+        }
+        let _ = now;
+        ranked.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
+        Ok(())
+    }
+
+    /// Drops, among the first `window` hits, those whose vector is almost the same as a
+    /// better-ranked hit's; the kept hit lists their ids.
+    fn collapse_duplicates(
+        &self,
+        ranked: Vec<(MemoryKey, Candidate, Vec<String>)>,
+        window: usize,
+        rows: &HashMap<MemoryKey, Memory>,
+    ) -> Result<Vec<(MemoryKey, Candidate, Vec<String>)>> {
+        let head: Vec<MemoryKey> = ranked.iter().take(window * 2).map(|(k, _, _)| *k).collect();
+        let vecs = self.stored_vectors(&head)?;
+        let mut kept: Vec<(MemoryKey, Candidate, Vec<String>)> = Vec::with_capacity(ranked.len());
+        let mut kept_vecs: Vec<(usize, &Vec<f32>)> = Vec::new();
+        let mut seen_hash: HashSet<(String, String)> = HashSet::new();
+        for (i, (key, c, dups)) in ranked.into_iter().enumerate() {
+            if i >= window * 2 {
+                kept.push((key, c, dups));
+                continue;
+            }
+            let content_key = rows.get(&key).map(|m| (m.kind.clone(), m.content.clone()));
+            let dup_of = match vecs.get(&key) {
+                Some(v) => kept_vecs.iter().find(|(_, kv)| dot(v, kv) >= DUPLICATE_SIMILARITY).map(|(j, _)| *j),
+                None => None,
+            };
+            let same_text = content_key.as_ref().is_some_and(|ck| seen_hash.contains(ck));
+            if let Some(j) = dup_of.or_else(|| {
+                same_text
+                    .then(|| kept.iter().position(|(k, _, _)| rows.get(k).map(|m| (m.kind.clone(), m.content.clone())) == content_key))
+                    .flatten()
+            }) {
+                if let Some(m) = rows.get(&key) {
+                    kept[j].2.push(m.id.clone());
+                }
+                continue;
+            }
+            if let Some(ck) = content_key {
+                seen_hash.insert(ck);
+            }
+            if let Some(v) = vecs.get(&key) {
+                kept_vecs.push((kept.len(), v));
+            }
+            kept.push((key, c, dups));
+        }
+        Ok(kept)
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Candidates best first (ties by key, so equal scores rank the same every time).
+fn sorted(cands: HashMap<MemoryKey, Candidate>) -> Vec<(MemoryKey, Candidate, Vec<String>)> {
+    let mut v: Vec<_> = cands.into_iter().map(|(k, c)| (k, c, Vec::new())).collect();
+    v.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
+    v
+}
+
+/// Sets the candidate's score for `mode` and records how it was made.
+fn score(c: &mut Candidate, m: &Memory, mode: RecallMode, wt: f32, wv: f32, now: Millis) {
+    let e = &mut c.explain;
+    e.text_rank = c.text.map(|(r, _)| r);
+    e.text_score = c.text.map(|(_, s)| s);
+    e.vector_rank = c.vector.map(|(r, _)| r);
+    e.vector_similarity = c.vector.map(|(_, s)| s);
+    e.importance_boost = 1.0;
+    e.recency_boost = 1.0;
+    match mode {
+        RecallMode::Text => e.fused = c.text.map_or(0.0, |(_, s)| s),
+        RecallMode::Vector => e.fused = c.vector.map_or(0.0, |(_, s)| s),
+        RecallMode::Hybrid => {
+            e.fused = c.text.map_or(0.0, |(r, _)| wt / (RRF_K + r as f32))
+                + c.vector.map_or(0.0, |(r, _)| wv / (RRF_K + r as f32));
+            e.importance_boost = importance_boost(m.importance);
+            e.recency_boost = recency_boost(m.created_at, now);
+        }
+    }
+    e.score = e.fused * e.importance_boost * e.recency_boost;
+    c.score = e.score;
+}
+
+/// The importance multiplier (1 at the default importance 0.5).
+pub fn importance_boost(importance: f64) -> f32 {
+    1.0 + IMPORTANCE_BOOST * (importance as f32 - 0.5)
+}
+
+/// The recency multiplier: 1 + RECENCY_BOOST halved every half-life of age.
+pub fn recency_boost(created_at: Millis, now: Millis) -> f32 {
+    let age = (now - created_at).max(0) as f64;
+    1.0 + RECENCY_BOOST * (0.5f64.powf(age / RECENCY_HALF_LIFE_MS)) as f32
+}
+
+/// True when memory `m` passes every filter of `q`.
+fn matches(q: &RecallQuery, m: &Memory) -> bool {
+    if let NamespaceScope::Only(ns) = &q.namespaces
+        && !ns.contains(&m.namespace)
+    {
+        return false;
+    }
+    (q.kinds.is_empty() || q.kinds.contains(&m.kind))
+        && q.tags.iter().all(|t| m.tags.contains(t))
+        && q.since.is_none_or(|s| m.created_at >= s)
+        && q.until.is_none_or(|u| m.created_at <= u)
+        && q.min_importance.is_none_or(|i| m.importance >= i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boosts_are_neutral_at_defaults_and_bounded() {
+        assert_eq!(importance_boost(0.5), 1.0);
+        assert!((importance_boost(1.0) - 1.1).abs() < 1e-6);
+        assert!((recency_boost(0, 0) - 1.1).abs() < 1e-6);
+        let half = RECENCY_HALF_LIFE_MS as i64;
+        assert!((recency_boost(0, half) - 1.05).abs() < 1e-6);
+        assert!(recency_boost(0, 100 * half) < 1.0001);
+    }
+}
