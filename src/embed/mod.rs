@@ -3,6 +3,8 @@
 //! `minilm`) and a deterministic hashing embedder for tests.
 
 pub mod hashing;
+#[cfg(feature = "minilm")]
+pub mod minilm;
 pub mod wordpiece;
 
 use crate::error::{Error, Result};
