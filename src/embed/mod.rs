@@ -2,6 +2,8 @@
 //! (the default, offline), an OpenAI-compatible HTTP endpoint, the MiniLM transformer (feature
 //! `minilm`) and a deterministic hashing embedder for tests.
 
+#[cfg(feature = "minilm")]
+pub mod distill;
 pub mod hashing;
 #[cfg(feature = "minilm")]
 pub mod minilm;
