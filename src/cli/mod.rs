@@ -2,6 +2,7 @@
 //! stderr, and the commands. The only module that reads the environment or prints.
 
 mod demo;
+mod model;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -135,6 +136,12 @@ enum Command {
     Tasks {
         #[command(subcommand)]
         action: TasksAction,
+    },
+    /// The built-in embedding model: distil it from all-MiniLM-L6-v2 (builds with
+    /// `--features minilm`).
+    Model {
+        #[command(subcommand)]
+        action: model::ModelAction,
     },
 }
 
@@ -435,6 +442,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Tasks { action } => tasks_command(open(cfg)?, action),
+        Command::Model { action } => model::run(action),
         Command::Reindex => {
             let engine = open(cfg)?;
             let started = std::time::Instant::now();

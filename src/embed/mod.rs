@@ -2,8 +2,12 @@
 //! (the default, offline), an OpenAI-compatible HTTP endpoint, the MiniLM transformer (feature
 //! `minilm`) and a deterministic hashing embedder for tests.
 
+#[cfg(feature = "minilm")]
+pub mod distill;
 pub mod hashing;
 pub mod http;
+#[cfg(feature = "minilm")]
+pub mod minilm;
 pub mod static_model;
 pub mod wordpiece;
 
