@@ -2,3 +2,4 @@
 
 pub mod text;
 pub mod tokenize;
+pub mod vector;
