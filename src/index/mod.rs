@@ -3,3 +3,4 @@
 pub mod text;
 pub mod vector;
 pub mod tokenize;
+pub mod vector;

@@ -1,0 +1,1647 @@
+//! The vector index of memory embeddings: an HNSW graph (hnsw_rs) over unit vectors for approximate
+//! top-k search, an exact scan beside it, and a dump to disk reloaded at start. Derived state: SQLite
+//! holds every vector and the engine feeds them here; a dump that is missing, damaged, or made for
+//! another model or dimension loads as an empty index (with the reason) that the engine refills.
+//!
+//! Keys are the engine's `u64`s. Inside, every inserted vector gets a *slot*, which is its point id
+//! in the graph. Replacing a key's vector or removing the key tombstones its slot (hnsw_rs cannot
+//! delete points); searches skip dead slots, and [`VectorIndex::compact`] rebuilds the graph from
+//! the live vectors once tombstones pass a quarter of the slots.
+//!
+//! Locking: searches take the read side of one `RwLock` and never block each other. Writers
+//! (upsert, remove, compact, dump) are serialised by a mutex of their own and take the write side
+//! only for short bookkeeping steps; the graph insertions themselves run under the read side
+//! (hnsw_rs inserts through `&self` with its own fine-grained locks), so searches go on meanwhile.
+//!
+//! Standard output carries only JSON-RPC, and hnsw_rs prints there (`println!`) on some error paths
+//! of its dump and loader and then panics or exits. Every such path is kept out of reach, as noted
+//! where hnsw_rs is called; none of them can be caught once printed, so none may be reached.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Read, Write};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hnsw_rs::anndists::dist::distances::Distance;
+use hnsw_rs::api::AnnT;
+use hnsw_rs::hnsw::{Hnsw, Neighbour};
+use hnsw_rs::hnswio::HnswIo;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+/// Links per point in the upper layers (twice as many in layer 0). hnsw_rs exits the process
+/// (after printing to stdout) above 256.
+const MAX_NB_CONNECTION: usize = 16;
+/// Candidate list while inserting.
+const EF_CONSTRUCTION: usize = 200;
+/// Smallest candidate list of a search; a search for k asks `max(2k, EF_SEARCH_MIN)`.
+const EF_SEARCH_MIN: usize = 64;
+/// Layers of the graph. It must be hnsw_rs's own maximum (16): its dump refuses any other value,
+/// printing to stdout.
+const MAX_LAYER: usize = 16;
+/// Graph capacity reserved by an empty index (the graph grows past it).
+const INITIAL_CAPACITY: usize = 1_024;
+/// Below this many live vectors a search scans them all: as fast as the graph, and exact.
+const EXACT_BELOW: usize = 2_048;
+/// A batch of at least this many new vectors is inserted by rayon's threads.
+const PARALLEL_INSERT_MIN: usize = 32;
+/// Slots sampled to estimate the share of live vectors a predicate lets through.
+const PREDICATE_SAMPLE: usize = 256;
+/// Predicates estimated to let through less than this share of the live vectors are answered by
+/// a scan: hnsw_rs's filtered search then wanders over most of the graph, slower than the scan.
+const PREDICATE_EXACT_SHARE: f64 = 0.05;
+/// Tombstones beyond this share of all slots call for [`VectorIndex::compact`].
+const COMPACT_DEAD_SHARE: f64 = 0.25;
+/// Vectors whose length is off 1 by more than this are rescaled to unit length.
+const UNIT_TOLERANCE: f32 = 1e-4;
+
+/// Every file of a dump starts with this, so the cleanup after a dump touches nothing else.
+const FILE_PREFIX: &str = "vectors.";
+/// The metadata of the current dump; renaming it into place is what commits a dump.
+const META_FILE: &str = "vectors.meta.json";
+const META_TEMP: &str = "vectors.meta.json.tmp";
+/// Bumped whenever anything written by [`VectorIndex::dump`] changes meaning.
+const DUMP_FORMAT: u32 = 1;
+/// The graph files are hnsw_rs's own format; a dump from another version of it is rebuilt.
+const GRAPH_ENGINE: &str = "hnsw_rs 0.3.5";
+const SLOTS_MAGIC: &[u8; 8] = b"MGVSLOT1";
+
+/// Distance between unit vectors: 1 − dot product, kept within [0, 2]. hnsw_rs asserts that
+/// distances are never negative, and anndists' `DistDot` asserts it too, so rounding that makes a
+/// vector's dot product with itself exceed 1 would panic in a search; `DistCosine` recomputes both
+/// norms in f64 on every call, three times the work for vectors that are unit length already.
+/// The type name is written into the graph dump and checked on load: renaming it makes the next
+/// start rebuild.
+#[derive(Debug, Default, Clone, Copy)]
+struct UnitDot;
+
+impl Distance<f32> for UnitDot {
+    fn eval(&self, va: &[f32], vb: &[f32]) -> f32 {
+        distance(dot(va, vb))
+    }
+}
+
+/// Eight independent sums so the loop vectorises (a single running sum cannot be reordered).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    let mut acc = [0.0f32; 8];
+    for (x, y) in ca.zip(cb) {
+        for ((s, x), y) in acc.iter_mut().zip(x).zip(y) {
+            *s += x * y;
+        }
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}
+
+/// `1 − dot` within [0, 2]; total (a NaN, which validated input cannot produce, maps to 0).
+fn distance(dot: f32) -> f32 {
+    let d = 1.0 - dot;
+    if d >= 0.0 { d.min(2.0) } else { 0.0 }
+}
+
+/// The similarity callers see: higher is closer, 1 for the same direction. Computed from the
+/// distance so that graph hits and exact hits of one vector carry the very same number.
+fn similarity(distance: f32) -> f32 {
+    1.0 - distance
+}
+
+type Graph = Hnsw<'static, f32, UnitDot>;
+
+fn new_graph(capacity: usize) -> Graph {
+    Hnsw::new(
+        MAX_NB_CONNECTION,
+        capacity.max(INITIAL_CAPACITY),
+        MAX_LAYER,
+        EF_CONSTRUCTION,
+        UnitDot,
+    )
+}
+
+/// What [`VectorIndex::load`] found on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadState {
+    /// The dump was whole and of this model and dimension; the index holds it.
+    Loaded,
+    /// No dump: the index starts empty.
+    Missing,
+    /// A dump was there but unusable (damaged, another model, another dimension, another format);
+    /// the index starts empty. The text says why.
+    Rebuilt(String),
+}
+
+/// Which keys a search may return.
+#[derive(Clone, Copy)]
+pub enum Scope<'a> {
+    /// Every live key.
+    All,
+    /// Only these keys (duplicates and unknown keys are fine); always answered by an exact scan.
+    Keys(&'a [u64]),
+    /// Only keys the function accepts. It is called many times per search, from the searching
+    /// thread, and should be cheap.
+    Predicate(&'a (dyn Fn(u64) -> bool + Sync)),
+}
+
+impl fmt::Debug for Scope<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::All => f.write_str("All"),
+            Scope::Keys(keys) => write!(f, "Keys({} keys)", keys.len()),
+            Scope::Predicate(_) => f.write_str("Predicate"),
+        }
+    }
+}
+
+/// One result while ranking.
+#[derive(Debug, Clone, Copy)]
+struct Hit {
+    score: f32,
+    key: u64,
+}
+
+/// Best first: higher score, then lower key (so equal scores rank the same way every time).
+fn rank(a: &Hit, b: &Hit) -> Ordering {
+    b.score.total_cmp(&a.score).then(a.key.cmp(&b.key))
+}
+
+/// Heap entry whose maximum is the worst hit kept.
+struct Worst(Hit);
+
+impl PartialEq for Worst {
+    fn eq(&self, other: &Self) -> bool {
+        rank(&self.0, &other.0) == Ordering::Equal
+    }
+}
+impl Eq for Worst {}
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Worst {
+    fn cmp(&self, other: &Self) -> Ordering {
+        rank(&self.0, &other.0)
+    }
+}
+
+/// The k best hits seen so far.
+struct TopK {
+    k: usize,
+    heap: BinaryHeap<Worst>,
+}
+
+impl TopK {
+    fn new(k: usize) -> TopK {
+        TopK {
+            k,
+            heap: BinaryHeap::with_capacity(k.min(1_024) + 1),
+        }
+    }
+
+    fn push(&mut self, hit: Hit) {
+        if self.heap.len() < self.k {
+            self.heap.push(Worst(hit));
+        } else if let Some(worst) = self.heap.peek()
+            && rank(&hit, &worst.0) == Ordering::Less
+        {
+            self.heap.pop();
+            self.heap.push(Worst(hit));
+        }
+    }
+
+    fn into_sorted(self) -> Vec<Hit> {
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|w| w.0)
+            .collect()
+    }
+}
+
+/// Everything behind the lock. Slot `s` is graph point `s`; its vector is
+/// `vectors[s * dim..(s + 1) * dim]`.
+struct State {
+    graph: Graph,
+    dim: usize,
+    /// Key of each slot.
+    keys: Vec<u64>,
+    /// Whether each slot is its key's current vector.
+    live: Vec<bool>,
+    /// The vector of each slot, dead ones too until compaction. hnsw_rs keeps its own copy inside
+    /// each graph point but gives no access to it by point id; this one makes exact scans and
+    /// `Keys` searches direct reads.
+    vectors: Vec<f32>,
+    /// The live slot of each key.
+    slot_of: HashMap<u64, u32>,
+}
+
+impl State {
+    fn empty(dim: usize) -> State {
+        State {
+            graph: new_graph(INITIAL_CAPACITY),
+            dim,
+            keys: Vec::new(),
+            live: Vec::new(),
+            vectors: Vec::new(),
+            slot_of: HashMap::new(),
+        }
+    }
+
+    fn vector(&self, slot: usize) -> &[f32] {
+        &self.vectors[slot * self.dim..(slot + 1) * self.dim]
+    }
+
+    fn is_live(&self, slot: usize) -> bool {
+        self.live.get(slot).copied().unwrap_or(false)
+    }
+
+    fn live_count(&self) -> usize {
+        self.slot_of.len()
+    }
+
+    fn dead_count(&self) -> usize {
+        self.keys.len() - self.live_count()
+    }
+
+    fn score(&self, query: &[f32], slot: usize) -> Hit {
+        Hit {
+            score: similarity(distance(dot(query, self.vector(slot)))),
+            key: self.keys[slot],
+        }
+    }
+
+    /// Appends a slot that is not live yet.
+    fn push_slot(&mut self, key: u64, vector: &[f32]) -> Result<u32> {
+        let slot = u32::try_from(self.keys.len())
+            .map_err(|_| Error::Internal("vector index: more than 2^32 slots".to_owned()))?;
+        self.keys.push(key);
+        self.live.push(false);
+        self.vectors.extend_from_slice(vector);
+        Ok(slot)
+    }
+
+    /// Inserts these slots' vectors into the graph (through `&self`: hnsw_rs locks inside).
+    fn insert_into_graph(&self, slots: &[u32]) {
+        let items: Vec<(&[f32], usize)> = slots
+            .iter()
+            .map(|&s| (self.vector(s as usize), s as usize))
+            .collect();
+        if items.len() >= PARALLEL_INSERT_MIN {
+            self.graph.parallel_insert_slice(&items);
+        } else {
+            for item in items {
+                self.graph.insert_slice(item);
+            }
+        }
+    }
+
+    /// A fresh state holding only the live vectors, in slot order.
+    fn compacted(&self) -> State {
+        let n = self.live_count();
+        let mut next = State {
+            graph: new_graph(n),
+            dim: self.dim,
+            keys: Vec::with_capacity(n),
+            live: vec![true; n],
+            vectors: Vec::with_capacity(n * self.dim),
+            slot_of: HashMap::with_capacity(n),
+        };
+        for (slot, _) in self.live.iter().enumerate().filter(|(_, live)| **live) {
+            let key = self.keys[slot];
+            next.slot_of.insert(key, next.keys.len() as u32);
+            next.keys.push(key);
+            next.vectors.extend_from_slice(self.vector(slot));
+        }
+        let slots: Vec<u32> = (0..n as u32).collect();
+        next.insert_into_graph(&slots);
+        next
+    }
+
+    /// Brute force over the live vectors in scope.
+    fn exact(&self, query: &[f32], k: usize, scope: Scope<'_>) -> Vec<Hit> {
+        let mut top = TopK::new(k);
+        match scope {
+            Scope::All => {
+                for slot in (0..self.keys.len()).filter(|&s| self.live[s]) {
+                    top.push(self.score(query, slot));
+                }
+            }
+            Scope::Predicate(accept) => {
+                for slot in (0..self.keys.len()).filter(|&s| self.live[s]) {
+                    if accept(self.keys[slot]) {
+                        top.push(self.score(query, slot));
+                    }
+                }
+            }
+            Scope::Keys(keys) => {
+                let mut keys = keys.to_vec();
+                keys.sort_unstable();
+                keys.dedup();
+                for key in keys {
+                    if let Some(&slot) = self.slot_of.get(&key) {
+                        top.push(self.score(query, slot as usize));
+                    }
+                }
+            }
+        }
+        top.into_sorted()
+    }
+
+    /// Graph hits of live slots the predicate accepts, best first, at most k.
+    fn graph_hits(
+        &self,
+        found: &[Neighbour],
+        k: usize,
+        accept: Option<&(dyn Fn(u64) -> bool + Sync)>,
+    ) -> Vec<Hit> {
+        let mut hits: Vec<Hit> = found
+            .iter()
+            .filter(|n| self.is_live(n.d_id))
+            .map(|n| Hit {
+                score: similarity(n.distance),
+                key: self.keys[n.d_id],
+            })
+            .filter(|h| accept.is_none_or(|accept| accept(h.key)))
+            .collect();
+        hits.sort_by(rank);
+        hits.truncate(k);
+        hits
+    }
+
+    /// Top k of all live vectors by the graph. hnsw_rs returns its whole candidate list (ef
+    /// points, some possibly dead) at no extra cost; the live ones among them are ranked.
+    fn search_all(&self, query: &[f32], k: usize) -> Vec<Hit> {
+        let ef = ef_for(k);
+        let want = k.min(self.live_count());
+        let hits = self.graph_hits(&self.graph.search(query, ef, ef), k, None);
+        if hits.len() >= want {
+            return hits;
+        }
+        // So many tombstones among the candidates that fewer than k live ones remained: search
+        // again with liveness as a filter, then scan if even that falls short.
+        let live = |slot: &usize| self.is_live(*slot);
+        let hits = self.graph_hits(
+            &self.graph.search_filter(query, ef, ef, Some(&live)),
+            k,
+            None,
+        );
+        if hits.len() >= want {
+            return hits;
+        }
+        self.exact(query, k, Scope::All)
+    }
+
+    /// Top k of the live vectors the predicate accepts: hnsw_rs's filtered search, with the
+    /// predicate ANDed with liveness, unless the predicate looks too selective for the graph.
+    fn search_predicate(
+        &self,
+        query: &[f32],
+        k: usize,
+        accept: &(dyn Fn(u64) -> bool + Sync),
+    ) -> Vec<Hit> {
+        if self.predicate_share(accept) < PREDICATE_EXACT_SHARE {
+            return self.exact(query, k, Scope::Predicate(accept));
+        }
+        let ef = ef_for(k);
+        let filter = |slot: &usize| self.is_live(*slot) && accept(self.keys[*slot]);
+        let found = self.graph.search_filter(query, ef, ef, Some(&filter));
+        let hits = self.graph_hits(&found, k, Some(accept));
+        if hits.len() >= k {
+            return hits;
+        }
+        // Fewer than k got through: either fewer than k are in scope, or the walk missed them.
+        self.exact(query, k, Scope::Predicate(accept))
+    }
+
+    /// Share of the sampled live slots the predicate accepts (evenly spaced slots).
+    fn predicate_share(&self, accept: &(dyn Fn(u64) -> bool + Sync)) -> f64 {
+        let n = self.keys.len();
+        let step = (n / PREDICATE_SAMPLE).max(1);
+        let (mut seen, mut passed) = (0usize, 0usize);
+        for slot in (step / 2..n).step_by(step).take(PREDICATE_SAMPLE) {
+            if self.live[slot] {
+                seen += 1;
+                passed += usize::from(accept(self.keys[slot]));
+            }
+        }
+        if seen == 0 {
+            0.0
+        } else {
+            passed as f64 / seen as f64
+        }
+    }
+}
+
+fn ef_for(k: usize) -> usize {
+    k.saturating_mul(2).max(EF_SEARCH_MIN)
+}
+
+/// `v` as a unit vector of `dim` floats; a zero vector stays zero (it is equally far from all).
+fn unit_vector(v: &[f32], dim: usize) -> std::result::Result<Vec<f32>, String> {
+    if v.len() != dim {
+        return Err(format!("{} dimensions, the index holds {dim}", v.len()));
+    }
+    if v.iter().any(|x| !x.is_finite()) {
+        return Err("a non-finite value".to_owned());
+    }
+    let mut v = v.to_vec();
+    let norm = dot(&v, &v).sqrt();
+    if norm > 0.0 && (norm - 1.0).abs() > UNIT_TOLERANCE {
+        for x in &mut v {
+            *x /= norm;
+        }
+    }
+    Ok(v)
+}
+
+/// The ANN index of one embedding model: see the module documentation.
+pub struct VectorIndex {
+    model: String,
+    dim: usize,
+    /// Change-log position applied, as set by the engine.
+    seq: AtomicI64,
+    /// Serialises upsert, remove, compact and dump.
+    writer: Mutex<()>,
+    state: RwLock<State>,
+}
+
+impl fmt::Debug for VectorIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let st = self.read();
+        f.debug_struct("VectorIndex")
+            .field("model", &self.model)
+            .field("dim", &self.dim)
+            .field("seq", &self.seq())
+            .field("live", &st.live_count())
+            .field("slots", &st.keys.len())
+            .finish()
+    }
+}
+
+impl VectorIndex {
+    /// An empty index for vectors of `dim` floats made by `model`.
+    pub fn new(model: &str, dim: usize) -> VectorIndex {
+        VectorIndex::with_state(model, dim, 0, State::empty(dim))
+    }
+
+    fn with_state(model: &str, dim: usize, seq: i64, state: State) -> VectorIndex {
+        VectorIndex {
+            model: model.to_owned(),
+            dim,
+            seq: AtomicI64::new(seq),
+            writer: Mutex::new(()),
+            state: RwLock::new(state),
+        }
+    }
+
+    /// Loads the dump in `dir` when it is there, whole, and of this model and dimension;
+    /// otherwise an empty index and the reason. Never fails and never prints.
+    pub fn load(dir: &Path, model: &str, dim: usize) -> (VectorIndex, LoadState) {
+        match read_dump(dir, model, dim) {
+            Ok(Some((state, seq))) => (
+                VectorIndex::with_state(model, dim, seq, state),
+                LoadState::Loaded,
+            ),
+            Ok(None) => (VectorIndex::new(model, dim), LoadState::Missing),
+            Err(why) => (VectorIndex::new(model, dim), LoadState::Rebuilt(why)),
+        }
+    }
+
+    /// Writes the dump into `dir` (created if needed). New files get a fresh generation name;
+    /// the metadata file, written to a temporary name and renamed over the old one, commits them;
+    /// the previous generation's files are deleted afterwards. A crash at any point leaves the old
+    /// dump or the new one (plus stray files the next dump deletes), never a mix: the metadata
+    /// records each file's length and SHA-256.
+    ///
+    /// Searches go on meanwhile; upserts and removals wait for the dump to finish.
+    pub fn dump(&self, dir: &Path) -> Result<()> {
+        let _writer = self.writer();
+        let st = self.read();
+        fs::create_dir_all(dir)?;
+        let generation = fresh_generation(dir);
+        let names = DumpNames::new(&generation);
+        let files = match write_files(dir, &names, &st) {
+            Ok(files) => files,
+            Err(e) => {
+                for name in names.all() {
+                    let _ = fs::remove_file(dir.join(name));
+                }
+                return Err(e);
+            }
+        };
+        let meta = Meta {
+            format: DUMP_FORMAT,
+            engine: GRAPH_ENGINE.to_owned(),
+            model: self.model.clone(),
+            dim: self.dim,
+            seq: self.seq(),
+            generation,
+            slots: st.keys.len(),
+            live: st.live_count(),
+            max_nb_connection: MAX_NB_CONNECTION,
+            ef_construction: EF_CONSTRUCTION,
+            files,
+        };
+        drop(st);
+        let temp = dir.join(META_TEMP);
+        {
+            let mut out = File::create(&temp)?;
+            out.write_all(&serde_json::to_vec_pretty(&meta)?)?;
+            out.sync_all()?;
+        }
+        fs::rename(&temp, dir.join(META_FILE))?;
+        // Make the rename durable; not every platform can open a directory, hence best effort.
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+        remove_stale_files(dir, &names);
+        Ok(())
+    }
+
+    /// Identifier of the model whose vectors this index holds.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// Length of every vector.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Change-log position the index reflects (stored in the dump).
+    pub fn seq(&self) -> i64 {
+        self.seq.load(AtomicOrdering::Acquire)
+    }
+
+    /// Records the change-log position applied; call it after the upserts and removals up to it.
+    pub fn set_seq(&self, seq: i64) {
+        self.seq.store(seq, AtomicOrdering::Release);
+    }
+
+    /// Adds or replaces the vector of each key (the last one wins when a key repeats). A vector
+    /// identical to the key's current one is left alone; another one is inserted as a new slot
+    /// and the old slot tombstoned. The new vectors become visible to searches together, once
+    /// all are in the graph; until then searches see the old ones. Batches of
+    /// `PARALLEL_INSERT_MIN` (32) or more are inserted by rayon's threads.
+    ///
+    /// Vectors are rescaled to unit length when they are not (a zero vector is kept). A vector of
+    /// another length or with a non-finite value fails the whole batch, before anything changes.
+    pub fn upsert(&self, items: &[(u64, Vec<f32>)]) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let dim = self.dim;
+        let mut position: HashMap<u64, usize> = HashMap::with_capacity(items.len());
+        let mut keys: Vec<u64> = Vec::with_capacity(items.len());
+        let mut flat: Vec<f32> = Vec::with_capacity(items.len() * dim);
+        for (key, v) in items {
+            let v = unit_vector(v, dim)
+                .map_err(|why| Error::Internal(format!("vector of key {key}: {why}")))?;
+            match position.get(key) {
+                Some(&i) => flat[i * dim..(i + 1) * dim].copy_from_slice(&v),
+                None => {
+                    position.insert(*key, keys.len());
+                    keys.push(*key);
+                    flat.extend_from_slice(&v);
+                }
+            }
+        }
+        let _writer = self.writer();
+        // 1. New slots, not live yet.
+        let fresh: Vec<(u64, u32)> = {
+            let mut st = self.write();
+            let mut fresh = Vec::with_capacity(keys.len());
+            for (i, &key) in keys.iter().enumerate() {
+                let v = &flat[i * dim..(i + 1) * dim];
+                if let Some(&slot) = st.slot_of.get(&key)
+                    && st.vector(slot as usize) == v
+                {
+                    continue;
+                }
+                fresh.push((key, st.push_slot(key, v)?));
+            }
+            fresh
+        };
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        // 2. Into the graph, searches going on (they skip these slots: not live).
+        {
+            let st = self.read();
+            let slots: Vec<u32> = fresh.iter().map(|&(_, s)| s).collect();
+            st.insert_into_graph(&slots);
+        }
+        // 3. Swap: the new slots live, the replaced ones dead.
+        let mut st = self.write();
+        for (key, slot) in fresh {
+            if let Some(old) = st.slot_of.insert(key, slot) {
+                st.live[old as usize] = false;
+            }
+            st.live[slot as usize] = true;
+        }
+        Ok(())
+    }
+
+    /// Removes these keys' vectors (unknown keys are ignored).
+    pub fn remove(&self, keys: &[u64]) {
+        let _writer = self.writer();
+        let mut st = self.write();
+        for key in keys {
+            if let Some(slot) = st.slot_of.remove(key) {
+                st.live[slot as usize] = false;
+            }
+        }
+    }
+
+    /// Number of keys with a vector.
+    pub fn len(&self) -> usize {
+        self.read().live_count()
+    }
+
+    /// True when no key has a vector.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `key` has a vector.
+    pub fn contains(&self, key: u64) -> bool {
+        self.read().slot_of.contains_key(&key)
+    }
+
+    /// Top k keys by similarity to `query` (dot product of unit vectors, higher is closer), best
+    /// first, only live keys in scope. `All` searches the graph; `Predicate` runs hnsw_rs's
+    /// filtered search with the predicate ANDed with liveness (or scans, when a sample says it
+    /// accepts under 5% of the keys); `Keys` scans those keys' vectors. Indexes under 2,048
+    /// vectors are always scanned. A query of the wrong length, non-finite or zero finds nothing.
+    pub fn search(&self, query: &[f32], k: usize, scope: Scope<'_>) -> Vec<(u64, f32)> {
+        let Some(query) = self.query_vector(query) else {
+            return Vec::new();
+        };
+        if k == 0 {
+            return Vec::new();
+        }
+        let st = self.read();
+        let hits = match scope {
+            _ if st.live_count() == 0 => Vec::new(),
+            Scope::Keys(_) => st.exact(&query, k, scope),
+            _ if st.live_count() < EXACT_BELOW => st.exact(&query, k, scope),
+            Scope::All => st.search_all(&query, k),
+            Scope::Predicate(accept) => st.search_predicate(&query, k, accept),
+        };
+        hits.into_iter().map(|h| (h.key, h.score)).collect()
+    }
+
+    /// Exact top k over all live vectors in scope (brute force): the ground truth of [`search`],
+    /// with the same scores.
+    ///
+    /// [`search`]: VectorIndex::search
+    pub fn exact(&self, query: &[f32], k: usize, scope: Scope<'_>) -> Vec<(u64, f32)> {
+        let Some(query) = self.query_vector(query) else {
+            return Vec::new();
+        };
+        if k == 0 {
+            return Vec::new();
+        }
+        let hits = self.read().exact(&query, k, scope);
+        hits.into_iter().map(|h| (h.key, h.score)).collect()
+    }
+
+    /// True when tombstoned slots exceed a quarter of all slots: [`compact`] then pays off.
+    ///
+    /// [`compact`]: VectorIndex::compact
+    pub fn needs_compaction(&self) -> bool {
+        let st = self.read();
+        st.dead_count() as f64 > COMPACT_DEAD_SHARE * st.keys.len() as f64
+    }
+
+    /// Rebuilds the graph from the live vectors, dropping every tombstone. Searches go on over
+    /// the old graph meanwhile; upserts and removals wait. Costs as much as inserting all live
+    /// vectors again, so run it off the hot path.
+    pub fn compact(&self) {
+        let _writer = self.writer();
+        let next = self.read().compacted();
+        let old = std::mem::replace(&mut *self.write(), next);
+        // Dropped outside the lock: freeing a large graph takes a while.
+        drop(old);
+    }
+
+    fn query_vector(&self, query: &[f32]) -> Option<Vec<f32>> {
+        let q = unit_vector(query, self.dim).ok()?;
+        q.iter().any(|x| *x != 0.0).then_some(q)
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn writer(&self) -> MutexGuard<'_, ()> {
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dump format: `vectors.meta.json` (below) names one generation of files:
+//   vectors.<gen>.slots        magic, slot count (u64 LE), key of each slot (u64 LE), live flags (u8)
+//   vectors.<gen>.hnsw.graph   hnsw_rs's graph dump (point id = slot)   } only when there are slots
+//   vectors.<gen>.hnsw.data    hnsw_rs's vector dump                    }
+// The vectors are read back from the graph dump, so they are stored once on disk.
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Meta {
+    format: u32,
+    engine: String,
+    model: String,
+    dim: usize,
+    seq: i64,
+    generation: String,
+    slots: usize,
+    live: usize,
+    max_nb_connection: usize,
+    ef_construction: usize,
+    files: Vec<FileMeta>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct FileMeta {
+    name: String,
+    len: u64,
+    sha256: String,
+}
+
+/// File names of one generation.
+struct DumpNames {
+    /// hnsw_rs's basename: it appends `.hnsw.graph` and `.hnsw.data`.
+    base: String,
+    slots: String,
+    graph: String,
+    data: String,
+}
+
+impl DumpNames {
+    fn new(generation: &str) -> DumpNames {
+        let base = format!("{FILE_PREFIX}{generation}");
+        DumpNames {
+            slots: format!("{base}.slots"),
+            graph: format!("{base}.hnsw.graph"),
+            data: format!("{base}.hnsw.data"),
+            base,
+        }
+    }
+
+    fn all(&self) -> [&str; 3] {
+        [&self.slots, &self.graph, &self.data]
+    }
+
+    /// The files a dump of `slots` slots consists of.
+    fn expected(&self, slots: usize) -> Vec<&str> {
+        if slots == 0 {
+            vec![&self.slots]
+        } else {
+            self.all().to_vec()
+        }
+    }
+}
+
+/// A generation name no file in `dir` uses yet (time-based, in hex).
+fn fresh_generation(dir: &Path) -> String {
+    let mut n = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    loop {
+        let generation = format!("{n:016x}");
+        let names = DumpNames::new(&generation);
+        if names.all().iter().all(|name| !dir.join(name).exists()) {
+            return generation;
+        }
+        n = n.wrapping_add(1);
+    }
+}
+
+/// Writes and syncs this generation's files; returns their lengths and digests.
+fn write_files(dir: &Path, names: &DumpNames, st: &State) -> Result<Vec<FileMeta>> {
+    // The slots file goes first: creating it proves the directory writable before hnsw_rs
+    // opens its files there (it prints to stdout, then panics, when it cannot).
+    write_slots(&dir.join(&names.slots), &st.keys, &st.live)?;
+    if !st.keys.is_empty() {
+        // hnsw_rs picks another basename when the data file exists and the graph was loaded
+        // through mmap; neither happens here (fresh generation, loads copy), but check its answer.
+        let dumped = catch_unwind(AssertUnwindSafe(|| st.graph.file_dump(dir, &names.base)));
+        match dumped {
+            Ok(Ok(base)) if base == names.base => {}
+            Ok(Ok(base)) => {
+                let _ = fs::remove_file(dir.join(format!("{base}.hnsw.graph")));
+                let _ = fs::remove_file(dir.join(format!("{base}.hnsw.data")));
+                return Err(Error::Internal(format!(
+                    "vector dump: hnsw_rs wrote {base} instead of {}",
+                    names.base
+                )));
+            }
+            Ok(Err(e)) => return Err(Error::Internal(format!("vector dump: {e}"))),
+            Err(_) => return Err(Error::Internal("vector dump: hnsw_rs panicked".to_owned())),
+        }
+        for name in [&names.graph, &names.data] {
+            File::open(dir.join(name))?.sync_all()?;
+        }
+    }
+    names
+        .expected(st.keys.len())
+        .par_iter()
+        .map(|name| {
+            let path = dir.join(name);
+            Ok(FileMeta {
+                name: (*name).to_owned(),
+                len: fs::metadata(&path)?.len(),
+                sha256: file_sha256(&path)?,
+            })
+        })
+        .collect()
+}
+
+fn write_slots(path: &Path, keys: &[u64], live: &[bool]) -> io::Result<()> {
+    let mut out = BufWriter::new(File::create(path)?);
+    out.write_all(SLOTS_MAGIC)?;
+    out.write_all(&(keys.len() as u64).to_le_bytes())?;
+    for key in keys {
+        out.write_all(&key.to_le_bytes())?;
+    }
+    for &l in live {
+        out.write_all(&[u8::from(l)])?;
+    }
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()
+}
+
+fn read_slots(path: &Path, slots: usize) -> std::result::Result<(Vec<u64>, Vec<bool>), String> {
+    let bytes = fs::read(path).map_err(|e| format!("slot table unreadable: {e}"))?;
+    let header = SLOTS_MAGIC.len() + 8;
+    if bytes.len() != header + 9 * slots || !bytes.starts_with(SLOTS_MAGIC) {
+        return Err("slot table malformed".to_owned());
+    }
+    let count = u64::from_le_bytes(
+        bytes[SLOTS_MAGIC.len()..header]
+            .try_into()
+            .unwrap_or([0; 8]),
+    );
+    if count != slots as u64 {
+        return Err(format!(
+            "slot table holds {count} slots, metadata says {slots}"
+        ));
+    }
+    let (key_bytes, live_bytes) = bytes[header..].split_at(8 * slots);
+    let keys = key_bytes
+        .chunks_exact(8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+        .collect();
+    let live = live_bytes
+        .iter()
+        .map(|&b| match b {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err("slot table has a bad live flag".to_owned()),
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    Ok((keys, live))
+}
+
+fn file_sha256(path: &Path) -> io::Result<String> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// Deletes dump files of other generations and a leftover temporary metadata file.
+fn remove_stale_files(dir: &Path, current: &DumpNames) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let keep = format!("{}.", current.base);
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with(FILE_PREFIX) && name != META_FILE && !name.starts_with(&keep) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The dump in `dir`: `Ok(None)` when there is none, `Err(why)` when it cannot be used.
+fn read_dump(
+    dir: &Path,
+    model: &str,
+    dim: usize,
+) -> std::result::Result<Option<(State, i64)>, String> {
+    let bytes = match fs::read(dir.join(META_FILE)) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("metadata unreadable: {e}")),
+    };
+    let meta: Meta =
+        serde_json::from_slice(&bytes).map_err(|e| format!("metadata unreadable: {e}"))?;
+    if meta.format != DUMP_FORMAT || meta.engine != GRAPH_ENGINE {
+        return Err(format!(
+            "dump format {} of {}, expected {DUMP_FORMAT} of {GRAPH_ENGINE}",
+            meta.format, meta.engine
+        ));
+    }
+    if meta.model != model {
+        return Err(format!(
+            "dump is of model {:?}, the embedder is {model:?}",
+            meta.model
+        ));
+    }
+    if meta.dim != dim {
+        return Err(format!(
+            "dump has {} dimensions, the embedder {dim}",
+            meta.dim
+        ));
+    }
+    if meta.generation.is_empty() || !meta.generation.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err("metadata names a bad generation".to_owned());
+    }
+    let names = DumpNames::new(&meta.generation);
+    let expected = names.expected(meta.slots);
+    if meta.files.len() != expected.len()
+        || expected
+            .iter()
+            .any(|name| !meta.files.iter().any(|f| f.name == *name))
+    {
+        return Err("metadata lists other files than the dump has".to_owned());
+    }
+    // hnsw_rs's loader prints to stdout when a file cannot be opened, and a damaged file can
+    // make it exit, abort on a huge allocation or read out of bounds. So it only ever sees files
+    // that are byte for byte what the dump wrote: present, regular, of the recorded length and
+    // SHA-256.
+    meta.files.par_iter().try_for_each(|f| check_file(dir, f))?;
+    let (keys, live) = read_slots(&dir.join(&names.slots), meta.slots)?;
+    let (graph, vectors) = if meta.slots == 0 {
+        (new_graph(INITIAL_CAPACITY), Vec::new())
+    } else {
+        load_graph(dir, &names.base, dim, meta.slots)?
+    };
+    let mut slot_of = HashMap::with_capacity(meta.live);
+    for (slot, _) in live.iter().enumerate().filter(|(_, l)| **l) {
+        if slot_of.insert(keys[slot], slot as u32).is_some() {
+            return Err(format!("key {} has two live slots", keys[slot]));
+        }
+    }
+    if slot_of.len() != meta.live {
+        return Err(format!(
+            "{} live slots, metadata says {}",
+            slot_of.len(),
+            meta.live
+        ));
+    }
+    let state = State {
+        graph,
+        dim,
+        keys,
+        live,
+        vectors,
+        slot_of,
+    };
+    Ok(Some((state, meta.seq)))
+}
+
+fn check_file(dir: &Path, f: &FileMeta) -> std::result::Result<(), String> {
+    let path = dir.join(&f.name);
+    let md = fs::metadata(&path).map_err(|e| format!("{} unreadable: {e}", f.name))?;
+    if !md.is_file() {
+        return Err(format!("{} is not a regular file", f.name));
+    }
+    if md.len() != f.len {
+        return Err(format!(
+            "{} is {} bytes, the dump wrote {}",
+            f.name,
+            md.len(),
+            f.len
+        ));
+    }
+    let digest = file_sha256(&path).map_err(|e| format!("{} unreadable: {e}", f.name))?;
+    if digest != f.sha256 {
+        return Err(format!("{} does not match its checksum", f.name));
+    }
+    Ok(())
+}
+
+/// Loads the graph of a verified dump and reads every slot's vector back out of it.
+fn load_graph(
+    dir: &Path,
+    base: &str,
+    dim: usize,
+    slots: usize,
+) -> std::result::Result<(Graph, Vec<f32>), String> {
+    // `load_hnsw_with_dist` ties the graph's lifetime to a borrow of the loader ('a: 'b), for
+    // when points are mmapped from the data file. Without mmap (the default, used here) every
+    // vector is copied into the graph and nothing is borrowed, so leaking the loader (a path, a
+    // name and a counter, about a hundred bytes, once per load) gives the 'static graph the index
+    // keeps. The files exist (just checked), so the loader's open-failure prints are unreachable;
+    // a panic or an inconsistency left in it counts as a damaged dump.
+    let loader: &'static HnswIo = Box::leak(Box::new(HnswIo::new(dir, base)));
+    let loaded = catch_unwind(AssertUnwindSafe(
+        || -> std::result::Result<(Graph, Vec<f32>), String> {
+            let mut graph: Graph = loader
+                .load_hnsw_with_dist(UnitDot)
+                .map_err(|e| format!("graph unreadable: {e}"))?;
+            if graph.get_nb_point() != slots {
+                return Err(format!(
+                    "graph holds {} points, metadata says {slots}",
+                    graph.get_nb_point()
+                ));
+            }
+            let mut vectors = vec![0.0f32; slots * dim];
+            let mut seen = vec![false; slots];
+            for point in graph.get_point_indexation() {
+                let slot = point.get_origin_id();
+                let v = point.get_v();
+                if slot >= slots || seen[slot] || v.len() != dim {
+                    return Err(format!("graph point {slot} is inconsistent"));
+                }
+                seen[slot] = true;
+                vectors[slot * dim..(slot + 1) * dim].copy_from_slice(v);
+            }
+            if seen.iter().any(|s| !s) {
+                return Err("graph lacks some slots".to_owned());
+            }
+            // The loader turns this on; a new graph has it off. Keep inserts alike either way.
+            graph.set_extend_candidates(false);
+            Ok((graph, vectors))
+        },
+    ));
+    loaded.unwrap_or_else(|_| Err("graph loader panicked".to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+
+    const MODEL: &str = "test-model";
+
+    /// SplitMix64, for seeded data.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next_u64(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+
+        fn unit(&mut self) -> f64 {
+            (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        }
+
+        /// Standard normal (Box–Muller).
+        fn gauss(&mut self) -> f32 {
+            let u = self.unit().max(1e-12);
+            let v = self.unit();
+            ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
+        }
+    }
+
+    fn normalized(mut v: Vec<f32>) -> Vec<f32> {
+        let norm = dot(&v, &v).sqrt();
+        for x in &mut v {
+            *x /= norm;
+        }
+        v
+    }
+
+    fn random_unit(rng: &mut Rng, dim: usize) -> Vec<f32> {
+        normalized((0..dim).map(|_| rng.gauss()).collect())
+    }
+
+    /// Unit vectors around `clusters` random centres: cosine to the centre about 0.75, to
+    /// points of another cluster about 0 — the hard case of near ties inside each cluster.
+    struct Clusters {
+        centres: Vec<Vec<f32>>,
+        dim: usize,
+    }
+
+    impl Clusters {
+        fn new(seed: u64, clusters: usize, dim: usize) -> Clusters {
+            let mut rng = Rng(seed);
+            Clusters {
+                centres: (0..clusters).map(|_| random_unit(&mut rng, dim)).collect(),
+                dim,
+            }
+        }
+
+        fn points(&self, seed: u64, n: usize) -> Vec<Vec<f32>> {
+            let mut rng = Rng(seed);
+            let sigma = 0.9 / (self.dim as f32).sqrt();
+            (0..n)
+                .map(|_| {
+                    let c = &self.centres[rng.below(self.centres.len())];
+                    normalized(c.iter().map(|x| x + sigma * rng.gauss()).collect())
+                })
+                .collect()
+        }
+    }
+
+    /// Keys are not slots: key of point i.
+    fn key(i: usize) -> u64 {
+        (i as u64) * 7 + 1_000
+    }
+
+    fn build(points: &[Vec<f32>], dim: usize) -> VectorIndex {
+        let index = VectorIndex::new(MODEL, dim);
+        let items: Vec<(u64, Vec<f32>)> = points
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (key(i), v.clone()))
+            .collect();
+        for batch in items.chunks(5_000) {
+            index.upsert(batch).unwrap();
+        }
+        index
+    }
+
+    fn keys_of(hits: &[(u64, f32)]) -> Vec<u64> {
+        hits.iter().map(|h| h.0).collect()
+    }
+
+    fn recall(index: &VectorIndex, queries: &[Vec<f32>], k: usize, scope: Scope<'_>) -> f64 {
+        let mut found = 0usize;
+        let mut total = 0usize;
+        for q in queries {
+            let truth: HashSet<u64> = keys_of(&index.exact(q, k, scope)).into_iter().collect();
+            let got = index.search(q, k, scope);
+            assert!(got.windows(2).all(|w| rank(
+                &Hit {
+                    score: w[0].1,
+                    key: w[0].0
+                },
+                &Hit {
+                    score: w[1].1,
+                    key: w[1].0
+                }
+            ) == Ordering::Less));
+            found += got.iter().filter(|h| truth.contains(&h.0)).count();
+            total += truth.len();
+        }
+        found as f64 / total.max(1) as f64
+    }
+
+    fn report(msg: std::fmt::Arguments<'_>) {
+        let _ = writeln!(io::stderr().lock(), "{msg}");
+    }
+
+    #[test]
+    fn index_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<VectorIndex>();
+    }
+
+    #[test]
+    fn recall_at_10_of_graph_search_is_at_least_095() {
+        let dim = 128;
+        let clusters = Clusters::new(1, 100, dim);
+        let points = clusters.points(2, 20_000);
+        let queries = clusters.points(3, 200);
+        let started = std::time::Instant::now();
+        let index = build(&points, dim);
+        let built = started.elapsed();
+        assert_eq!(index.len(), 20_000);
+        let r = recall(&index, &queries, 10, Scope::All);
+        report(format_args!(
+            "recall@10 over 20,000 clustered vectors (dim {dim}): {r:.4}; built in {built:.1?}"
+        ));
+        assert!(r >= 0.95, "recall@10 = {r:.4}");
+        // A query that is a stored vector finds its key first, with similarity ~1.
+        let hits = index.search(&points[123], 10, Scope::All);
+        assert_eq!(hits[0].0, key(123));
+        assert!((hits[0].1 - 1.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn replaced_and_removed_keys_are_respected() {
+        let dim = 64;
+        let clusters = Clusters::new(10, 50, dim);
+        let points = clusters.points(11, 5_000);
+        let index = build(&points, dim);
+        // Remove 500 keys, replace 500 others by unrelated vectors.
+        let removed: Vec<u64> = (0..500).map(key).collect();
+        index.remove(&removed);
+        let mut rng = Rng(12);
+        let replaced: Vec<(u64, Vec<f32>)> = (500..1_000)
+            .map(|i| (key(i), random_unit(&mut rng, dim)))
+            .collect();
+        index.upsert(&replaced).unwrap();
+        assert_eq!(index.len(), 4_500);
+        assert!(!index.contains(key(0)));
+        assert!(index.contains(key(600)));
+        for (i, point) in points.iter().enumerate().take(1_000) {
+            let hits = index.search(point, 10, Scope::All);
+            assert_eq!(hits.len(), 10);
+            let ks = keys_of(&hits);
+            assert!(
+                !ks.contains(&key(i)),
+                "key {} found by its old vector",
+                key(i)
+            );
+            assert!(ks.iter().all(|k| !removed.contains(k)));
+            assert!(
+                keys_of(&index.exact(point, 10, Scope::All))
+                    .iter()
+                    .all(|k| *k != key(i))
+            );
+        }
+        for (k, v) in &replaced {
+            let hits = index.search(v, 1, Scope::All);
+            assert_eq!(hits[0].0, *k, "replaced key not found by its new vector");
+        }
+        // Re-upserting identical vectors adds no slot.
+        let slots = index.read().keys.len();
+        index.upsert(&replaced[..10]).unwrap();
+        assert_eq!(index.read().keys.len(), slots);
+        // Within one batch the last vector of a key wins.
+        let twice = vec![(1, points[1].clone()), (1, points[2].clone())];
+        index.upsert(&twice).unwrap();
+        assert_eq!(index.search(&points[2], 1, Scope::All)[0].0, 1);
+
+        // 1,000 dead of 5,501 slots: not yet; 1,500 more removals pass a quarter.
+        assert!(!index.needs_compaction());
+        index.remove(&(1_000..2_500).map(key).collect::<Vec<_>>());
+        assert!(index.needs_compaction());
+        let queries = clusters.points(13, 50);
+        let before: Vec<_> = queries
+            .iter()
+            .map(|q| index.exact(q, 10, Scope::All))
+            .collect();
+        index.compact();
+        assert!(!index.needs_compaction());
+        assert_eq!(index.read().keys.len(), 3_001);
+        assert_eq!(index.len(), 3_001);
+        let after: Vec<_> = queries
+            .iter()
+            .map(|q| index.exact(q, 10, Scope::All))
+            .collect();
+        assert_eq!(before, after);
+        assert!(recall(&index, &queries, 10, Scope::All) >= 0.95);
+        for (i, point) in points.iter().enumerate().take(2_500) {
+            let ks = keys_of(&index.search(point, 10, Scope::All));
+            assert!(!ks.contains(&key(i)) || (500..1_000).contains(&i));
+        }
+    }
+
+    #[test]
+    fn scopes_only_return_keys_in_scope() {
+        let dim = 64;
+        let clusters = Clusters::new(20, 50, dim);
+        let points = clusters.points(21, 6_000);
+        let index = build(&points, dim);
+        index.remove(&(0..300).map(|i| key(i * 3)).collect::<Vec<_>>());
+        let queries = clusters.points(22, 100);
+
+        // Keys: duplicates, unknown and removed keys welcome; exact.
+        let mut rng = Rng(23);
+        let mut subset: Vec<u64> = (0..60).map(|_| key(rng.below(6_000))).collect();
+        subset.extend([key(0), key(3), 1, 2, subset[0]]);
+        let allowed: HashSet<u64> = subset
+            .iter()
+            .copied()
+            .filter(|k| index.contains(*k))
+            .collect();
+        for q in &queries {
+            let hits = index.search(q, 10, Scope::Keys(&subset));
+            assert_eq!(hits.len(), 10);
+            assert!(hits.iter().all(|h| allowed.contains(&h.0)));
+            assert_eq!(hits, index.exact(q, 10, Scope::Keys(&subset)));
+        }
+        assert_eq!(
+            index.search(&queries[0], 100, Scope::Keys(&subset)).len(),
+            allowed.len()
+        );
+
+        // Predicate through the graph: a third of the keys.
+        let third = |k: u64| k.is_multiple_of(3);
+        for q in &queries {
+            let hits = index.search(q, 10, Scope::Predicate(&third));
+            assert_eq!(hits.len(), 10);
+            assert!(hits.iter().all(|h| third(h.0) && index.contains(h.0)));
+        }
+        let r = recall(&index, &queries, 10, Scope::Predicate(&third));
+        report(format_args!("recall@10 with a 1/3 predicate: {r:.4}"));
+        assert!(r >= 0.95, "predicate recall@10 = {r:.4}");
+
+        // A selective predicate (1%) is scanned: exact.
+        let rare = |k: u64| k.is_multiple_of(100);
+        for q in &queries {
+            let hits = index.search(q, 10, Scope::Predicate(&rare));
+            assert!(hits.iter().all(|h| rare(h.0)));
+            assert_eq!(hits, index.exact(q, 10, Scope::Predicate(&rare)));
+        }
+        // A predicate nothing passes.
+        let none = |_: u64| false;
+        assert!(
+            index
+                .search(&queries[0], 10, Scope::Predicate(&none))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn dump_then_load_gives_the_same_index() {
+        let dim = 48;
+        let clusters = Clusters::new(30, 40, dim);
+        let points = clusters.points(31, 4_000);
+        let index = build(&points, dim);
+        index.remove(&[key(1), key(2), key(3)]);
+        index.upsert(&[(key(4), points[5].clone())]).unwrap();
+        index.set_seq(42);
+        let dir = tempfile::tempdir().unwrap();
+        index.dump(dir.path()).unwrap();
+
+        let (loaded, state) = VectorIndex::load(dir.path(), MODEL, dim);
+        assert_eq!(state, LoadState::Loaded);
+        assert_eq!(loaded.seq(), 42);
+        assert_eq!(loaded.len(), index.len());
+        assert_eq!(loaded.model(), MODEL);
+        assert_eq!(loaded.dim(), dim);
+        assert!(!loaded.contains(key(1)));
+        let queries = clusters.points(32, 100);
+        let third = |k: u64| k.is_multiple_of(3);
+        for q in &queries {
+            assert_eq!(
+                index.search(q, 10, Scope::All),
+                loaded.search(q, 10, Scope::All)
+            );
+            assert_eq!(
+                index.exact(q, 10, Scope::All),
+                loaded.exact(q, 10, Scope::All)
+            );
+            assert_eq!(
+                index.search(q, 10, Scope::Predicate(&third)),
+                loaded.search(q, 10, Scope::Predicate(&third))
+            );
+        }
+
+        // The loaded index keeps working, and a second dump replaces the first one's files.
+        loaded.upsert(&[(key(9_999), points[7].clone())]).unwrap();
+        loaded.set_seq(43);
+        loaded.dump(dir.path()).unwrap();
+        let names: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 4, "{names:?}");
+        let (again, state) = VectorIndex::load(dir.path(), MODEL, dim);
+        assert_eq!(state, LoadState::Loaded);
+        assert_eq!(again.seq(), 43);
+        assert!(again.contains(key(9_999)));
+        assert_eq!(
+            again.search(&points[7], 2, Scope::All),
+            loaded.search(&points[7], 2, Scope::All)
+        );
+    }
+
+    #[test]
+    fn empty_and_small_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (index, state) = VectorIndex::load(dir.path(), MODEL, 8);
+        assert_eq!(state, LoadState::Missing);
+        assert!(index.is_empty());
+        let q = vec![0.5f32; 8];
+        assert!(index.search(&q, 10, Scope::All).is_empty());
+        index.dump(dir.path()).unwrap();
+        let (index, state) = VectorIndex::load(dir.path(), MODEL, 8);
+        assert_eq!(state, LoadState::Loaded);
+        assert!(index.is_empty());
+
+        // Under EXACT_BELOW everything is a scan, so exact; vectors are normalised on the way in.
+        let mut rng = Rng(40);
+        let items: Vec<(u64, Vec<f32>)> = (0..300)
+            .map(|i| (i, (0..8).map(|_| rng.gauss() * 3.0).collect()))
+            .collect();
+        index.upsert(&items).unwrap();
+        let hits = index.search(&items[17].1, 5, Scope::All);
+        assert_eq!(hits[0].0, 17);
+        assert!((hits[0].1 - 1.0).abs() < 1e-5);
+        assert_eq!(hits, index.exact(&items[17].1, 5, Scope::All));
+        // Everything removed: empty results, then a dump of only tombstones round-trips.
+        index.remove(&(0..300).collect::<Vec<_>>());
+        assert!(index.search(&q, 10, Scope::All).is_empty());
+        index.dump(dir.path()).unwrap();
+        let (index, state) = VectorIndex::load(dir.path(), MODEL, 8);
+        assert_eq!(state, LoadState::Loaded);
+        assert!(index.is_empty());
+        assert!(index.needs_compaction());
+        index.compact();
+        assert!(!index.needs_compaction());
+    }
+
+    #[test]
+    fn bad_vectors_and_queries() {
+        let index = VectorIndex::new(MODEL, 4);
+        let good = (1u64, vec![1.0, 0.0, 0.0, 0.0]);
+        assert!(index.upsert(&[good.clone(), (2, vec![1.0; 3])]).is_err());
+        assert!(
+            index
+                .upsert(&[good.clone(), (2, vec![f32::NAN, 0.0, 0.0, 0.0])])
+                .is_err()
+        );
+        assert!(index.is_empty(), "a failed batch changes nothing");
+        index.upsert(&[good, (2, vec![0.0; 4])]).unwrap();
+        assert_eq!(index.len(), 2);
+        assert!(index.search(&[1.0, 0.0, 0.0], 5, Scope::All).is_empty());
+        assert!(index.search(&[0.0; 4], 5, Scope::All).is_empty());
+        assert!(
+            index
+                .search(&[f32::INFINITY, 0.0, 0.0, 0.0], 5, Scope::All)
+                .is_empty()
+        );
+        assert!(
+            index
+                .search(&[1.0, 0.0, 0.0, 0.0], 0, Scope::All)
+                .is_empty()
+        );
+        let hits = index.search(&[2.0, 0.0, 0.0, 0.0], 5, Scope::All);
+        assert_eq!(hits, vec![(1, 1.0), (2, 0.0)]);
+    }
+
+    /// Dumps 3,000 vectors of dim 16 into a fresh directory; returns it and the file names.
+    fn dumped() -> (tempfile::TempDir, DumpNames) {
+        let dim = 16;
+        let points = Clusters::new(50, 10, dim).points(51, 3_000);
+        let index = build(&points, dim);
+        let dir = tempfile::tempdir().unwrap();
+        index.dump(dir.path()).unwrap();
+        let meta: Meta =
+            serde_json::from_slice(&fs::read(dir.path().join(META_FILE)).unwrap()).unwrap();
+        (dir, DumpNames::new(&meta.generation))
+    }
+
+    fn assert_rebuilt(dir: &Path, model: &str, dim: usize, why: &str) {
+        let (index, state) = VectorIndex::load(dir, model, dim);
+        match state {
+            LoadState::Rebuilt(reason) => assert!(reason.contains(why), "{reason:?} lacks {why:?}"),
+            other => panic!("expected Rebuilt({why}), got {other:?}"),
+        }
+        assert!(index.is_empty());
+        assert_eq!(index.model(), model);
+        assert_eq!(index.dim(), dim);
+        assert_eq!(index.seq(), 0);
+    }
+
+    // None of these cases may reach hnsw_rs's loader with a bad file (its error paths print to
+    // stdout): every damage below is caught by the length and checksum checks before it runs.
+    #[test]
+    fn damaged_or_foreign_dumps_load_empty() {
+        let (dir, names) = dumped();
+        let (_, state) = VectorIndex::load(dir.path(), MODEL, 16);
+        assert_eq!(state, LoadState::Loaded);
+        assert_rebuilt(dir.path(), "other-model", 16, "model");
+        assert_rebuilt(dir.path(), MODEL, 32, "dimensions");
+
+        // Truncated data file.
+        let (dir, names2) = dumped();
+        let data = dir.path().join(&names2.data);
+        let len = fs::metadata(&data).unwrap().len();
+        File::options()
+            .write(true)
+            .open(&data)
+            .unwrap()
+            .set_len(len - 100)
+            .unwrap();
+        assert_rebuilt(dir.path(), MODEL, 16, "bytes");
+
+        // Garbled graph file, same length.
+        let (dir, names3) = dumped();
+        let graph = dir.path().join(&names3.graph);
+        let mut bytes = fs::read(&graph).unwrap();
+        let mid = bytes.len() / 2;
+        for b in &mut bytes[mid..mid + 64] {
+            *b ^= 0x5a;
+        }
+        fs::write(&graph, bytes).unwrap();
+        assert_rebuilt(dir.path(), MODEL, 16, "checksum");
+
+        // Missing file; a directory in a file's place.
+        let (dir, names4) = dumped();
+        fs::remove_file(dir.path().join(&names4.slots)).unwrap();
+        assert_rebuilt(dir.path(), MODEL, 16, "unreadable");
+        fs::create_dir(dir.path().join(&names4.slots)).unwrap();
+        assert_rebuilt(dir.path(), MODEL, 16, "not a regular file");
+
+        // Garbled metadata; metadata of another format.
+        let meta = dir.path().join(META_FILE);
+        fs::write(&meta, b"{\"format\": 1, \"engi").unwrap();
+        assert_rebuilt(dir.path(), MODEL, 16, "metadata");
+        let (dir5, _) = dumped();
+        let text = fs::read_to_string(dir5.path().join(META_FILE)).unwrap();
+        fs::write(
+            dir5.path().join(META_FILE),
+            text.replace("\"format\": 1", "\"format\": 99"),
+        )
+        .unwrap();
+        assert_rebuilt(dir5.path(), MODEL, 16, "format");
+
+        // No metadata at all: missing, whatever else lies there.
+        fs::remove_file(dir5.path().join(META_FILE)).unwrap();
+        let (index, state) = VectorIndex::load(dir5.path(), MODEL, 16);
+        assert_eq!(state, LoadState::Missing);
+        assert!(index.is_empty());
+
+        // A dump over a damaged one works and cleans up the other generation's files.
+        let fresh = VectorIndex::new(MODEL, 16);
+        fresh.upsert(&[(5, vec![1.0; 16])]).unwrap();
+        fresh.dump(dir.path()).unwrap();
+        let (index, state) = VectorIndex::load(dir.path(), MODEL, 16);
+        assert_eq!(state, LoadState::Loaded);
+        assert_eq!(index.len(), 1);
+        assert!(!dir.path().join(&names4.graph).exists());
+        drop(names);
+    }
+
+    #[test]
+    fn concurrent_searches_while_upserting() {
+        let dim = 32;
+        let clusters = Clusters::new(60, 20, dim);
+        let points = clusters.points(61, 8_000);
+        let index = Arc::new(build(&points[..3_000], dim));
+        let queries = Arc::new(clusters.points(62, 64));
+        let done = Arc::new(AtomicBool::new(false));
+        let searchers: Vec<_> = (0..4)
+            .map(|t| {
+                let (index, queries, done) = (index.clone(), queries.clone(), done.clone());
+                std::thread::spawn(move || {
+                    let odd = |k: u64| k % 2 == 1;
+                    let mut n = 0usize;
+                    while !done.load(AtomicOrdering::Relaxed) || n < 20 {
+                        let q = &queries[(n + t) % queries.len()];
+                        let scope = match n % 3 {
+                            0 => Scope::All,
+                            1 => Scope::Predicate(&odd),
+                            _ => Scope::Keys(&[1_000, 1_007, 1_014]),
+                        };
+                        let hits = index.search(q, 10, scope);
+                        assert!(hits.len() <= 10);
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        for (b, chunk) in points[3_000..].chunks(250).enumerate() {
+            let items: Vec<(u64, Vec<f32>)> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (key(3_000 + b * 250 + i), v.clone()))
+                .collect();
+            index.upsert(&items).unwrap();
+            index.upsert(&items[..3]).unwrap();
+            index
+                .upsert(&[(key(b), points[7_999 - b].clone())])
+                .unwrap();
+            index.remove(&[key(100 + b)]);
+            if b == 10 {
+                index.compact();
+            }
+        }
+        done.store(true, AtomicOrdering::Relaxed);
+        for s in searchers {
+            assert!(s.join().unwrap() >= 20);
+        }
+        assert_eq!(index.len(), 8_000 - 20);
+        let queries = clusters.points(63, 50);
+        assert!(recall(&index, &queries, 10, Scope::All) >= 0.95);
+    }
+}
