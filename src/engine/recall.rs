@@ -192,7 +192,7 @@ impl Engine {
         if let Some(m) = q.min_importance {
             crate::engine::validate::unit("min_importance", m)?;
         }
-        if q.mode == RecallMode::Text && self.text.query_terms(&q.text).is_empty() {
+        if self.text.query_terms(&q.text).is_empty() {
             return Err(Error::invalid(
                 "query",
                 "has no searchable words (only punctuation or symbols)",

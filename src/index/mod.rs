@@ -1,6 +1,5 @@
 //! Derived indexes beside the database. Each follows the change log and can be rebuilt from SQLite.
 
 pub mod text;
-pub mod vector;
 pub mod tokenize;
 pub mod vector;
