@@ -43,7 +43,12 @@ struct EmbedArgs {
     /// Embedding provider: `builtin` (the static model in the binary; offline), `none`
     /// (text-only recall), `static:DIR` (a model2vec folder), `minilm:DIR` (the transformer;
     /// build feature `minilm`) or `http` (an OpenAI-compatible endpoint, see --embed-url).
-    #[arg(long, global = true, env = "MNEMOGRAPH_EMBEDDER", default_value = "builtin")]
+    #[arg(
+        long,
+        global = true,
+        env = "MNEMOGRAPH_EMBEDDER",
+        default_value = "builtin"
+    )]
     embedder: String,
     /// Base URL of the OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 (Ollama).
     #[arg(long, global = true, env = "MNEMOGRAPH_EMBED_URL")]
@@ -52,10 +57,20 @@ struct EmbedArgs {
     #[arg(long, global = true, env = "MNEMOGRAPH_EMBED_MODEL")]
     embed_model: Option<String>,
     /// API key for the endpoint (sent as a bearer token; never logged).
-    #[arg(long, global = true, env = "MNEMOGRAPH_EMBED_KEY", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "MNEMOGRAPH_EMBED_KEY",
+        hide_env_values = true
+    )]
     embed_key: Option<String>,
     /// Timeout of one embedding request, in milliseconds.
-    #[arg(long, global = true, env = "MNEMOGRAPH_EMBED_TIMEOUT_MS", default_value_t = 30_000)]
+    #[arg(
+        long,
+        global = true,
+        env = "MNEMOGRAPH_EMBED_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
     embed_timeout_ms: u64,
 }
 

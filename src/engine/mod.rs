@@ -10,9 +10,9 @@ pub mod recall;
 pub mod snippet;
 mod sync;
 mod task_rows;
-mod vectors;
 pub mod traverse;
 pub mod validate;
+mod vectors;
 mod write;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,8 +55,14 @@ impl Engine {
     /// Opens (creating when missing) the database of `cfg` and its text index, rebuilding the
     /// index from the database when it is missing or unusable, and catching it up otherwise.
     pub fn open(cfg: Config) -> Result<Engine> {
-        let store = Store::open(&cfg)?;
         let embedder = crate::embed::open(&cfg.embedder)?;
+        Engine::open_with(cfg, embedder)
+    }
+
+    /// Like [`Engine::open`], with an embedding provider made by the caller (`cfg.embedder` is
+    /// ignored).
+    pub fn open_with(cfg: Config, embedder: Option<Arc<dyn Embedder>>) -> Result<Engine> {
+        let store = Store::open(&cfg)?;
         let (text, state) = TextIndex::open(&cfg.text_index_dir(), cfg.text_writer_bytes)?;
         if state == OpenState::Recreated {
             tracing::warn!("text index was rebuilt from the database");

@@ -1,12 +1,10 @@
 //! Reads: recall (ranked text search with filters and paging), get (with relations and history),
 //! stats and doctor.
 
-use crate::engine::write::lookup;
 use crate::engine::Engine;
+use crate::engine::write::lookup;
 use crate::error::{Error, Result};
-use crate::model::{
-    HistoryEntry, Memory, MemoryRef, Relation, Stats, now_millis,
-};
+use crate::model::{HistoryEntry, Memory, MemoryRef, Relation, Stats, now_millis};
 use crate::store::history::{self, Entity};
 use crate::store::{changes, memories, relations};
 
@@ -93,7 +91,10 @@ impl Engine {
         stats.text_index_lag = self.text_lag()?;
         if let Some(e) = self.embedder() {
             let model = e.model_id().to_owned();
-            stats.vectors = self.store.read(|c| crate::store::vectors::coverage(c, &model))?.1;
+            stats.vectors = self
+                .store
+                .read(|c| crate::store::vectors::coverage(c, &model))?
+                .1;
             stats.embedding_model = Some(model);
             stats.vector_index_lag = self.vector_lag()?;
         }

@@ -33,6 +33,9 @@ pub const EXPAND_DECAY: f32 = 0.5;
 const EXPAND_FANOUT: usize = 32;
 /// Vectors at least this similar are the same memory said twice: only the best-ranked is kept.
 pub const DUPLICATE_SIMILARITY: f32 = 0.97;
+/// In hybrid mode a memory found by the vector signal alone must be at least this similar to
+/// the query; below it, nearest neighbours are noise (every query has some).
+pub const MIN_VECTOR_SIMILARITY: f32 = 0.35;
 /// Namespaces this small are searched exactly (every vector compared) instead of through HNSW.
 const EXACT_SCOPE: i64 = 20_000;
 /// How many more vector candidates are fetched when filters will drop some.
@@ -52,7 +55,9 @@ impl Engine {
     /// Ranked memories for `q` (see the module doc); sees every write committed before the call.
     pub fn recall(&self, q: &RecallQuery) -> Result<RecallPage> {
         self.check_recall(q)?;
-        let depth = (q.offset + q.limit + 1).max(MIN_CANDIDATES).max(2 * (q.offset + q.limit + 1));
+        let depth = (q.offset + q.limit + 1)
+            .max(MIN_CANDIDATES)
+            .max(2 * (q.offset + q.limit + 1));
         let mut warnings = Vec::new();
         let want_text = q.mode != RecallMode::Vector;
         let mut want_vector = q.mode != RecallMode::Text && self.embedder.is_some();
@@ -77,7 +82,9 @@ impl Engine {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "vector search failed; answering with text search");
-                    warnings.push(format!("vector search unavailable ({e}); answered with text search"));
+                    warnings.push(format!(
+                        "vector search unavailable ({e}); answered with text search"
+                    ));
                     want_vector = false;
                 }
             }
@@ -87,11 +94,12 @@ impl Engine {
             (RecallMode::Vector, false) => RecallMode::Text,
             (m, _) => m,
         };
-        let text_hits = if mode == RecallMode::Text && text_hits.is_empty() && q.mode == RecallMode::Vector {
-            self.text_candidates(q, depth)?
-        } else {
-            text_hits
-        };
+        let text_hits =
+            if mode == RecallMode::Text && text_hits.is_empty() && q.mode == RecallMode::Vector {
+                self.text_candidates(q, depth)?
+            } else {
+                text_hits
+            };
 
         let mut cands: HashMap<MemoryKey, Candidate> = HashMap::new();
         for (i, (k, s)) in text_hits.iter().enumerate() {
@@ -99,6 +107,12 @@ impl Engine {
         }
         if mode != RecallMode::Text {
             for (i, (k, s)) in vector_hits.iter().enumerate() {
+                if mode == RecallMode::Hybrid
+                    && *s < MIN_VECTOR_SIMILARITY
+                    && !cands.contains_key(k)
+                {
+                    continue;
+                }
                 cands.entry(*k).or_default().vector = Some((i + 1, *s));
             }
         }
@@ -125,10 +139,14 @@ impl Engine {
         let more = ranked.len() > q.offset + q.limit;
         let page: Vec<_> = ranked.into_iter().skip(q.offset).take(q.limit).collect();
         let page_keys: Vec<MemoryKey> = page.iter().map(|(k, _, _)| *k).collect();
-        let counts = self.store.read(|c| memories::relation_counts(c, &page_keys))?;
+        let counts = self
+            .store
+            .read(|c| memories::relation_counts(c, &page_keys))?;
         let mut hits = Vec::with_capacity(page.len());
         for (key, c, dups) in page {
-            let Some(memory) = rows.remove(&key) else { continue };
+            let Some(memory) = rows.remove(&key) else {
+                continue;
+            };
             hits.push(Hit {
                 snippet: snippet::snippet(&memory.content, &q.text),
                 n_relations: counts.get(&key).copied().unwrap_or(0),
@@ -149,11 +167,19 @@ impl Engine {
 
     fn check_recall(&self, q: &RecallQuery) -> Result<()> {
         if q.text.trim().is_empty() {
-            return Err(Error::invalid("query", "is empty", "give the words or question to search for"));
+            return Err(Error::invalid(
+                "query",
+                "is empty",
+                "give the words or question to search for",
+            ));
         }
         let max = self.cfg.limits.max_limit;
         if q.limit == 0 || q.limit > max {
-            return Err(Error::invalid("limit", format!("is {}", q.limit), format!("give 1 to {max}")));
+            return Err(Error::invalid(
+                "limit",
+                format!("is {}", q.limit),
+                format!("give 1 to {max}"),
+            ));
         }
         if q.offset + q.limit > MAX_RECALL_DEPTH {
             return Err(Error::invalid(
@@ -163,7 +189,11 @@ impl Engine {
             ));
         }
         if q.expand > 2 {
-            return Err(Error::invalid("expand", format!("is {}", q.expand), "give 0 to 2 hops"));
+            return Err(Error::invalid(
+                "expand",
+                format!("is {}", q.expand),
+                "give 0 to 2 hops",
+            ));
         }
         if let Some((t, v)) = q.weights
             && !(t.is_finite() && v.is_finite() && t >= 0.0 && v >= 0.0 && t + v > 0.0)
@@ -224,13 +254,21 @@ impl Engine {
 
     /// The `depth` nearest memories by vector, scoped to the query's namespaces (exactly when
     /// they are small); other filters are applied by the caller.
-    fn vector_candidates(&self, q: &RecallQuery, depth: usize) -> Result<(Vec<(MemoryKey, f32)>, VectorSync)> {
+    fn vector_candidates(
+        &self,
+        q: &RecallQuery,
+        depth: usize,
+    ) -> Result<(Vec<(MemoryKey, f32)>, VectorSync)> {
         let filtered = !q.kinds.is_empty()
             || !q.tags.is_empty()
             || q.since.is_some()
             || q.until.is_some()
             || q.min_importance.is_some();
-        let k = if filtered { depth * FILTER_OVERFETCH } else { depth };
+        let k = if filtered {
+            depth * FILTER_OVERFETCH
+        } else {
+            depth
+        };
         let scoped: Option<Vec<u64>> = match &q.namespaces {
             NamespaceScope::Only(ns) => {
                 let n = self.store.read(|c| memories::count_in(c, ns))?;
@@ -321,10 +359,17 @@ impl Engine {
                 frontier = next;
             }
         })?;
-        let missing: Vec<MemoryKey> = reached.keys().filter(|k| !rows.contains_key(k)).copied().collect();
+        let missing: Vec<MemoryKey> = reached
+            .keys()
+            .filter(|k| !rows.contains_key(k))
+            .copied()
+            .collect();
         rows.extend(self.load_rows(&missing)?);
-        let mut index: HashMap<MemoryKey, usize> =
-            ranked.iter().enumerate().map(|(i, (k, _, _))| (*k, i)).collect();
+        let mut index: HashMap<MemoryKey, usize> = ranked
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _, _))| (*k, i))
+            .collect();
         for (key, (inherited, via)) in reached {
             let Some(m) = rows.get(&key) else { continue };
             if !matches(q, m) {
@@ -383,13 +428,22 @@ impl Engine {
             }
             let content_key = rows.get(&key).map(|m| (m.kind.clone(), m.content.clone()));
             let dup_of = match vecs.get(&key) {
-                Some(v) => kept_vecs.iter().find(|(_, kv)| dot(v, kv) >= DUPLICATE_SIMILARITY).map(|(j, _)| *j),
+                Some(v) => kept_vecs
+                    .iter()
+                    .find(|(_, kv)| dot(v, kv) >= DUPLICATE_SIMILARITY)
+                    .map(|(j, _)| *j),
                 None => None,
             };
-            let same_text = content_key.as_ref().is_some_and(|ck| seen_hash.contains(ck));
+            let same_text = content_key
+                .as_ref()
+                .is_some_and(|ck| seen_hash.contains(ck));
             if let Some(j) = dup_of.or_else(|| {
                 same_text
-                    .then(|| kept.iter().position(|(k, _, _)| rows.get(k).map(|m| (m.kind.clone(), m.content.clone())) == content_key))
+                    .then(|| {
+                        kept.iter().position(|(k, _, _)| {
+                            rows.get(k).map(|m| (m.kind.clone(), m.content.clone())) == content_key
+                        })
+                    })
                     .flatten()
             }) {
                 if let Some(m) = rows.get(&key) {

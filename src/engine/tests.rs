@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::error::Error;
-use crate::model::{MemoryPatch, MemoryRef, NamespaceScope, RecallQuery};
+use crate::model::{MemoryPatch, MemoryRef, NamespaceScope, RecallMode, RecallQuery};
 
 fn temp_engine() -> (tempfile::TempDir, Engine) {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -17,11 +17,13 @@ fn item(content: &str) -> RememberItem {
     }
 }
 
+/// Ids of the text (BM25) hits for `text`: the exact-match semantics these tests check.
 fn recall_ids(engine: &Engine, text: &str) -> Vec<String> {
     engine
         .recall(&RecallQuery {
             text: text.into(),
             limit: 10,
+            mode: RecallMode::Text,
             ..RecallQuery::default()
         })
         .unwrap()
@@ -203,6 +205,7 @@ fn filters_and_paging() {
     let base = RecallQuery {
         text: "status report".into(),
         limit: 10,
+        mode: RecallMode::Text,
         ..RecallQuery::default()
     };
     let p1 = e.recall(&base).unwrap();
@@ -471,5 +474,230 @@ mod graph_reads {
         let mut focused = req(3, Shape::Nodes);
         focused.focus = Some("x".into());
         assert!(matches!(e.traverse(&focused, &ctl), Err(Error::Cancelled)));
+    }
+}
+
+mod semantic {
+    use super::*;
+    use crate::embed::Embedder;
+    use crate::model::Hit;
+
+    fn query(text: &str, mode: RecallMode) -> RecallQuery {
+        RecallQuery {
+            text: text.into(),
+            limit: 10,
+            mode,
+            ..RecallQuery::default()
+        }
+    }
+
+    fn ids(hits: &[Hit]) -> Vec<&str> {
+        hits.iter().map(|h| h.memory.id.as_str()).collect()
+    }
+
+    #[test]
+    fn the_builtin_model_finds_meaning_without_shared_words() {
+        let (_d, e) = temp_engine();
+        let car = remember_one(&e, item("The automobile would not start this morning"));
+        remember_one(&e, item("Bought fresh basil and tomatoes at the market"));
+        remember_one(&e, item("The quarterly tax filing is due in April"));
+        let text = e
+            .recall(&query("car engine trouble", RecallMode::Text))
+            .unwrap();
+        assert!(text.hits.is_empty());
+        let vector = e
+            .recall(&query("car engine trouble", RecallMode::Vector))
+            .unwrap();
+        assert_eq!(vector.hits[0].memory.id, car);
+        let hybrid = e
+            .recall(&query("car engine trouble", RecallMode::Hybrid))
+            .unwrap();
+        assert_eq!(hybrid.hits.first().map(|h| h.memory.id.clone()), Some(car));
+        assert!(hybrid.warnings.is_empty(), "{:?}", hybrid.warnings);
+    }
+
+    #[test]
+    fn explain_shows_each_signal_and_the_fused_score() {
+        let (_d, e) = temp_engine();
+        let id = remember_one(&e, item("Ada prefers green tea in the afternoon"));
+        let page = e
+            .recall(&RecallQuery {
+                explain: true,
+                ..query("green tea", RecallMode::Hybrid)
+            })
+            .unwrap();
+        let hit = &page.hits[0];
+        assert_eq!(hit.memory.id, id);
+        let x = hit.explain.as_ref().unwrap();
+        assert_eq!((x.text_rank, x.vector_rank), (Some(1), Some(1)));
+        let fused = 2.0 / (crate::engine::recall::RRF_K + 1.0);
+        assert!((x.fused - fused).abs() < 1e-6);
+        assert!((x.score - x.fused * x.importance_boost * x.recency_boost).abs() < 1e-6);
+        assert_eq!(hit.score, x.score);
+    }
+
+    #[test]
+    fn forgotten_and_updated_memories_follow_in_the_vector_index() {
+        let (_d, e) = temp_engine();
+        let a = remember_one(&e, item("The cat sleeps on the warm windowsill"));
+        let b = remember_one(&e, item("Quarterly revenue grew by eight percent"));
+        assert_eq!(
+            e.recall(&query("kitten napping", RecallMode::Vector))
+                .unwrap()
+                .hits[0]
+                .memory
+                .id,
+            a
+        );
+        e.forget(&[MemoryRef::Id(a.clone())], &[], "test").unwrap();
+        let after = e
+            .recall(&query("kitten napping", RecallMode::Vector))
+            .unwrap();
+        assert!(!ids(&after.hits).contains(&a.as_str()));
+        e.update(
+            &MemoryRef::Id(b.clone()),
+            &MemoryPatch {
+                content: Some("A kitten naps on the sunny sill".into()),
+                ..MemoryPatch::default()
+            },
+            "test",
+        )
+        .unwrap();
+        assert_eq!(
+            e.recall(&query("kitten napping", RecallMode::Vector))
+                .unwrap()
+                .hits[0]
+                .memory
+                .id,
+            b
+        );
+        assert_eq!(e.stats().unwrap().vectors, 1);
+    }
+
+    #[test]
+    fn expansion_adds_neighbours_with_the_relation_they_came_through() {
+        let (_d, e) = temp_engine();
+        let seed = remember_one(&e, item("Project Orion kickoff meeting notes"));
+        let other = remember_one(
+            &e,
+            RememberItem {
+                content: "Budget spreadsheet for next year".into(),
+                links: vec![Link {
+                    to: seed.clone(),
+                    kind: "part_of".into(),
+                    weight: Some(0.8),
+                }],
+                ..RememberItem::default()
+            },
+        );
+        let plain = e.recall(&query("Orion kickoff", RecallMode::Text)).unwrap();
+        assert_eq!(ids(&plain.hits), [seed.as_str()]);
+        let expanded = e
+            .recall(&RecallQuery {
+                expand: 1,
+                ..query("Orion kickoff", RecallMode::Text)
+            })
+            .unwrap();
+        assert_eq!(ids(&expanded.hits), [seed.as_str(), other.as_str()]);
+        let via = expanded.hits[1].via.as_ref().unwrap();
+        assert_eq!(
+            (via.from.as_str(), via.relation.as_str(), via.hops),
+            (seed.as_str(), "part_of", 1)
+        );
+        let want = expanded.hits[0].score * crate::engine::recall::EXPAND_DECAY * 0.8;
+        assert!((expanded.hits[1].score - want).abs() < 1e-6);
+    }
+
+    #[test]
+    fn near_duplicates_collapse_into_the_best_hit() {
+        let (_d, e) = temp_engine();
+        let a = remember_one(&e, item("Ada's birthday is on the fourth of May"));
+        let b = remember_one(
+            &e,
+            RememberItem {
+                namespace: Some("other".into()),
+                ..item("Ada's birthday is on the fourth of May")
+            },
+        );
+        let page = e
+            .recall(&query("when is Ada's birthday", RecallMode::Hybrid))
+            .unwrap();
+        assert_eq!(page.hits.len(), 1);
+        let kept = &page.hits[0];
+        let dropped = if kept.memory.id == a { &b } else { &a };
+        assert_eq!(kept.duplicates, [dropped.clone()]);
+    }
+
+    /// A provider that answers with the wrong number of dimensions.
+    struct WrongDim;
+
+    impl Embedder for WrongDim {
+        fn model_id(&self) -> &str {
+            "wrong-dim"
+        }
+        fn dim(&self) -> usize {
+            8
+        }
+        fn embed(&self, texts: &[&str]) -> crate::Result<Vec<Vec<f32>>> {
+            Ok(texts.iter().map(|_| vec![0.5; 3]).collect())
+        }
+    }
+
+    #[test]
+    fn a_failing_provider_falls_back_to_text_with_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config::for_db(dir.path().join("memory.db"));
+        let e = Engine::open_with(cfg, Some(std::sync::Arc::new(WrongDim))).unwrap();
+        let id = remember_one(&e, item("the lighthouse keeper logs every ship"));
+        for mode in [RecallMode::Hybrid, RecallMode::Vector] {
+            let page = e.recall(&query("lighthouse", mode)).unwrap();
+            assert_eq!(ids(&page.hits), [id.as_str()]);
+            assert!(
+                page.warnings[0].contains("3 dimensions"),
+                "{:?}",
+                page.warnings
+            );
+        }
+        assert_eq!(e.stats().unwrap().vectors, 0);
+        assert_eq!(e.get(&[MemoryRef::Id(id)], false).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn the_vector_dump_is_reloaded_and_a_corrupt_one_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config::for_db(dir.path().join("memory.db"));
+        let q = query("solar panels on the roof", RecallMode::Vector);
+        let before = {
+            let e = Engine::open(cfg.clone()).unwrap();
+            for i in 0..50 {
+                remember_one(
+                    &e,
+                    item(&format!(
+                        "note {i}: the roof has {i} solar panels and a garden"
+                    )),
+                );
+            }
+            let p = e.recall(&q).unwrap();
+            ids(&p.hits)
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+        }; // dropped: the index is dumped
+        let vdir = cfg.vector_index_dir();
+        assert!(std::fs::read_dir(&vdir).unwrap().count() > 0);
+        {
+            let e = Engine::open(cfg.clone()).unwrap();
+            let p = e.recall(&q).unwrap();
+            assert_eq!(ids(&p.hits), before);
+        }
+        for f in std::fs::read_dir(&vdir).unwrap() {
+            let f = f.unwrap().path();
+            if f.is_file() {
+                std::fs::write(&f, b"garbage").unwrap();
+            }
+        }
+        let e = Engine::open(cfg).unwrap();
+        let p = e.recall(&q).unwrap();
+        assert_eq!(ids(&p.hits), before);
     }
 }

@@ -92,7 +92,9 @@ impl Engine {
                 ms = started.elapsed().as_secs_f64() * 1e3,
                 "vector index loaded"
             ),
-            LoadState::Missing => tracing::info!("no vector index yet; building it from the database"),
+            LoadState::Missing => {
+                tracing::info!("no vector index yet; building it from the database")
+            }
             LoadState::Rebuilt(why) => {
                 tracing::warn!(reason = %why, "vector index dump unusable; rebuilding it from the database")
             }
@@ -223,7 +225,11 @@ impl Engine {
     }
 
     /// Embeds `todo` (in parallel) and stores the vectors; returns them keyed for the index.
-    fn embed_and_store(&self, e: &dyn Embedder, todo: &[&Unembedded]) -> Result<Vec<(u64, Vec<f32>)>> {
+    fn embed_and_store(
+        &self,
+        e: &dyn Embedder,
+        todo: &[&Unembedded],
+    ) -> Result<Vec<(u64, Vec<f32>)>> {
         if todo.is_empty() {
             return Ok(Vec::new());
         }
@@ -241,11 +247,7 @@ impl Engine {
                 Ok(())
             })?;
         }
-        Ok(todo
-            .iter()
-            .map(|m| m.key.0 as u64)
-            .zip(vecs)
-            .collect())
+        Ok(todo.iter().map(|m| m.key.0 as u64).zip(vecs).collect())
     }
 
     fn with_vector_index<T>(&self, f: impl FnOnce(&VectorIndex) -> T) -> Result<T> {
@@ -286,7 +288,10 @@ impl Engine {
     }
 
     /// Stored vectors of `keys` for the current model (for near-duplicate checks).
-    pub(crate) fn stored_vectors(&self, keys: &[MemoryKey]) -> Result<std::collections::HashMap<MemoryKey, Vec<f32>>> {
+    pub(crate) fn stored_vectors(
+        &self,
+        keys: &[MemoryKey],
+    ) -> Result<std::collections::HashMap<MemoryKey, Vec<f32>>> {
         let Some(e) = &self.embedder else {
             return Ok(Default::default());
         };

@@ -5,9 +5,9 @@ use std::hash::{Hash, Hasher};
 use crate::engine::{Link, MemoryDetail, RelateItem, RelationRef, RememberItem};
 use crate::error::{Error, Result};
 use crate::mcp::dto;
-use crate::model::{RecallMode, 
+use crate::model::{
     DEFAULT_NAMESPACE, HistoryEntry, Memory, MemoryPatch, MemoryRef, Millis, NamespaceScope,
-    RecallQuery, Relation, format_time, parse_time,
+    RecallMode, RecallQuery, Relation, format_time, parse_time,
 };
 
 /// Default recall page size.
@@ -89,7 +89,9 @@ fn fingerprint(q: &RecallQuery) -> u64 {
     q.limit.hash(&mut h);
     q.mode.hash(&mut h);
     q.expand.hash(&mut h);
-    q.weights.map(|(t, v)| (t.to_bits(), v.to_bits())).hash(&mut h);
+    q.weights
+        .map(|(t, v)| (t.to_bits(), v.to_bits()))
+        .hash(&mut h);
     h.finish()
 }
 
