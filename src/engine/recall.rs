@@ -17,6 +17,9 @@ use crate::store::memories;
 const MAX_RECALL_DEPTH: usize = 1_000;
 /// The `k` of reciprocal-rank fusion: a hit ranked r in a list adds weight / (RRF_K + r).
 pub const RRF_K: f32 = 60.0;
+/// Default fusion weights (text, vector): a static model's neighbours are a weaker signal than
+/// exact words, so they count half (measured on LoCoMo, see the README).
+pub const DEFAULT_WEIGHTS: (f32, f32) = (1.0, 0.5);
 /// Fewest candidates taken from each list (more for deep pages).
 const MIN_CANDIDATES: usize = 100;
 /// Importance 1 multiplies the fused score by 1 + IMPORTANCE_BOOST / 2, importance 0 by
@@ -28,11 +31,12 @@ pub const RECENCY_BOOST: f32 = 0.1;
 pub const RECENCY_HALF_LIFE_MS: f64 = 30.0 * 24.0 * 3_600_000.0;
 /// A neighbour reached through graph expansion inherits this share of its source's score per
 /// hop, times the relation's weight.
-pub const EXPAND_DECAY: f32 = 0.5;
+pub const EXPAND_DECAY: f32 = 0.9;
 /// Most neighbours one hit contributes per hop.
 const EXPAND_FANOUT: usize = 32;
-/// Vectors at least this similar are the same memory said twice: only the best-ranked is kept.
-pub const DUPLICATE_SIMILARITY: f32 = 0.97;
+/// Hits sharing at least this share of their words (Jaccard) are the same memory said twice:
+/// only the best-ranked is kept.
+pub const DUPLICATE_WORD_OVERLAP: f32 = 0.9;
 /// In hybrid mode a memory found by the vector signal alone must be at least this similar to
 /// the query; below it, nearest neighbours are noise (every query has some).
 pub const MIN_VECTOR_SIMILARITY: f32 = 0.35;
@@ -122,7 +126,7 @@ impl Engine {
         cands.retain(|k, _| rows.get(k).is_some_and(|m| matches(q, m)));
 
         let now = now_millis();
-        let (wt, wv) = q.weights.unwrap_or((1.0, 1.0));
+        let (wt, wv) = q.weights.unwrap_or(DEFAULT_WEIGHTS);
         for (k, c) in cands.iter_mut() {
             let m = &rows[k];
             score(c, m, mode, wt, wv, now);
@@ -133,7 +137,7 @@ impl Engine {
             self.expand(q, &mut ranked, &mut rows, now)?;
         }
         if mode != RecallMode::Text {
-            ranked = self.collapse_duplicates(ranked, q.offset + q.limit + 1, &rows)?;
+            ranked = Engine::collapse_duplicates(ranked, q.offset + q.limit + 1, &rows);
         }
 
         let more = ranked.len() > q.offset + q.limit;
@@ -408,63 +412,55 @@ impl Engine {
         Ok(())
     }
 
-    /// Drops, among the first `window` hits, those whose vector is almost the same as a
-    /// better-ranked hit's; the kept hit lists their ids.
+    /// Drops, among the first `window` hits, those that say the same as a better-ranked hit
+    /// (the same words, give or take case, punctuation and a few words); the kept hit lists
+    /// their ids.
     fn collapse_duplicates(
-        &self,
         ranked: Vec<(MemoryKey, Candidate, Vec<String>)>,
         window: usize,
         rows: &HashMap<MemoryKey, Memory>,
-    ) -> Result<Vec<(MemoryKey, Candidate, Vec<String>)>> {
-        let head: Vec<MemoryKey> = ranked.iter().take(window * 2).map(|(k, _, _)| *k).collect();
-        let vecs = self.stored_vectors(&head)?;
+    ) -> Vec<(MemoryKey, Candidate, Vec<String>)> {
         let mut kept: Vec<(MemoryKey, Candidate, Vec<String>)> = Vec::with_capacity(ranked.len());
-        let mut kept_vecs: Vec<(usize, &Vec<f32>)> = Vec::new();
-        let mut seen_hash: HashSet<(String, String)> = HashSet::new();
+        let mut kept_words: Vec<(usize, HashSet<String>)> = Vec::new();
         for (i, (key, c, dups)) in ranked.into_iter().enumerate() {
-            if i >= window * 2 {
-                kept.push((key, c, dups));
-                continue;
-            }
-            let content_key = rows.get(&key).map(|m| (m.kind.clone(), m.content.clone()));
-            let dup_of = match vecs.get(&key) {
-                Some(v) => kept_vecs
-                    .iter()
-                    .find(|(_, kv)| dot(v, kv) >= DUPLICATE_SIMILARITY)
-                    .map(|(j, _)| *j),
-                None => None,
-            };
-            let same_text = content_key
-                .as_ref()
-                .is_some_and(|ck| seen_hash.contains(ck));
-            if let Some(j) = dup_of.or_else(|| {
-                same_text
-                    .then(|| {
-                        kept.iter().position(|(k, _, _)| {
-                            rows.get(k).map(|m| (m.kind.clone(), m.content.clone())) == content_key
-                        })
-                    })
-                    .flatten()
-            }) {
-                if let Some(m) = rows.get(&key) {
-                    kept[j].2.push(m.id.clone());
+            let words = match rows.get(&key) {
+                Some(m) if i < window * 2 => word_set(&m.content),
+                _ => {
+                    kept.push((key, c, dups));
+                    continue;
                 }
-                continue;
+            };
+            let dup_of = kept_words
+                .iter()
+                .find(|(_, w)| jaccard(w, &words) >= DUPLICATE_WORD_OVERLAP)
+                .map(|(j, _)| *j);
+            match (dup_of, rows.get(&key)) {
+                (Some(j), Some(m)) => kept[j].2.push(m.id.clone()),
+                _ => {
+                    kept_words.push((kept.len(), words));
+                    kept.push((key, c, dups));
+                }
             }
-            if let Some(ck) = content_key {
-                seen_hash.insert(ck);
-            }
-            if let Some(v) = vecs.get(&key) {
-                kept_vecs.push((kept.len(), v));
-            }
-            kept.push((key, c, dups));
         }
-        Ok(kept)
+        kept
     }
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+/// Lower-cased words (letters and digits) of a text.
+fn word_set(text: &str) -> HashSet<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Shared words over all words of two sets (1 when both are empty).
+fn jaccard(a: &HashSet<String>, b: &HashSet<String>) -> f32 {
+    let union = a.union(b).count();
+    if union == 0 {
+        return 1.0;
+    }
+    a.intersection(b).count() as f32 / union as f32
 }
 
 /// Candidates best first (ties by key, so equal scores rank the same every time).

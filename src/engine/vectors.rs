@@ -287,23 +287,6 @@ impl Engine {
         ))
     }
 
-    /// Stored vectors of `keys` for the current model (for near-duplicate checks).
-    pub(crate) fn stored_vectors(
-        &self,
-        keys: &[MemoryKey],
-    ) -> Result<std::collections::HashMap<MemoryKey, Vec<f32>>> {
-        let Some(e) = &self.embedder else {
-            return Ok(Default::default());
-        };
-        let model = e.model_id().to_owned();
-        Ok(self
-            .store
-            .read(|c| vectors::current(c, &model, keys))?
-            .into_iter()
-            .map(|(k, v)| (k, v.vec))
-            .collect())
-    }
-
     /// Writes the index to disk when it moved since the last dump and `force` or enough time
     /// has passed; compacts it first when replacements left many dead slots.
     pub(crate) fn dump_vectors_if_due(&self, force: bool) -> Result<()> {

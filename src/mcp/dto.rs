@@ -105,7 +105,7 @@ pub struct RecallParams {
     pub mode: Option<ModeInput>,
     /// Show each signal's rank and score per hit.
     pub explain: Option<bool>,
-    /// Fusion weights [text, vector], default [1, 1].
+    /// Fusion weights [text, vector], default [1, 0.5].
     pub weights: Option<Vec<f32>>,
 }
 

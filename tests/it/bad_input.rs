@@ -49,6 +49,30 @@ fn cases(known_id: &str) -> Vec<Case> {
             Invalid(&["limit"]),
         ),
         case(
+            "unknown recall mode",
+            "recall",
+            json!({"query": "tea", "mode": "fuzzy"}),
+            Invalid(&["mode"]),
+        ),
+        case(
+            "three fusion weights",
+            "recall",
+            json!({"query": "tea", "weights": [1, 1, 1]}),
+            Invalid(&["weights", "two"]),
+        ),
+        case(
+            "negative fusion weight",
+            "recall",
+            json!({"query": "tea", "weights": [1, -1]}),
+            Invalid(&["weights"]),
+        ),
+        case(
+            "whitespace query",
+            "recall",
+            json!({"query": "   \t"}),
+            Invalid(&["query", "empty"]),
+        ),
+        case(
             "unknown field",
             "recall",
             json!({"query": "tea", "qurey": "tea"}),

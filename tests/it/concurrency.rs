@@ -50,7 +50,7 @@ async fn missing_after(s: &Server, all: usize, deadline: Instant) -> Vec<usize> 
             let out = s
                 .ok(
                     "recall",
-                    json!({"query": query, "namespace": "shared", "limit": 100, "full": true}),
+                    json!({"query": query, "namespace": "shared", "limit": 100, "full": true, "mode": "text"}),
                 )
                 .await;
             let found: HashSet<String> = out["hits"]

@@ -165,3 +165,47 @@ async fn snippets_show_the_matching_words() {
     assert!(snippet.contains("天气"), "{snippet}");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_recall_finds_meaning_and_explains_itself() {
+    for era in Era::ALL {
+        let db = TestDb::new();
+        let s = db.serve(era).await;
+        let ids = s
+            .remember(json!([
+                {"content": "The automobile would not start this morning"},
+                {"content": "Bought fresh basil and tomatoes at the market"},
+                {"content": "The quarterly tax filing is due in April"}
+            ]))
+            .await;
+        // No shared word: text finds nothing, the default (hybrid) finds the car by meaning.
+        let text = s
+            .recall_ids(json!({"query": "car engine trouble", "mode": "text"}))
+            .await;
+        assert!(text.is_empty(), "{era:?}: {text:?}");
+        let out = s
+            .ok(
+                "recall",
+                json!({"query": "car engine trouble", "explain": true}),
+            )
+            .await;
+        assert_eq!(out["hits"][0]["id"], json!(ids[0]), "{era:?}: {out}");
+        let x = &out["hits"][0]["explain"];
+        assert_eq!(x["vector_rank"], json!(1), "{out}");
+        assert!(x.get("text_rank").is_none(), "{out}");
+        assert_eq!(x["score"], out["hits"][0]["score"], "{out}");
+        assert!(out.get("warnings").is_none(), "{out}");
+        // Vector mode ranks by similarity.
+        let v = s
+            .ok(
+                "recall",
+                json!({"query": "basil", "mode": "vector", "limit": 3}),
+            )
+            .await;
+        assert_eq!(v["hits"][0]["id"], json!(ids[1]), "{v}");
+        let stats = s.ok("stats", json!({})).await;
+        assert_eq!(stats["embedding_model"], "minilm-static-256", "{stats}");
+        assert_eq!(stats["vectors"], 3, "{stats}");
+        s.stop().await;
+    }
+}

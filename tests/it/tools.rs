@@ -305,9 +305,13 @@ async fn update_keeps_the_previous_version_in_history() {
         assert!(plain["memories"][0].get("history").is_none(), "{plain}");
 
         // Recall follows the new content and forgets the old words.
-        let hits = s.recall_ids(json!({"query": "repaired"})).await;
+        let hits = s
+            .recall_ids(json!({"query": "repaired", "mode": "text"}))
+            .await;
         assert_eq!(hits, [id.as_str()]);
-        let hits = s.recall_ids(json!({"query": "broken"})).await;
+        let hits = s
+            .recall_ids(json!({"query": "broken", "mode": "text"}))
+            .await;
         assert!(
             hits.is_empty(),
             "{era:?}: old content still found: {hits:?}"
