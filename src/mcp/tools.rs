@@ -99,7 +99,7 @@ pub fn all() -> Vec<Tool> {
         ),
         tool::<dto::RecallParams>(
             "recall",
-            "Search memories (ranked, BM25). Plain words or questions; no query syntax. Compact hits (snippet, score, relation count); full=true for whole content; next_cursor pages; expand adds related memories.",
+            "Search memories by words and meaning (BM25 + vectors fused; mode to pick one). Plain words or questions, no syntax. Compact hits; full=true for whole content; next_cursor pages; expand adds related memories.",
             Hints(true, false, true),
         ),
         tool::<dto::RelateParams>(
