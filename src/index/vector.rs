@@ -1,7 +1,8 @@
-//! The vector index of memory embeddings: an HNSW graph (hnsw_rs) over unit vectors for approximate
-//! top-k search, an exact scan beside it, and a dump to disk reloaded at start. Derived state: SQLite
-//! holds every vector and the engine feeds them here; a dump that is missing, damaged, or made for
-//! another model or dimension loads as an empty index (with the reason) that the engine refills.
+//! The vector index of memory embeddings: an HNSW graph (hnsw_rs) over unit vectors for
+//! approximate top-k search, an exact scan beside it, and a dump to disk reloaded at start.
+//! Derived state: SQLite holds every vector and the engine feeds them here; a dump that is
+//! missing, damaged, or made for another model or dimension loads as an empty index (with the
+//! reason) that the engine refills.
 //!
 //! Keys are the engine's `u64`s. Inside, every inserted vector gets a *slot*, which is its point id
 //! in the graph. Replacing a key's vector or removing the key tombstones its slot (hnsw_rs cannot
@@ -459,20 +460,18 @@ impl State {
         if n <= PREDICATE_SAMPLE {
             return (0..n).filter(|&s| in_scope(s)).count() as f64 / n.max(1) as f64;
         }
-        let mut state = 0x6d6e_656d_6f67_7261u64;
-        let passed = (0..PREDICATE_SAMPLE)
-            .filter(|_| {
-                state = splitmix(state);
-                in_scope(((u128::from(state) * n as u128) >> 64) as usize)
+        let passed = (1..=PREDICATE_SAMPLE as u64)
+            .filter(|&i| {
+                let r = mix(i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                in_scope(((u128::from(r) * n as u128) >> 64) as usize)
             })
             .count();
         passed as f64 / PREDICATE_SAMPLE as f64
     }
 }
 
-/// One step of SplitMix64.
-fn splitmix(state: u64) -> u64 {
-    let mut z = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+/// SplitMix64's finaliser: a well-mixed 64-bit value from a counter.
+fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
@@ -792,9 +791,9 @@ impl VectorIndex {
 
 // ---------------------------------------------------------------------------------------------
 // Dump format: `vectors.meta.json` (below) names one generation of files:
-//   vectors.<gen>.slots        magic, slot count (u64 LE), key of each slot (u64 LE), live flags (u8)
-//   vectors.<gen>.hnsw.graph   hnsw_rs's graph dump (point id = slot)   } only when there are slots
-//   vectors.<gen>.hnsw.data    hnsw_rs's vector dump                    }
+//   vectors.<gen>.slots       magic, slot count (u64 LE), key of each slot (u64 LE), live flags
+//   vectors.<gen>.hnsw.graph  hnsw_rs's graph dump (point id = slot)  } only when there are slots
+//   vectors.<gen>.hnsw.data   hnsw_rs's vector dump                   }
 // The vectors are read back from the graph dump, so they are stored once on disk.
 
 #[derive(Debug, Serialize, Deserialize)]
