@@ -39,6 +39,10 @@ pub struct Background {
 impl Engine {
     /// Starts the background thread of a long-running process (the server).
     pub fn start_background(self: &Arc<Self>) -> std::io::Result<Background> {
+        if self.embedder.is_some() && !self.vectors_loaded() {
+            // The first tick loads the vector index; reads until then answer by text.
+            self.vectors_loading.store(true, Ordering::Release);
+        }
         let weak: Weak<Engine> = Arc::downgrade(self);
         let thread = std::thread::Builder::new()
             .name("mnemograph-jobs".into())
@@ -82,6 +86,9 @@ impl Engine {
                 Ok(())
             }
             Job::SyncVectors => {
+                let loaded = self.ensure_vectors(true);
+                self.vectors_loading.store(false, Ordering::Release);
+                loaded?;
                 self.sync_vectors(None)?;
                 self.dump_vectors_if_due(false)
             }

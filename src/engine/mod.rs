@@ -49,6 +49,9 @@ pub struct Engine {
     vectors: RwLock<Option<vectors::VectorState>>,
     /// Held while the vector index catches up, so two readers do not embed the same memories.
     vector_sync: Mutex<()>,
+    /// Set while the background job loads the vector index; reads then answer by text instead
+    /// of waiting.
+    vectors_loading: AtomicBool,
 }
 
 impl Engine {
@@ -78,6 +81,7 @@ impl Engine {
             embedder,
             vectors: RwLock::new(None),
             vector_sync: Mutex::new(()),
+            vectors_loading: AtomicBool::new(false),
         };
         Ok(engine)
     }

@@ -78,10 +78,15 @@ impl Engine {
             match self.vector_candidates(q, depth) {
                 Ok((hits, sync)) => {
                     vector_hits = hits;
-                    if let VectorSync::Behind(n) = sync {
-                        warnings.push(format!(
+                    match sync {
+                        VectorSync::Behind(n) => warnings.push(format!(
                             "the vector index is catching up ({n} changes behind); newer memories are found by text only for now"
-                        ));
+                        )),
+                        VectorSync::Loading => {
+                            warnings.push("the vector index is still loading; answered with text search".to_owned());
+                            want_vector = false;
+                        }
+                        VectorSync::Current => {}
                     }
                 }
                 Err(e) => {

@@ -3,6 +3,7 @@
 //! reads, dumped again by the background job.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use rayon::prelude::*;
@@ -38,6 +39,8 @@ pub(crate) enum VectorSync {
     Current,
     /// Change-log entries still to apply (left to the background job).
     Behind(i64),
+    /// The background job is still loading the index.
+    Loading,
 }
 
 /// The text a memory is embedded from: its name (entity-style memories) and content.
@@ -72,17 +75,25 @@ impl Engine {
         self.embedder.as_ref()
     }
 
+    pub(crate) fn vectors_loaded(&self) -> bool {
+        self.vectors.read().is_ok_and(|g| g.is_some())
+    }
+
     /// Loads the vector index from its dump (or an empty one to be rebuilt) when not loaded yet.
-    fn ensure_vectors(&self) -> Result<()> {
+    /// With `wait` false, returns false instead of waiting while the background job loads it.
+    pub(crate) fn ensure_vectors(&self, wait: bool) -> Result<bool> {
         let Some(e) = &self.embedder else {
-            return Ok(());
+            return Ok(true);
         };
-        if self.vectors.read().map_err(poisoned)?.is_some() {
-            return Ok(());
+        if self.vectors_loaded() {
+            return Ok(true);
+        }
+        if !wait && self.vectors_loading.load(Ordering::Acquire) {
+            return Ok(false);
         }
         let mut guard = self.vectors.write().map_err(poisoned)?;
         if guard.is_some() {
-            return Ok(());
+            return Ok(true);
         }
         let started = Instant::now();
         let (index, state) = VectorIndex::load(&self.cfg.vector_index_dir(), e.model_id(), e.dim());
@@ -105,7 +116,7 @@ impl Engine {
             dumped_seq,
             dumped_at: Instant::now(),
         });
-        Ok(())
+        Ok(true)
     }
 
     /// Change-log entries the vector index has not applied yet (0 without an embedder).
@@ -113,7 +124,7 @@ impl Engine {
         if self.embedder.is_none() {
             return Ok(0);
         }
-        self.ensure_vectors()?;
+        self.ensure_vectors(true)?;
         let seq = self.vector_seq()?;
         let target = self.store.read(changes::max_seq)?;
         Ok((target - seq).max(0))
@@ -148,7 +159,9 @@ impl Engine {
         let Some(embedder) = self.embedder.clone() else {
             return Ok(VectorSync::Current);
         };
-        self.ensure_vectors()?;
+        if !self.ensure_vectors(limit.is_none())? {
+            return Ok(VectorSync::Loading);
+        }
         let _one_at_a_time = self.vector_sync.lock().map_err(poisoned)?;
         let target = self.store.read(changes::max_seq)?;
         let mut seq = self.vector_seq()?;
@@ -274,8 +287,10 @@ impl Engine {
         let q = e.embed(&[query])?;
         check_output(e.model_id(), e.dim(), 1, &q)?;
         let sync = self.sync_vectors(Some(READ_CATCH_UP))?;
-        if let VectorSync::Behind(_) = sync {
-            self.mark_dirty();
+        match sync {
+            VectorSync::Behind(_) => self.mark_dirty(),
+            VectorSync::Loading => return Ok((Vec::new(), sync)),
+            VectorSync::Current => {}
         }
         let found = self.with_vector_index(|ix| ix.search(&q[0], k, scope))?;
         Ok((
