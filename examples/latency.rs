@@ -216,6 +216,8 @@ struct Start {
     initialize: Duration,
     recall: Duration,
     open_ms: Option<f64>,
+    /// To the first answer that used the vector index too (loaded from its dump).
+    hybrid: Duration,
 }
 
 fn start_once(bin: &Path, db: &Path, query: &str) -> Start {
@@ -268,7 +270,9 @@ fn start_once(bin: &Path, db: &Path, query: &str) -> Start {
     });
     let mut initialize = None;
     let mut recall = None;
-    while recall.is_none() {
+    let mut hybrid = None;
+    let mut next_id = 3;
+    while hybrid.is_none() {
         let (at, line) = rx
             .recv_timeout(ANSWER_TIMEOUT)
             .expect("the server answers in time");
@@ -278,7 +282,7 @@ fn start_once(bin: &Path, db: &Path, query: &str) -> Start {
                 assert!(v.get("result").is_some(), "initialize failed: {line}");
                 initialize = Some(at - started);
             }
-            Some(2) => {
+            Some(id) if id >= 2 => {
                 let result = v
                     .get("result")
                     .unwrap_or_else(|| panic!("recall failed: {line}"));
@@ -288,7 +292,20 @@ fn start_once(bin: &Path, db: &Path, query: &str) -> Start {
                     .and_then(Value::as_array)
                     .map_or(0, Vec::len);
                 assert_eq!(hits, RECALL_LIMIT, "recall hits: {line}");
-                recall = Some(at - started);
+                recall.get_or_insert(at - started);
+                // Until the vector index is loaded, answers are text-only with a warning.
+                if result.pointer("/structuredContent/warnings").is_none() {
+                    hybrid = Some(at - started);
+                } else {
+                    std::thread::sleep(Duration::from_millis(10));
+                    let again = json!({"jsonrpc": "2.0", "id": next_id, "method": "tools/call",
+                        "params": {"name": "recall", "arguments": {"query": query, "limit": RECALL_LIMIT}}});
+                    next_id += 1;
+                    stdin
+                        .write_all(format!("{again}\n").as_bytes())
+                        .and_then(|()| stdin.flush())
+                        .expect("write a request");
+                }
             }
             _ => {}
         }
@@ -315,6 +332,7 @@ fn start_once(bin: &Path, db: &Path, query: &str) -> Start {
     Start {
         initialize: initialize.expect("initialize answered before recall"),
         recall: recall.expect("recall answered"),
+        hybrid: hybrid.expect("hybrid recall answered"),
         open_ms,
     }
 }
@@ -455,8 +473,15 @@ fn main() -> ExitCode {
     rows.push(ms_row(
         "start → first `recall` answer, 100k db",
         &s_recall,
-        "p50 ≤ 300 ms (≤ 500 ms with vectors)",
+        "p50 ≤ 300 ms",
         Some(s_recall.p50 <= FLOOR_START_MS),
+    ));
+    let s_hybrid = summarize(&starts.iter().map(|s| s.hybrid).collect::<Vec<_>>());
+    rows.push(ms_row(
+        "start → first hybrid answer (100k-vector dump loaded)",
+        &s_hybrid,
+        "",
+        None,
     ));
     if !opens.is_empty() {
         rows.push(ms_row(

@@ -91,8 +91,10 @@ impl Engine {
         if !wait && self.vectors_loading.load(Ordering::Acquire) {
             return Ok(false);
         }
-        let mut guard = self.vectors.write().map_err(poisoned)?;
-        if guard.is_some() {
+        // Loading can take a second at 100k vectors: hold only the sync lock meanwhile, so
+        // readers that do not wait see "not loaded" at once instead of blocking on the RwLock.
+        let _one_loader = self.vector_sync.lock().map_err(poisoned)?;
+        if self.vectors_loaded() {
             return Ok(true);
         }
         let started = Instant::now();
@@ -111,7 +113,7 @@ impl Engine {
             }
         }
         let dumped_seq = index.seq();
-        *guard = Some(VectorState {
+        *self.vectors.write().map_err(poisoned)? = Some(VectorState {
             index,
             dumped_seq,
             dumped_at: Instant::now(),
@@ -162,7 +164,20 @@ impl Engine {
         if !self.ensure_vectors(limit.is_none())? {
             return Ok(VectorSync::Loading);
         }
-        let _one_at_a_time = self.vector_sync.lock().map_err(poisoned)?;
+        let _one_at_a_time = match self.vector_sync.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                // Someone else is catching up; a read waits only when the backlog is short.
+                if let Some(limit) = limit {
+                    let lag = self.store.read(changes::max_seq)? - self.vector_seq()?;
+                    if lag > limit {
+                        return Ok(VectorSync::Behind(lag));
+                    }
+                }
+                self.vector_sync.lock().map_err(poisoned)?
+            }
+            Err(std::sync::TryLockError::Poisoned(_)) => return Err(poisoned(())),
+        };
         let target = self.store.read(changes::max_seq)?;
         let mut seq = self.vector_seq()?;
         if seq >= target {
@@ -284,6 +299,9 @@ impl Engine {
                 reason: "no embedder is configured".into(),
             });
         };
+        if !self.ensure_vectors(false)? {
+            return Ok((Vec::new(), VectorSync::Loading));
+        }
         let q = e.embed(&[query])?;
         check_output(e.model_id(), e.dim(), 1, &q)?;
         let sync = self.sync_vectors(Some(READ_CATCH_UP))?;
