@@ -282,7 +282,7 @@ mod tests {
             .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
             .collect();
         let mut header = serde_json::json!({"embeddings": {"dtype": "F16", "shape": [6, 4], "data_offsets": [0, data.len()]}}).to_string();
-        while header.len() % 8 != 0 {
+        while !header.len().is_multiple_of(8) {
             header.push(' ');
         }
         let mut file = (header.len() as u64).to_le_bytes().to_vec();

@@ -59,9 +59,12 @@ impl Engine {
     /// Ranked memories for `q` (see the module doc); sees every write committed before the call.
     pub fn recall(&self, q: &RecallQuery) -> Result<RecallPage> {
         self.check_recall(q)?;
-        let depth = (q.offset + q.limit + 1)
-            .max(MIN_CANDIDATES)
-            .max(2 * (q.offset + q.limit + 1));
+        // Fusion and duplicate collapse need candidates beyond the page; plain text ranking does not.
+        let depth = if q.mode == RecallMode::Text {
+            q.offset + q.limit + 1
+        } else {
+            (2 * (q.offset + q.limit + 1)).max(MIN_CANDIDATES)
+        };
         let mut warnings = Vec::new();
         let want_text = q.mode != RecallMode::Vector;
         let mut want_vector = q.mode != RecallMode::Text && self.embedder.is_some();

@@ -626,7 +626,7 @@ mod semantic {
         assert_eq!(page.hits.len(), 1);
         let kept = &page.hits[0];
         let dropped = if kept.memory.id == a { &b } else { &a };
-        assert_eq!(kept.duplicates, [dropped.clone()]);
+        assert_eq!(kept.duplicates, std::slice::from_ref(dropped));
     }
 
     /// A provider that answers with the wrong number of dimensions.
