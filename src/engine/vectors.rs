@@ -21,6 +21,9 @@ const WINDOW: i64 = 20_000;
 /// Most memories a read embeds and indexes itself before it answers; a longer backlog is left
 /// to the background job and the read uses the index as it is (with a warning).
 pub(crate) const READ_CATCH_UP: i64 = 2_000;
+/// How long a read waits for the background job to finish loading the vector index before it
+/// answers by text alone.
+const LOAD_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 /// Texts per embedding call (and per parallel chunk).
 const EMBED_CHUNK: usize = 256;
 /// Vectors written per transaction.
@@ -89,7 +92,15 @@ impl Engine {
             return Ok(true);
         }
         if !wait && self.vectors_loading.load(Ordering::Acquire) {
-            return Ok(false);
+            // A small dump loads in milliseconds: worth a short wait; a big one is not.
+            let deadline = Instant::now() + LOAD_WAIT;
+            while self.vectors_loading.load(Ordering::Acquire) && Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            if !self.vectors_loaded() {
+                return Ok(false);
+            }
+            return Ok(true);
         }
         // Loading can take a second at 100k vectors: hold only the sync lock meanwhile, so
         // readers that do not wait see "not loaded" at once instead of blocking on the RwLock.

@@ -138,7 +138,10 @@ async fn snapshot(s: &Server) -> Vec<((&'static str, &'static str), Ranking)> {
     for q in QUERIES {
         for ns in ["alpha", "beta"] {
             let res = s
-                .ok("recall", json!({"query": q, "namespace": ns, "limit": 50}))
+                .ok(
+                    "recall",
+                    json!({"query": q, "namespace": ns, "limit": 50, "mode": "text"}),
+                )
                 .await;
             let hits: Ranking = res["hits"]
                 .as_array()
