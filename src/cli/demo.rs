@@ -303,7 +303,7 @@ async fn talk(transport: TokioChildProcess) -> anyhow::Result<()> {
         for hit in found["hits"].as_array().into_iter().flatten() {
             writeln!(
                 out,
-                "  {:.2}  {}",
+                "  {:.3}  {}",
                 hit["score"].as_f64().unwrap_or(0.0),
                 hit["snippet"].as_str().unwrap_or("")
             )?;
