@@ -110,14 +110,17 @@ fn run(weak: Weak<Engine>) {
             jobs.push(Job::SyncGraph);
         }
         let dirty = engine.dirty.swap(false, Ordering::AcqRel);
-        // Another process's writes show up only in the change log, so look there too.
-        let lagging = engine.text_lag().map(|lag| lag > 0).unwrap_or(false);
+        // Another process's writes show up only in the change log: read its head once a tick.
+        let head = engine.store.read(crate::store::changes::max_seq).ok();
+        let lagging = head.is_some_and(|h| h > engine.text.reader_seq());
         if dirty || lagging {
             jobs.push(Job::CommitText);
             jobs.push(Job::SyncGraph);
             last_index = Instant::now();
         }
-        if engine.embedder.is_some() && (starting || dirty || lagging || engine.vectors_behind()) {
+        if engine.embedder.is_some()
+            && (starting || dirty || lagging || engine.vectors_behind(head))
+        {
             jobs.push(Job::SyncVectors);
         }
         jobs.push(Job::FreezeGraph);

@@ -66,16 +66,10 @@ impl Engine {
             (2 * (q.offset + q.limit + 1)).max(MIN_CANDIDATES)
         };
         let mut warnings = Vec::new();
-        let want_text = q.mode != RecallMode::Vector;
         let mut want_vector = q.mode != RecallMode::Text && self.embedder.is_some();
         if q.mode == RecallMode::Vector && self.embedder.is_none() {
             warnings.push("no embedder is configured; answered with text search".to_owned());
         }
-        let text_hits = if want_text || !want_vector {
-            self.text_candidates(q, depth)?
-        } else {
-            Vec::new()
-        };
         let mut vector_hits = Vec::new();
         if want_vector {
             match self.vector_candidates(q, depth) {
@@ -106,12 +100,11 @@ impl Engine {
             (RecallMode::Vector, false) => RecallMode::Text,
             (m, _) => m,
         };
-        let text_hits =
-            if mode == RecallMode::Text && text_hits.is_empty() && q.mode == RecallMode::Vector {
-                self.text_candidates(q, depth)?
-            } else {
-                text_hits
-            };
+        let text_hits = if mode == RecallMode::Vector {
+            Vec::new()
+        } else {
+            self.text_candidates(q, depth)?
+        };
 
         let mut cands: HashMap<MemoryKey, Candidate> = HashMap::new();
         for (i, (k, s)) in text_hits.iter().enumerate() {
@@ -142,7 +135,7 @@ impl Engine {
         let mut ranked = sorted(cands);
 
         if q.expand > 0 && !ranked.is_empty() {
-            self.expand(q, &mut ranked, &mut rows, now)?;
+            self.expand(q, &mut ranked, &mut rows)?;
         }
         if mode != RecallMode::Text {
             ranked = Engine::collapse_duplicates(ranked, q.offset + q.limit + 1, &rows);
@@ -325,7 +318,6 @@ impl Engine {
         q: &RecallQuery,
         ranked: &mut Vec<(MemoryKey, Candidate, Vec<String>)>,
         rows: &mut HashMap<MemoryKey, Memory>,
-        now: Millis,
     ) -> Result<()> {
         let seeds: Vec<(MemoryKey, f32)> = ranked
             .iter()
@@ -415,7 +407,6 @@ impl Engine {
                 }
             }
         }
-        let _ = now;
         ranked.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
         Ok(())
     }

@@ -143,9 +143,9 @@ impl Engine {
         Ok((target - seq).max(0))
     }
 
-    /// True when the index moved since its last dump or lags the change log (cheap check for
-    /// the background loop).
-    pub(crate) fn vectors_behind(&self) -> bool {
+    /// True when the index moved since its last dump or lags the change log's `head` (cheap
+    /// check for the background loop, which reads the head once for every index).
+    pub(crate) fn vectors_behind(&self, head: Option<i64>) -> bool {
         let Ok(guard) = self.vectors.read() else {
             return false;
         };
@@ -153,7 +153,7 @@ impl Engine {
             return false;
         };
         let seq = state.index.seq();
-        seq > state.dumped_seq || self.store.read(changes::max_seq).is_ok_and(|t| t > seq)
+        seq > state.dumped_seq || head.is_some_and(|t| t > seq)
     }
 
     fn vector_seq(&self) -> Result<i64> {
@@ -239,9 +239,11 @@ impl Engine {
                     content: m.content,
                 })
                 .collect();
+            let live_set: std::collections::HashSet<MemoryKey> =
+                live_keys.iter().copied().collect();
             let gone: Vec<u64> = keys
                 .iter()
-                .filter(|k| !live_keys.contains(k))
+                .filter(|k| !live_set.contains(k))
                 .map(|k| k.0 as u64)
                 .collect();
             Ok((live, gone, have))
