@@ -6,6 +6,7 @@ pub mod config;
 pub mod embed;
 pub mod engine;
 pub mod error;
+pub mod formats;
 pub mod graph;
 pub mod index;
 pub mod mcp;

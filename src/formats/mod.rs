@@ -1,0 +1,225 @@
+//! Import and export formats: readers that turn a byte stream into [`Record`]s one at a time,
+//! and writers that turn memories and relations into bytes. Pure: no database, no files opened
+//! here (callers hand in readers and writers), no knowledge of MCP.
+
+pub mod detect;
+pub mod dot;
+pub mod graphml;
+pub mod jsonl;
+pub mod locomo;
+pub mod markdown;
+pub mod mcp_memory;
+pub mod memorygraph;
+
+use std::io::BufRead;
+
+use crate::model::Millis;
+
+/// Formats an import can read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InFormat {
+    /// mnemograph's own JSONL (what `export` writes): lossless.
+    Mnemograph,
+    /// The official MCP memory server's JSONL (`type: entity | relation` lines).
+    McpMemory,
+    /// MemoryGraph's JSON export, `format_version` 2.0.
+    MemoryGraph,
+    /// Chat transcripts in LoCoMo's form (`conversation` → `session_N` turns).
+    Locomo,
+    /// Markdown or plain text, chunked by heading and paragraph.
+    Markdown,
+}
+
+impl InFormat {
+    pub const ALL: [InFormat; 5] = [
+        InFormat::Mnemograph,
+        InFormat::McpMemory,
+        InFormat::MemoryGraph,
+        InFormat::Locomo,
+        InFormat::Markdown,
+    ];
+
+    /// The name callers use in `format`.
+    pub fn name(self) -> &'static str {
+        match self {
+            InFormat::Mnemograph => "mnemograph",
+            InFormat::McpMemory => "mcp-memory",
+            InFormat::MemoryGraph => "memorygraph",
+            InFormat::Locomo => "locomo",
+            InFormat::Markdown => "markdown",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<InFormat> {
+        let s = s.trim().to_ascii_lowercase();
+        match s.as_str() {
+            "text" | "txt" | "md" => Some(InFormat::Markdown),
+            "jsonl" => Some(InFormat::Mnemograph),
+            "mcp" | "mcp_memory" => Some(InFormat::McpMemory),
+            _ => InFormat::ALL.into_iter().find(|f| f.name() == s),
+        }
+    }
+}
+
+/// How a record names another memory: by its key within imports (`ext`), by its stored id, or
+/// by its name in the import's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Ref {
+    Ext(String),
+    Id(String),
+    Name(String),
+}
+
+/// A relation created together with a memory, from that memory to `to`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkRecord {
+    pub to: Ref,
+    pub kind: String,
+    pub weight: Option<f64>,
+}
+
+/// A vector stored with a memory, and the model that made it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorRecord {
+    pub model: String,
+    pub vec: Vec<f32>,
+}
+
+/// One memory read from a source. Fields a format does not have stay empty/`None`; the importer
+/// fills in defaults (namespace of the call, kind `note`, importance 0.5, now).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MemoryRecord {
+    /// Identity across imports (`memorygraph:<uuid>`, `locomo:<sample>:<dia_id>`, …). A record
+    /// whose `ext` was imported before is not imported again. `None`: identity by content hash.
+    pub ext: Option<String>,
+    /// A mnemograph id to keep (own format only), when no other memory has it.
+    pub id: Option<String>,
+    /// The record's own namespace (own format only); otherwise the call's.
+    pub namespace: Option<String>,
+    pub kind: Option<String>,
+    pub name: Option<String>,
+    pub content: String,
+    pub tags: Vec<String>,
+    pub importance: Option<f64>,
+    pub metadata: Option<serde_json::Value>,
+    pub created_at: Option<Millis>,
+    pub updated_at: Option<Millis>,
+    pub accessed_at: Option<Millis>,
+    pub access_count: Option<i64>,
+    pub valid_from: Option<Millis>,
+    pub valid_until: Option<Millis>,
+    pub vector: Option<VectorRecord>,
+    /// When a live memory with the same `name` exists: add this content's lines that it lacks
+    /// (MCP memory entities gain observations) instead of reporting a name conflict.
+    pub merge_by_name: bool,
+    pub links: Vec<LinkRecord>,
+}
+
+/// One relation read from a source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelationRecord {
+    /// A mnemograph relation id to keep (own format only).
+    pub id: Option<String>,
+    pub from: Ref,
+    pub to: Ref,
+    pub kind: String,
+    pub weight: Option<f64>,
+    pub metadata: Option<serde_json::Value>,
+    pub created_at: Option<Millis>,
+    pub reinforced_at: Option<Millis>,
+    pub valid_from: Option<Millis>,
+    pub valid_until: Option<Millis>,
+}
+
+/// What a reader yields.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    Memory(Box<MemoryRecord>),
+    Relation(RelationRecord),
+}
+
+/// A record that could not be read; the import reports it and goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRecord {
+    /// 1-based line of the source where the record is (or starts).
+    pub line: u64,
+    pub reason: String,
+}
+
+/// One item of a reader's output: a record (with its line) or a bad one.
+pub type Item = Result<(u64, Record), BadRecord>;
+
+/// Whether a reader should go on after an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Stop,
+}
+
+/// Where a reader pushes its items. Returning `Err` stops the reader with that error.
+pub type Sink<'a> = dyn FnMut(Item) -> crate::Result<Flow> + 'a;
+
+/// Reads `input` in `format` and pushes every item to `sink`, in source order, holding at most
+/// one record (one JSONL line, one conversation, one document section) in memory. `doc` names
+/// the document (a file's path relative to its root) for formats that link chunks to it.
+/// An `Err` is a fault of the whole source (unreadable, not this format at all, broken JSON
+/// document); items the sink saw before stay valid.
+pub fn read(
+    format: InFormat,
+    input: &mut dyn BufRead,
+    doc: &str,
+    sink: &mut Sink<'_>,
+) -> crate::Result<()> {
+    match format {
+        InFormat::Mnemograph => jsonl::read(input, sink),
+        InFormat::McpMemory => mcp_memory::read(input, sink),
+        InFormat::MemoryGraph => memorygraph::read(input, sink),
+        InFormat::Locomo => locomo::read(input, sink),
+        InFormat::Markdown => markdown::read(input, doc, sink),
+    }
+}
+
+/// Parses a timestamp a source may carry: RFC 3339 (`2024-05-01T10:00:00Z`, offsets, fractions),
+/// a plain date, or epoch milliseconds/seconds as a number.
+pub fn parse_timestamp(v: &serde_json::Value) -> Option<Millis> {
+    match v {
+        serde_json::Value::Number(n) => {
+            let x = n.as_f64()?;
+            // Seconds before ~2286 are below 1e10; milliseconds after 1970-04 are above.
+            Some(if x.abs() < 1e10 { (x * 1e3) as i64 } else { x as i64 })
+        }
+        serde_json::Value::String(s) => crate::model::parse_time(s),
+        _ => None,
+    }
+}
+
+/// Counts newlines that pass through a reader, so a streaming JSON parser (which reads its input
+/// byte by byte) can say on which line a record is; `lines()` is a handle that stays readable
+/// while the parser owns the reader.
+pub struct LineCounter<R> {
+    inner: R,
+    newlines: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl<R> LineCounter<R> {
+    pub fn new(inner: R) -> Self {
+        LineCounter {
+            inner,
+            newlines: Default::default(),
+        }
+    }
+
+    /// Newlines read so far (the 1-based current line is this plus one).
+    pub fn lines(&self) -> std::rc::Rc<std::cell::Cell<u64>> {
+        std::rc::Rc::clone(&self.newlines)
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for LineCounter<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let seen = buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+        self.newlines.set(self.newlines.get() + seen);
+        Ok(n)
+    }
+}
