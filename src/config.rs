@@ -75,6 +75,9 @@ pub struct Config {
     pub limits: Limits,
     /// The embedding provider of the vector index.
     pub embedder: EmbedderSpec,
+    /// Folders `import` may read from and `export` may write to. Empty: the current directory
+    /// and the database's folder.
+    pub import_roots: Vec<PathBuf>,
 }
 
 impl Config {
@@ -90,7 +93,25 @@ impl Config {
             busy_timeout_ms: 10_000,
             limits: Limits::default(),
             embedder: EmbedderSpec::default(),
+            import_roots: Vec::new(),
         }
+    }
+
+    /// The folders imports and exports are confined to (see [`Config::import_roots`]).
+    pub fn transfer_roots(&self) -> Vec<PathBuf> {
+        if !self.import_roots.is_empty() {
+            return self.import_roots.clone();
+        }
+        let mut roots = Vec::new();
+        if let Ok(cwd) = std::env::current_dir() {
+            roots.push(cwd);
+        }
+        let db_dir = match self.db_path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        roots.push(db_dir);
+        roots
     }
 
     /// Folder of the HNSW dump.

@@ -3,7 +3,9 @@
 //! never knows about MCP or async runtimes.
 
 mod estimate;
+pub mod export;
 mod graph;
+pub mod import;
 mod jobs;
 mod read;
 pub mod recall;
@@ -26,7 +28,9 @@ use crate::model::{MemoryKey, Millis};
 use crate::store::Store;
 
 pub use estimate::Estimate;
+pub use export::{ExportOutput, ExportRequest, ExportTarget, OutFormat};
 pub use graph::GraphStats;
+pub use import::{ImportReport, ImportRequest, Source};
 pub use jobs::Background;
 pub use read::{DoctorReport, MemoryDetail};
 pub use write::{ForgetReport, Link, RelateItem, RelationRef, RememberItem, Remembered};

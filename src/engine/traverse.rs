@@ -37,12 +37,39 @@ pub struct WorkProgress {
     /// Items done and expected in a phase that counts items (scoring, importing); 0 when unknown.
     pub done: u64,
     pub total: u64,
+    /// What the counters count.
+    pub kind: WorkKind,
+    /// Records that failed (imports).
+    pub errors: u64,
+}
+
+/// The kind of long work, which decides how its progress reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorkKind {
+    /// A graph walk: nodes visited, depth, frontier.
+    #[default]
+    Walk,
+    /// An import: items read of items expected, errors.
+    Import,
+    /// An export: memories and relations written.
+    Export,
 }
 
 /// How a long call reports progress and learns it should stop.
 pub trait Control: Sync {
     fn report(&self, p: &WorkProgress);
     fn is_cancelled(&self) -> bool;
+    /// Id of the task row the work belongs to, once it is a task: resumable work saves its
+    /// checkpoints there, in the transactions that commit the work.
+    fn task_id(&self) -> Option<String> {
+        None
+    }
+    /// Where resumed work goes on from: the row's last checkpoint after a restart.
+    fn resume_from(&self) -> Option<serde_json::Value> {
+        None
+    }
+    /// The latest checkpoint, so a task row created after the work started begins with it.
+    fn checkpointed(&self, _checkpoint: &serde_json::Value) {}
 }
 
 /// A control that records the last progress and is cancelled by a flag; also the one used inline.
@@ -62,8 +89,7 @@ impl Progressing {
             frontier: self.frontier.load(Ordering::Relaxed),
             depth: self.depth.load(Ordering::Relaxed) as u8,
             max_depth: self.max_depth.load(Ordering::Relaxed) as u8,
-            done: 0,
-            total: 0,
+            ..WorkProgress::default()
         }
     }
 }
@@ -177,8 +203,7 @@ fn direction_progress(p: &Progress) -> WorkProgress {
         frontier: p.frontier,
         depth: p.depth,
         max_depth: p.max_depth,
-        done: 0,
-        total: 0,
+        ..WorkProgress::default()
     }
 }
 

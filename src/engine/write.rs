@@ -14,7 +14,7 @@ use crate::store::relations::{self, NewRelation};
 use crate::store::{self, changes, memories, new_id};
 
 /// Weight of a relation that names none.
-const DEFAULT_WEIGHT: f64 = 1.0;
+pub(crate) const DEFAULT_WEIGHT: f64 = 1.0;
 
 /// A link created together with a memory: from the new memory to `to`.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,7 +80,7 @@ pub struct ForgetReport {
 }
 
 /// A caller's reference: an id when it looks like one (`m_…`) and exists, else a name.
-fn memory_ref(s: &str, namespace: &str) -> MemoryRef {
+pub(crate) fn memory_ref(s: &str, namespace: &str) -> MemoryRef {
     if s.starts_with("m_") {
         MemoryRef::Id(s.to_owned())
     } else {
@@ -129,14 +129,19 @@ fn require(conn: &Connection, field: &str, r: &MemoryRef) -> Result<Memory> {
     })
 }
 
-fn snapshot(m: &Memory) -> serde_json::Value {
+pub(crate) fn snapshot(m: &Memory) -> serde_json::Value {
     serde_json::to_value(m).unwrap_or(serde_json::Value::Null)
 }
 
 impl Engine {
     fn validate_item(&self, i: usize, item: &RememberItem) -> Result<NewMemory> {
+        self.validate_new(&format!("memories[{i}]."), item)
+    }
+
+    /// Checks one memory against the limits; field names in errors start with `prefix`.
+    pub(crate) fn validate_new(&self, prefix: &str, item: &RememberItem) -> Result<NewMemory> {
         let limits = &self.cfg.limits;
-        let f = |name: &str| format!("memories[{i}].{name}");
+        let f = |name: &str| format!("{prefix}{name}");
         validate::content(&f("content"), &item.content, limits)?;
         let namespace = self.resolve_namespace(&f("namespace"), item.namespace.as_deref())?;
         let kind = item.kind.as_deref().unwrap_or(DEFAULT_KIND);

@@ -131,8 +131,9 @@ pub struct RelationRecord {
     pub valid_until: Option<Millis>,
 }
 
-/// What a reader yields.
+/// What a reader yields (each record is moved once, into a batch: sizes do not matter).
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Record {
     Memory(Box<MemoryRecord>),
     Relation(RelationRecord),
@@ -186,7 +187,11 @@ pub fn parse_timestamp(v: &serde_json::Value) -> Option<Millis> {
         serde_json::Value::Number(n) => {
             let x = n.as_f64()?;
             // Seconds before ~2286 are below 1e10; milliseconds after 1970-04 are above.
-            Some(if x.abs() < 1e10 { (x * 1e3) as i64 } else { x as i64 })
+            Some(if x.abs() < 1e10 {
+                (x * 1e3) as i64
+            } else {
+                x as i64
+            })
         }
         serde_json::Value::String(s) => crate::model::parse_time(s),
         _ => None,

@@ -42,12 +42,38 @@ pub fn content_hash(content: &str) -> Vec<u8> {
     sha2::Sha256::digest(content.as_bytes()).to_vec()
 }
 
+/// Timestamps and usage of a memory being inserted (imports carry their originals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamps {
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub accessed_at: Option<Millis>,
+    pub access_count: i64,
+}
+
+impl Stamps {
+    /// A memory made now, never read.
+    pub fn now(now: Millis) -> Stamps {
+        Stamps {
+            created_at: now,
+            updated_at: now,
+            accessed_at: None,
+            access_count: 0,
+        }
+    }
+}
+
 /// Inserts a new memory with id `id`; returns it as stored.
 pub fn insert(conn: &Connection, id: &str, m: &NewMemory, now: Millis) -> Result<Memory> {
+    insert_with(conn, id, m, Stamps::now(now))
+}
+
+/// Inserts a new memory with id `id` and the given timestamps; returns it as stored.
+pub fn insert_with(conn: &Connection, id: &str, m: &NewMemory, at: Stamps) -> Result<Memory> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO memories (id, namespace, kind, name, content, tags, importance, metadata, \
-         content_hash, created_at, updated_at, valid_from, valid_until) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12)",
+         content_hash, created_at, updated_at, valid_from, valid_until, accessed_at, access_count) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     )?;
     stmt.execute(params![
         id,
@@ -59,9 +85,12 @@ pub fn insert(conn: &Connection, id: &str, m: &NewMemory, now: Millis) -> Result
         m.importance,
         serde_json::to_string(&m.metadata)?,
         content_hash(&m.content),
-        now,
+        at.created_at,
+        at.updated_at,
         m.valid_from,
         m.valid_until,
+        at.accessed_at,
+        at.access_count,
     ])?;
     let key = MemoryKey(conn.last_insert_rowid());
     Ok(Memory {
@@ -74,10 +103,10 @@ pub fn insert(conn: &Connection, id: &str, m: &NewMemory, now: Millis) -> Result
         tags: m.tags.clone(),
         importance: m.importance,
         metadata: m.metadata.clone(),
-        created_at: now,
-        updated_at: now,
-        accessed_at: None,
-        access_count: 0,
+        created_at: at.created_at,
+        updated_at: at.updated_at,
+        accessed_at: at.accessed_at,
+        access_count: at.access_count,
         valid_from: m.valid_from,
         valid_until: m.valid_until,
         superseded_by: None,
@@ -193,6 +222,30 @@ pub fn live_page(conn: &Connection, after: MemoryKey, n: usize) -> Result<Vec<Me
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(params![after.0, n as i64], from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Up to `n` live memories with keys above `after` in `namespaces` (all for `None`), in key
+/// order (for exports).
+pub fn live_page_in(
+    conn: &Connection,
+    namespaces: Option<&[String]>,
+    after: MemoryKey,
+    n: usize,
+) -> Result<Vec<Memory>> {
+    let Some(namespaces) = namespaces else {
+        return live_page(conn, after, n);
+    };
+    let marks = vec!["?"; namespaces.len()].join(", ");
+    let sql = format!(
+        "SELECT {COLS} FROM memories WHERE key > ? AND deleted_at IS NULL \
+         AND namespace IN ({marks}) ORDER BY key LIMIT ?"
+    );
+    let mut args: Vec<rusqlite::types::Value> = vec![after.0.into()];
+    args.extend(namespaces.iter().map(|s| s.clone().into()));
+    args.push((n as i64).into());
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(args), from_row)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 

@@ -5,6 +5,7 @@ mod schema;
 
 pub mod changes;
 pub mod history;
+pub mod import_keys;
 pub mod memories;
 pub mod relations;
 pub mod tasks;

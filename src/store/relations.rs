@@ -101,6 +101,67 @@ pub fn upsert(conn: &Connection, id: &str, r: &NewRelation<'_>, now: Millis) -> 
     )?)
 }
 
+/// Timestamps and validity of a relation being imported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelationStamps {
+    pub created_at: Millis,
+    pub reinforced_at: Millis,
+    pub valid_from: Option<Millis>,
+    pub valid_until: Option<Millis>,
+}
+
+/// Inserts the relation unless (src, dst, kind) exists, live or forgotten; the new key, or
+/// `None` when it existed (and was left as it is).
+pub fn insert_if_absent(
+    conn: &Connection,
+    id: &str,
+    r: &NewRelation<'_>,
+    at: RelationStamps,
+) -> Result<Option<i64>> {
+    let metadata = r.metadata.map(serde_json::to_string).transpose()?;
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO relations (id, src, dst, kind, weight, metadata, created_at, reinforced_at, \
+         valid_from, valid_until) VALUES (?1, ?2, ?3, ?4, ?5, coalesce(?6, '{}'), ?7, ?8, ?9, ?10) \
+         ON CONFLICT DO NOTHING RETURNING key",
+    )?;
+    Ok(stmt
+        .query_row(
+            params![
+                id,
+                r.src.0,
+                r.dst.0,
+                r.kind,
+                r.weight,
+                metadata,
+                at.created_at,
+                at.reinforced_at,
+                at.valid_from,
+                at.valid_until
+            ],
+            |row| row.get(0),
+        )
+        .optional()?)
+}
+
+/// Up to `n` live relations with keys above `after` whose ends are both live, in key order,
+/// with their key and the internal keys of both ends (for exports).
+pub fn live_page(
+    conn: &Connection,
+    after: i64,
+    n: usize,
+) -> Result<Vec<(i64, MemoryKey, MemoryKey, Relation)>> {
+    let sql = format!(
+        "SELECT {COLS}, r.src, r.dst FROM {FROM} WHERE r.key > ?1 AND r.deleted_at IS NULL \
+         AND s.deleted_at IS NULL AND d.deleted_at IS NULL ORDER BY r.key LIMIT ?2"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![after, n as i64], |row| {
+        let (key, rel) = from_row(row)?;
+        Ok((key, MemoryKey(row.get(12)?), MemoryKey(row.get(13)?), rel))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 /// Sets or clears the soft-delete mark of a relation.
 pub fn set_deleted(conn: &Connection, key: i64, deleted_at: Option<Millis>) -> Result<()> {
     conn.prepare_cached("UPDATE relations SET deleted_at = ?2 WHERE key = ?1")?

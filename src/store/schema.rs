@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::error::{Error, Result};
 
 /// Version this build writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 /// Oldest version this build can migrate from (0 is an empty file).
 pub const OLDEST_SUPPORTED_SCHEMA: i64 = 0;
 
@@ -117,6 +117,17 @@ CREATE TABLE vectors (
 );
 "#;
 
+/// Version 5: identities of imported records (a MemoryGraph uuid, a LoCoMo turn id, an exported
+/// memory's id), so importing the same source again adds nothing.
+const V5: &str = r#"
+CREATE TABLE import_keys (
+    namespace   TEXT NOT NULL,
+    ext         TEXT NOT NULL,
+    memory_key  INTEGER NOT NULL REFERENCES memories(key) ON DELETE CASCADE,
+    PRIMARY KEY (namespace, ext)
+) WITHOUT ROWID;
+"#;
+
 /// Brings the database up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -134,7 +145,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
             reason: format!("version {version} is too old to migrate"),
         });
     }
-    let steps: [&str; 4] = [V1, V2, V3, V4];
+    let steps: [&str; 5] = [V1, V2, V3, V4, V5];
     for (i, sql) in steps.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         // Another process may have migrated while we waited for the lock.

@@ -188,3 +188,12 @@ pub fn adopt(
         .execute(params![id, old_boot, new_boot, stale_before, now])?;
     Ok(n == 1)
 }
+
+/// Saves where a resumable task goes on from, inside the transaction that committed the work it
+/// describes (so the two never disagree). False when the row is gone or no longer working.
+pub fn set_checkpoint(conn: &Connection, id: &str, checkpoint: &serde_json::Value) -> Result<bool> {
+    let n = conn
+        .prepare_cached("UPDATE tasks SET checkpoint = ?2 WHERE id = ?1 AND status = 'working'")?
+        .execute(params![id, checkpoint.to_string()])?;
+    Ok(n > 0)
+}

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::engine::Engine;
-use crate::engine::traverse::{Control, Progressing, WorkProgress};
+use crate::engine::traverse::{Control, Progressing, WorkKind, WorkProgress};
 use crate::error::{Error, Result};
 use crate::model::{Millis, TaskRow, TaskState, now_millis};
 
@@ -31,6 +31,10 @@ pub trait Executor: Send + Sync + 'static {
     ) -> Result<Value>;
     /// Whether the call only reads, so it can run again from scratch after its process died.
     fn rerunnable(&self, tool: &str) -> bool;
+    /// Whether the call saves checkpoints and goes on from the last one after its process died.
+    fn resumable(&self, _tool: &str) -> bool {
+        false
+    }
 }
 
 /// Settings of the task runner.
@@ -73,8 +77,29 @@ pub fn short_id(id: &str) -> &str {
     &id[..id.len().min(8)]
 }
 
-/// One-line human summary of progress: "visited 48,211 nodes · depth 3/5 · frontier 9,804".
+/// One-line human summary of progress: "visited 48,211 nodes · depth 3/5 · frontier 9,804",
+/// "imported 41,200 / 100,000 items · 3 errors".
 pub fn status_message(p: &WorkProgress) -> String {
+    match p.kind {
+        WorkKind::Walk => {}
+        WorkKind::Import | WorkKind::Export => {
+            let verb = if p.kind == WorkKind::Import {
+                "imported"
+            } else {
+                "exported"
+            };
+            let mut s = format!("{verb} {}", group(p.done));
+            if p.total > 0 {
+                s.push_str(&format!(" / {}", group(p.total)));
+            }
+            s.push_str(" items");
+            if p.kind == WorkKind::Import {
+                let plural = if p.errors == 1 { "" } else { "s" };
+                s.push_str(&format!(" · {} error{plural}", group(p.errors)));
+            }
+            return s;
+        }
+    }
     let mut s = format!("visited {} nodes", group(p.visited));
     if p.max_depth > 0 {
         s.push_str(&format!(" · depth {}/{}", p.depth, p.max_depth));
@@ -88,7 +113,13 @@ pub fn status_message(p: &WorkProgress) -> String {
 
 /// Machine-readable counters of progress.
 pub fn progress_json(p: &WorkProgress) -> Value {
-    json!({"visited": p.visited, "frontier": p.frontier, "depth": p.depth, "maxDepth": p.max_depth, "done": p.done, "total": p.total})
+    match p.kind {
+        WorkKind::Walk => {
+            json!({"visited": p.visited, "frontier": p.frontier, "depth": p.depth, "maxDepth": p.max_depth, "done": p.done, "total": p.total})
+        }
+        WorkKind::Import => json!({"done": p.done, "total": p.total, "errors": p.errors}),
+        WorkKind::Export => json!({"done": p.done, "total": p.total}),
+    }
 }
 
 fn group(n: u64) -> String {
@@ -106,14 +137,36 @@ fn group(n: u64) -> String {
 struct Live {
     ctl: Arc<Progressing>,
     extra: Mutex<WorkProgress>,
+    /// Set once the work has a task row.
+    task_id: std::sync::OnceLock<String>,
+    /// The checkpoint a resumed task starts from.
+    resume: Option<Value>,
+    /// The work's latest checkpoint.
+    checkpoint: Mutex<Option<Value>>,
 }
 
 impl Live {
+    fn new(task_id: Option<String>, resume: Option<Value>) -> Live {
+        let id = std::sync::OnceLock::new();
+        if let Some(t) = task_id {
+            let _ = id.set(t);
+        }
+        Live {
+            ctl: Arc::new(Progressing::default()),
+            extra: Mutex::new(WorkProgress::default()),
+            task_id: id,
+            resume,
+            checkpoint: Mutex::new(None),
+        }
+    }
+
     fn progress(&self) -> WorkProgress {
         let mut p = self.ctl.snapshot();
         if let Ok(e) = self.extra.lock() {
             p.done = e.done;
             p.total = e.total;
+            p.kind = e.kind;
+            p.errors = e.errors;
         }
         p
     }
@@ -128,11 +181,27 @@ impl Control for LiveControl {
         if let Ok(mut e) = self.0.extra.lock() {
             e.done = p.done;
             e.total = p.total;
+            e.kind = p.kind;
+            e.errors = p.errors;
         }
     }
 
     fn is_cancelled(&self) -> bool {
         self.0.ctl.is_cancelled()
+    }
+
+    fn task_id(&self) -> Option<String> {
+        self.0.task_id.get().cloned()
+    }
+
+    fn resume_from(&self) -> Option<Value> {
+        self.0.resume.clone()
+    }
+
+    fn checkpointed(&self, checkpoint: &Value) {
+        if let Ok(mut c) = self.0.checkpoint.lock() {
+            *c = Some(checkpoint.clone());
+        }
     }
 }
 
@@ -219,10 +288,7 @@ impl Tasks {
         ttl_ms: Option<u64>,
         on_progress: Option<ProgressSink>,
     ) -> Result<Answer> {
-        let live = Arc::new(Live {
-            ctl: Arc::new(Progressing::default()),
-            extra: Mutex::new(WorkProgress::default()),
-        });
+        let live = Arc::new(Live::new(None, None));
         let mut handle = self.spawn_work(tool, &args, &live);
         let handle = match plan {
             Plan::Inline => {
@@ -267,7 +333,7 @@ impl Tasks {
             updated_at: now,
             ttl_ms: Some(self.ttl(ttl_ms) as i64),
             poll_interval_ms: Some(self.cfg.poll_interval_ms as i64),
-            checkpoint: None,
+            checkpoint: live.checkpoint.lock().ok().and_then(|c| c.clone()),
             boot_id: self.boot_id.clone(),
             heartbeat_at: now,
             cancel_requested: false,
@@ -279,6 +345,7 @@ impl Tasks {
             live.ctl.cancelled.store(true, Ordering::Relaxed);
             return Err(e);
         }
+        let _ = live.task_id.set(row.id.clone());
         tracing::info!(task = short_id(&row.id), tool, "task created");
         self.track(row.id.clone(), live, handle);
         Ok(Answer::Task(Box::new(row)))
@@ -547,26 +614,22 @@ impl Tasks {
             return Ok(()); // another process took it
         }
         if row.cancel_requested {
-            let live = Live {
-                ctl: Arc::new(Progressing::default()),
-                extra: Mutex::new(WorkProgress::default()),
-            };
+            let live = Live::new(None, None);
             self.finish(&row.id, &live, Err(Error::Cancelled)).await;
             return Ok(());
         }
-        if self.executor.rerunnable(&row.tool) {
+        if self.executor.resumable(&row.tool) {
+            tracing::info!(task = short_id(&row.id), tool = %row.tool, "resuming a task whose process stopped, from its last checkpoint");
+            let live = Arc::new(Live::new(Some(row.id.clone()), row.checkpoint.clone()));
+            let handle = self.spawn_work(&row.tool, &row.arguments, &live);
+            self.track(row.id, live, handle);
+        } else if self.executor.rerunnable(&row.tool) {
             tracing::info!(task = short_id(&row.id), tool = %row.tool, "re-running a task whose process stopped");
-            let live = Arc::new(Live {
-                ctl: Arc::new(Progressing::default()),
-                extra: Mutex::new(WorkProgress::default()),
-            });
+            let live = Arc::new(Live::new(None, None));
             let handle = self.spawn_work(&row.tool, &row.arguments, &live);
             self.track(row.id, live, handle);
         } else {
-            let live = Live {
-                ctl: Arc::new(Progressing::default()),
-                extra: Mutex::new(WorkProgress::default()),
-            };
+            let live = Live::new(None, None);
             let err = Error::Internal(
                 "the process running this task stopped before it finished; run the call again"
                     .into(),
@@ -610,12 +673,22 @@ mod tests {
             frontier: 9_804,
             depth: 3,
             max_depth: 5,
-            done: 0,
-            total: 0,
+            ..WorkProgress::default()
         };
         assert_eq!(
             status_message(&p),
             "visited 48,211 nodes · depth 3/5 · frontier 9,804"
+        );
+        let import = WorkProgress {
+            kind: WorkKind::Import,
+            done: 41_200,
+            total: 100_000,
+            errors: 3,
+            ..WorkProgress::default()
+        };
+        assert_eq!(
+            status_message(&import),
+            "imported 41,200 / 100,000 items · 3 errors"
         );
         assert_eq!(group(1_000_000), "1,000,000");
         assert_eq!(group(999), "999");

@@ -1,0 +1,446 @@
+//! Import and export on real files: round trip, idempotence, resumption, bad input, dry runs.
+
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::engine::export::{ExportRequest, ExportTarget, OutFormat};
+use crate::engine::import::{ImportRequest, Source};
+use crate::engine::traverse::{Control, Progressing, WorkProgress};
+use crate::engine::{Engine, Link, RememberItem};
+use crate::error::Error;
+use crate::model::{MemoryPatch, MemoryRef, TaskRow, TaskState};
+
+fn engine_in(dir: &std::path::Path, name: &str) -> Engine {
+    let mut cfg = Config::for_db(dir.join(name));
+    cfg.import_roots = vec![dir.to_path_buf()];
+    Engine::open(cfg).expect("open")
+}
+
+fn request(source: Source) -> ImportRequest {
+    ImportRequest {
+        source,
+        format: Some(crate::formats::InFormat::Mnemograph),
+        namespace: None,
+        dry_run: false,
+        actor: "test".into(),
+        max_records: None,
+    }
+}
+
+fn export_jsonl(e: &Engine, vectors: bool) -> String {
+    let req = ExportRequest {
+        namespaces: None,
+        format: OutFormat::Jsonl,
+        subgraph: None,
+        vectors,
+    };
+    let out = e
+        .export_to(
+            &req,
+            &ExportTarget::Inline(64 << 20),
+            &Progressing::default(),
+        )
+        .unwrap();
+    out.text.unwrap()
+}
+
+/// Lines after the header (which carries the export time).
+fn body(export: &str) -> Vec<String> {
+    export.lines().skip(1).map(str::to_owned).collect()
+}
+
+fn seed(e: &Engine) {
+    let a = RememberItem {
+        content: "Ada Lovelace wrote the first program".into(),
+        name: Some("Ada".into()),
+        kind: Some("person".into()),
+        tags: vec!["history".into(), "computing".into()],
+        importance: Some(0.9),
+        metadata: Some(serde_json::json!({"source": "book"})),
+        valid_from: Some(1_000),
+        ..RememberItem::default()
+    };
+    let b = RememberItem {
+        content: "The Analytical Engine was designed by Babbage".into(),
+        name: Some("Engine".into()),
+        links: vec![Link {
+            to: "Ada".into(),
+            kind: "inspired".into(),
+            weight: Some(0.7),
+        }],
+        ..RememberItem::default()
+    };
+    let c = RememberItem {
+        content: "Notes kept elsewhere".into(),
+        namespace: Some("work".into()),
+        ..RememberItem::default()
+    };
+    e.remember(&[a]).unwrap();
+    for r in e.remember(&[b, c]).unwrap() {
+        r.unwrap();
+    }
+    e.update(
+        &MemoryRef::Name {
+            namespace: "default".into(),
+            name: "Ada".into(),
+        },
+        &MemoryPatch {
+            importance: Some(0.8),
+            ..MemoryPatch::default()
+        },
+        "test",
+    )
+    .unwrap();
+    let gone = e.remember(&[RememberItem {
+        content: "forgotten fact".into(),
+        ..RememberItem::default()
+    }]);
+    let gone = gone.unwrap().remove(0).unwrap().id;
+    e.forget(&[MemoryRef::Id(gone)], &[], "test").unwrap();
+}
+
+#[test]
+fn export_then_import_gives_the_same_memories_relations_times_and_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = engine_in(dir.path(), "a.db");
+    seed(&a);
+    a.sync_vectors(None).unwrap();
+    let exported = export_jsonl(&a, true);
+    assert_eq!(
+        body(&exported).len(),
+        4,
+        "3 live memories and 1 relation:\n{exported}"
+    );
+    assert!(exported.contains("\"vector\""));
+    std::fs::write(dir.path().join("a.jsonl"), &exported).unwrap();
+
+    let b = engine_in(dir.path(), "b.db");
+    let report = b
+        .import(
+            &request(Source::Path("a.jsonl".into())),
+            &Progressing::default(),
+        )
+        .unwrap();
+    assert_eq!(report.formats, vec!["mnemograph"]);
+    assert_eq!((report.memories_added, report.relations_added), (3, 1));
+    assert_eq!(report.vectors_added, 3, "vectors carried by the file");
+    assert_eq!(report.errors, 0, "{:?}", report.first_errors);
+    assert_eq!(body(&export_jsonl(&b, true)), body(&exported));
+}
+
+#[test]
+fn importing_twice_adds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = engine_in(dir.path(), "a.db");
+    seed(&a);
+    let exported = export_jsonl(&a, false);
+    let b = engine_in(dir.path(), "b.db");
+    let mut req = request(Source::Inline(exported.clone()));
+    req.namespace = Some("copy".into());
+    let first = b.import(&req, &Progressing::default()).unwrap();
+    assert_eq!((first.memories_added, first.relations_added), (3, 1));
+    let before = export_jsonl(&b, false);
+    let second = b.import(&req, &Progressing::default()).unwrap();
+    assert_eq!(second.memories_added, 0);
+    assert_eq!(second.memories_existing, 3);
+    assert_eq!((second.relations_added, second.relations_existing), (0, 1));
+    assert_eq!(body(&export_jsonl(&b, false)), body(&before));
+    // Into a namespace of the same database: ids are taken, so new ones are made, once.
+    let again = a.import(&req, &Progressing::default()).unwrap();
+    assert_eq!((again.memories_added, again.relations_added), (3, 1));
+    let once_more = a.import(&req, &Progressing::default()).unwrap();
+    assert_eq!(
+        (once_more.memories_added, once_more.relations_added),
+        (0, 0)
+    );
+}
+
+/// A control that stops the work after its first checkpoint, as a killed process would.
+struct Killer {
+    task: String,
+    resume: Option<Value>,
+    checkpoints: Mutex<u32>,
+    stop_after: u32,
+}
+
+impl Control for Killer {
+    fn report(&self, _p: &WorkProgress) {}
+    fn is_cancelled(&self) -> bool {
+        *self.checkpoints.lock().unwrap() >= self.stop_after
+    }
+    fn task_id(&self) -> Option<String> {
+        Some(self.task.clone())
+    }
+    fn resume_from(&self) -> Option<Value> {
+        self.resume.clone()
+    }
+    fn checkpointed(&self, _c: &Value) {
+        *self.checkpoints.lock().unwrap() += 1;
+    }
+}
+
+fn jsonl_corpus(n: usize) -> String {
+    let mut s = String::new();
+    for i in 0..n {
+        s.push_str(&format!(
+            "{{\"type\":\"memory\",\"id\":\"m_src{i}\",\"content\":\"memory number {i} about topic {}\",\"created_at\":\"2024-01-01T00:00:{:02}Z\"}}\n",
+            i % 17,
+            i % 60
+        ));
+        if i > 0 {
+            s.push_str(&format!(
+                "{{\"type\":\"relation\",\"from\":\"m_src{i}\",\"to\":\"m_src{}\",\"kind\":\"follows\",\"created_at\":\"2024-02-01T00:00:00Z\"}}\n",
+                i - 1
+            ));
+        }
+    }
+    s
+}
+
+#[test]
+fn a_stopped_import_resumes_from_its_checkpoint_and_ends_like_an_uninterrupted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big.jsonl"), jsonl_corpus(3_000)).unwrap();
+    let req = request(Source::Path("big.jsonl".into()));
+
+    let whole = engine_in(dir.path(), "whole.db");
+    let full = whole.import(&req, &Progressing::default()).unwrap();
+    assert_eq!((full.memories_added, full.relations_added), (3_000, 2_999));
+
+    let e = engine_in(dir.path(), "resumed.db");
+    let row = TaskRow {
+        id: "t1".into(),
+        owner: "o".into(),
+        tool: "import".into(),
+        arguments: Value::Null,
+        status: TaskState::Working,
+        status_message: None,
+        progress: Value::Null,
+        result: None,
+        error: None,
+        created_at: 0,
+        updated_at: 0,
+        ttl_ms: None,
+        poll_interval_ms: None,
+        checkpoint: None,
+        boot_id: "b".into(),
+        heartbeat_at: 0,
+        cancel_requested: false,
+    };
+    e.task_insert(&row).unwrap();
+    let first = Killer {
+        task: "t1".into(),
+        resume: None,
+        checkpoints: Mutex::new(0),
+        stop_after: 1,
+    };
+    assert!(matches!(e.import(&req, &first), Err(Error::Cancelled)));
+    let checkpoint = e.task_get("t1").unwrap().unwrap().checkpoint.unwrap();
+    assert_eq!(checkpoint["items"], 2_000, "{checkpoint}");
+    let second = Killer {
+        task: "t1".into(),
+        resume: Some(checkpoint),
+        checkpoints: Mutex::new(0),
+        stop_after: u32::MAX,
+    };
+    let report = e.import(&req, &second).unwrap();
+    assert_eq!(report.resumed_after, 2_000);
+    assert_eq!(report.memories_added, full.memories_added);
+    assert_eq!(report.relations_added, full.relations_added);
+    assert_eq!(report.records, full.records);
+    // Relation ids are made fresh by each database; everything else must match.
+    let strip = |export: String| -> Vec<String> {
+        body(&export)
+            .into_iter()
+            .map(|l| {
+                let mut v: Value = serde_json::from_str(&l).unwrap();
+                if v["type"] == "relation" {
+                    v.as_object_mut().unwrap().remove("id");
+                }
+                v.to_string()
+            })
+            .collect()
+    };
+    let (resumed, uninterrupted) = (
+        strip(export_jsonl(&e, true)),
+        strip(export_jsonl(&whole, true)),
+    );
+    assert_eq!(resumed.len(), uninterrupted.len());
+    assert!(resumed == uninterrupted, "the resumed database differs");
+}
+
+#[test]
+fn bad_records_are_reported_with_lines_and_the_rest_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    let mut text = String::new();
+    for i in 0..30 {
+        if i % 3 == 1 {
+            text.push_str("{\"type\":\"memory\",\"content\":\"\"}\n");
+        } else if i % 3 == 2 {
+            text.push_str("{broken\n");
+        } else {
+            text.push_str(&format!(
+                "{{\"type\":\"memory\",\"content\":\"good {i}\"}}\n"
+            ));
+        }
+    }
+    text.push_str(&format!(
+        "{{\"type\":\"memory\",\"content\":\"{}\"}}\n",
+        "x".repeat(70_000)
+    ));
+    text.push_str(
+        "{\"type\":\"relation\",\"from\":\"m_nowhere\",\"to\":\"m_gone\",\"kind\":\"k\"}\n",
+    );
+    let report = e
+        .import(&request(Source::Inline(text)), &Progressing::default())
+        .unwrap();
+    assert_eq!(report.memories_added, 10);
+    assert_eq!(report.errors, 22);
+    assert_eq!(report.records, 32);
+    assert_eq!(report.first_errors.len(), 20);
+    assert!(
+        report.first_errors[0].starts_with("line 2: "),
+        "{:?}",
+        report.first_errors
+    );
+    assert!(
+        report.first_errors[1].starts_with("line 3: "),
+        "{:?}",
+        report.first_errors
+    );
+    assert!(
+        report.first_errors[0].contains("content"),
+        "{:?}",
+        report.first_errors
+    );
+    assert_eq!(e.stats().unwrap().memories, 10);
+}
+
+#[test]
+fn unusable_sources_are_refused_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    let msg = |src: Source| {
+        let req = ImportRequest {
+            format: None,
+            ..request(src)
+        };
+        e.import(&req, &Progressing::default())
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(msg(Source::Inline(String::new())).contains("empty"));
+    assert!(msg(Source::Inline("\u{0}\u{1}{[".into())).contains("format"));
+    assert!(msg(Source::Path("../etc/passwd".into())).contains("`..`"));
+    assert!(msg(Source::Path("/etc/hostname".into())).contains("outside"));
+    assert!(msg(Source::Path("missing.jsonl".into())).contains("cannot be opened"));
+    let mut req = request(Source::Inline(
+        "{\"type\":\"memory\",\"content\":\"a\"}".into(),
+    ));
+    req.namespace = Some(" bad namespace ".into());
+    assert!(e.import(&req, &Progressing::default()).is_err());
+    assert_eq!(e.stats().unwrap().memories, 0);
+}
+
+#[test]
+fn a_dry_run_counts_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    let mut req = request(Source::Inline(jsonl_corpus(50)));
+    req.dry_run = true;
+    let report = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!((report.memories_added, report.relations_added), (50, 49));
+    assert!(report.dry_run);
+    assert_eq!(e.stats().unwrap().memories, 0);
+    req.dry_run = false;
+    let real = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!((real.memories_added, real.relations_added), (50, 49));
+    req.dry_run = true;
+    let again = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!((again.memories_added, again.memories_existing), (0, 50));
+}
+
+#[test]
+fn max_records_truncates_and_a_repeat_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    let mut req = request(Source::Inline(jsonl_corpus(2_500)));
+    req.max_records = Some(1_000);
+    let first = e.import(&req, &Progressing::default()).unwrap();
+    assert!(first.truncated);
+    assert_eq!(
+        first.records, 2_000,
+        "stops after the batch that reached the limit"
+    );
+    let second = e.import(&req, &Progressing::default()).unwrap();
+    assert!(second.truncated);
+    assert_eq!(second.memories_existing, first.memories_added);
+    let third = e.import(&req, &Progressing::default()).unwrap();
+    assert!(!third.truncated);
+    assert_eq!(e.stats().unwrap().memories, 2_500);
+    assert_eq!(e.stats().unwrap().relations, 2_499);
+}
+
+#[test]
+fn graphml_and_dot_exports_are_well_formed_and_exports_never_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    seed(&e);
+    for (format, path) in [(OutFormat::Graphml, "g.graphml"), (OutFormat::Dot, "g.dot")] {
+        let req = ExportRequest {
+            namespaces: Some(vec!["default".into()]),
+            format,
+            subgraph: None,
+            vectors: false,
+        };
+        let out = e
+            .export_to(
+                &req,
+                &ExportTarget::Path(path.into()),
+                &Progressing::default(),
+            )
+            .unwrap();
+        assert_eq!((out.counts.memories, out.counts.relations), (2, 1));
+        let text = std::fs::read_to_string(dir.path().join(path)).unwrap();
+        assert_eq!(out.bytes, text.len() as u64);
+        let again = e.export_to(
+            &req,
+            &ExportTarget::Path(path.into()),
+            &Progressing::default(),
+        );
+        assert!(again.unwrap_err().to_string().contains("exists"));
+        if format == OutFormat::Graphml {
+            assert_eq!(text.matches("<node ").count(), 2);
+            assert_eq!(text.matches("<edge ").count(), 1);
+            assert!(text.trim_end().ends_with("</graphml>"));
+        } else {
+            assert!(text.starts_with("digraph"));
+            assert_eq!(text.matches(" -> ").count(), 1);
+            if let Ok(out) = std::process::Command::new("dot")
+                .arg("-Tsvg")
+                .arg(dir.path().join(path))
+                .output()
+            {
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+    let small = e.export_to(
+        &ExportRequest {
+            namespaces: None,
+            format: OutFormat::Jsonl,
+            subgraph: None,
+            vectors: false,
+        },
+        &ExportTarget::Inline(100),
+        &Progressing::default(),
+    );
+    assert!(small.unwrap_err().to_string().contains("give `path`"));
+}
