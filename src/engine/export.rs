@@ -251,6 +251,11 @@ impl<W: Write> Write for Counting<W> {
 }
 
 impl Engine {
+    /// Live memories in `namespaces` (what an export of them writes).
+    pub fn count_in(&self, namespaces: &[String]) -> Result<i64> {
+        self.store.read(|c| memories::count_in(c, namespaces))
+    }
+
     /// Checks an export's target before any work: a new file inside the roots.
     pub fn check_export_target(&self, target: &ExportTarget) -> Result<()> {
         if let ExportTarget::Path(p) = target {

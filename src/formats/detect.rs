@@ -41,7 +41,9 @@ fn json(body: &[u8]) -> Option<InFormat> {
     }
     if body[0] == b'{' {
         let first = body.split(|&b| b == b'\n').next().unwrap_or(body);
-        if has_key(first, "mnemograph") {
+        if has_key(first, "mnemograph")
+            || (has_pair(first, "type", "header") && has_pair(first, "format", "mnemograph"))
+        {
             return Some(InFormat::Mnemograph);
         }
         let typed = has_key(first, "type");
@@ -169,6 +171,10 @@ mod tests {
     #[test]
     fn mnemograph_lines() {
         assert_eq!(d(r#"{"mnemograph":{"version":1}}"#), Some(Mnemograph));
+        assert_eq!(
+            d(r#"{"type":"header","format":"mnemograph","version":1,"exported_at":"x"}"#),
+            Some(Mnemograph)
+        );
         assert_eq!(
             d(r#"{"type":"memory","id":"m1","kind":"note","content":"x"}"#),
             Some(Mnemograph)

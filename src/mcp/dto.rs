@@ -24,13 +24,13 @@ pub struct MemoryInput {
     pub content: String,
     /// fact, episode, entity, summary, note (default), …
     pub kind: Option<String>,
-    /// Unique name in the namespace, for entity-style memories.
+    /// Unique name in the namespace (entities).
     pub name: Option<String>,
     /// Labels to filter by.
     pub tags: Option<Vec<String>>,
     /// 0–1, default 0.5.
     pub importance: Option<f64>,
-    /// Default "default". Letters, digits, _ - . : /
+    /// Default "default".
     pub namespace: Option<String>,
     /// Any JSON object.
     pub metadata: Option<serde_json::Value>,
@@ -38,7 +38,7 @@ pub struct MemoryInput {
     pub valid_from: Option<String>,
     /// RFC 3339 time or date.
     pub valid_until: Option<String>,
-    /// Relations from this memory to existing ones.
+    /// Relations to existing memories.
     pub links: Option<Vec<LinkInput>>,
 }
 
@@ -99,11 +99,11 @@ pub struct RecallParams {
     pub cursor: Option<String>,
     /// Full content instead of snippets.
     pub full: Option<bool>,
-    /// Hops of related memories added around the hits (0–8; 1–2 merged into the ranking, 3+ also listed in `related`, may run as a task).
+    /// Add related memories up to this many hops out (0–8; 3+ may run as a task).
     pub expand: Option<u8>,
     /// hybrid (default: text + vector), text or vector.
     pub mode: Option<ModeInput>,
-    /// Show each signal's rank and score per hit.
+    /// Per-signal ranks and scores.
     pub explain: Option<bool>,
     /// Fusion weights [text, vector], default [1, 0.5].
     pub weights: Option<Vec<f32>>,
@@ -388,7 +388,7 @@ pub struct TraverseParams {
     pub ids: Option<Vec<String>>,
     /// Seed names.
     pub names: Option<Vec<String>>,
-    /// Seeds = top recall hits of this query (when no ids/names).
+    /// Seeds from this query's top hits.
     pub query: Option<String>,
     /// Where names and the query resolve.
     pub namespace: Option<String>,
@@ -513,4 +513,70 @@ pub struct TaskOut {
     pub status_message: Option<String>,
     pub created_at: String,
     pub last_updated_at: String,
+}
+
+/// Where `import` reads: exactly one of the two.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportSourceInput {
+    /// File or folder in the server's import roots.
+    pub path: Option<String>,
+    /// The data itself (≤ 8 MiB).
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportParams {
+    /// Exactly one of path and text.
+    pub source: ImportSourceInput,
+    /// mnemograph | mcp-memory | memorygraph | locomo | markdown (default: detected).
+    pub format: Option<String>,
+    /// For all records (default: their own, or default).
+    pub namespace: Option<String>,
+    /// Only report what would happen.
+    pub dry_run: Option<bool>,
+    /// Set by the server for clients without tasks.
+    #[serde(default, rename = "_max_records")]
+    #[schemars(skip)]
+    pub max_records: Option<u64>,
+}
+
+/// The memories a walk reaches, for `export`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubgraphInput {
+    /// Seed ids.
+    pub ids: Option<Vec<String>>,
+    /// Seed names.
+    pub names: Option<Vec<String>>,
+    /// Hops, 1–8 (default 2).
+    pub depth: Option<u8>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExportParams {
+    /// jsonl (lossless, re-importable; default) | graphml | dot.
+    pub format: Option<String>,
+    /// Default all.
+    pub namespaces: Option<Vec<String>>,
+    /// Only what this walk reaches, with the relations between.
+    pub subgraph: Option<SubgraphInput>,
+    /// New file in the import roots (default: inline, ≤ 256 KiB).
+    pub path: Option<String>,
+    /// Include vectors (jsonl).
+    pub vectors: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ExportOut {
+    pub format: String,
+    pub memories: u64,
+    pub relations: u64,
+    pub bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
 }

@@ -7,6 +7,7 @@ mod errors;
 mod resources;
 mod task_api;
 pub mod tools;
+pub mod transfer;
 pub mod work;
 
 use std::sync::Arc;

@@ -98,6 +98,10 @@ pub(crate) async fn call_long(
             .unwrap_or(work::INLINE_WORK_LIMIT as u64);
         args["max_nodes"] = json!(asked.min(work::INLINE_WORK_LIMIT as u64));
     }
+    if cap != Capability::Tasks && tool == "import" {
+        // A client that cannot poll gets a bounded import; repeating the call goes on.
+        args["_max_records"] = json!(crate::mcp::transfer::INLINE_IMPORT_LIMIT);
+    }
     let engine = Arc::clone(tasks.engine());
     let (tool_owned, args_for_estimate) = (tool.to_owned(), args.clone());
     let estimate = tokio::task::spawn_blocking(move || {

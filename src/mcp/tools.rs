@@ -18,11 +18,14 @@ struct Hints(bool, bool, bool);
 
 fn tool<T: JsonSchema>(name: &'static str, description: &'static str, h: Hints) -> Tool {
     let mut t = Tool::new(name, description, Arc::new(input_schema::<T>()));
+    // Hints at their spec defaults are left out (readOnly false; destructive and idempotent
+    // mean nothing for a read-only tool); openWorld defaults to true, so it is always given.
+    let (read_only, destructive, idempotent) = (h.0, h.1, h.2);
     t.annotations = Some(ToolAnnotations::from_raw(
         None,
-        Some(h.0),
-        Some(h.1),
-        Some(h.2),
+        read_only.then_some(true),
+        (!read_only && !destructive).then_some(false),
+        (!read_only && idempotent).then_some(true),
         Some(false),
     ));
     t
@@ -33,6 +36,10 @@ fn tool<T: JsonSchema>(name: &'static str, description: &'static str, h: Hints) 
 pub fn input_schema<T: JsonSchema>() -> JsonObject {
     let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
     let mut v = generator.into_root_schema_for::<T>().to_value();
+    if let Some(serde_json::Value::Object(defs)) = v.as_object_mut().and_then(|o| o.remove("$defs"))
+    {
+        inline_refs(&mut v, &defs, 0);
+    }
     compact(&mut v);
     match v {
         serde_json::Value::Object(mut o) => {
@@ -44,15 +51,59 @@ pub fn input_schema<T: JsonSchema>() -> JsonObject {
     }
 }
 
+/// Replaces each `$ref` to a definition by the definition itself (the schemas here are small
+/// and not recursive; inlined they read more easily and cost fewer tokens).
+fn inline_refs(v: &mut serde_json::Value, defs: &JsonObject, depth: usize) {
+    use serde_json::Value;
+    match v {
+        Value::Object(o) => {
+            let target = o
+                .get("$ref")
+                .and_then(Value::as_str)
+                .and_then(|r| r.strip_prefix("#/$defs/"))
+                .and_then(|name| defs.get(name))
+                .cloned();
+            if let (Some(Value::Object(def)), true) = (target, depth < 8) {
+                o.remove("$ref");
+                for (k, val) in def {
+                    if k != "description" || !o.contains_key("description") {
+                        o.entry(k).or_insert(val);
+                    }
+                }
+            }
+            for (_, child) in o.iter_mut() {
+                inline_refs(child, defs, depth + 1);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|c| inline_refs(c, defs, depth + 1)),
+        _ => {}
+    }
+}
+
 fn compact(v: &mut serde_json::Value) {
     use serde_json::Value;
     match v {
         Value::Object(o) => {
-            o.remove("title");
-            o.remove("format");
-            o.remove("minimum");
-            o.remove("maximum");
-            o.remove("additionalProperties");
+            // Schema keywords only: a property that happens to be called `format` is an object.
+            for key in [
+                "title",
+                "format",
+                "minimum",
+                "maximum",
+                "additionalProperties",
+            ] {
+                if o.get(key).is_some_and(|v| !v.is_object()) {
+                    o.remove(key);
+                }
+            }
+            if let Some(Value::Object(defs)) = o.get_mut("$defs") {
+                // The property that refers to a definition documents it already.
+                for def in defs.values_mut() {
+                    if let Value::Object(d) = def {
+                        d.remove("description");
+                    }
+                }
+            }
             if let Some(Value::Array(types)) = o.get("type") {
                 let non_null: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
                 if non_null.len() == 1 {
@@ -94,12 +145,12 @@ pub fn all() -> Vec<Tool> {
     vec![
         tool::<dto::RememberParams>(
             "remember",
-            "Store memories (one or many). Same content in a namespace is stored once: the repeat returns the existing id with duplicate=true. Optional links create relations to existing memories.",
+            "Store memories. Same content in a namespace is stored once (the repeat returns its id, duplicate=true). links relate them to existing memories.",
             Hints(false, false, true),
         ),
         tool::<dto::RecallParams>(
             "recall",
-            "Search memories by words and meaning (BM25 + vectors fused; mode to pick one). Plain words or questions, no syntax. Compact hits; full=true for whole content; next_cursor pages; expand adds related memories.",
+            "Search memories by words and meaning (BM25 + vectors). Plain words or a question. Snippets unless full=true; next_cursor pages; expand adds related memories.",
             Hints(true, false, true),
         ),
         tool::<dto::RelateParams>(
@@ -129,12 +180,22 @@ pub fn all() -> Vec<Tool> {
         ),
         tool::<dto::TraverseParams>(
             "traverse",
-            "Walk relations from seeds (ids, names, or a query's top hits). Ranked nodes, paths or a subgraph. Big walks may answer with a task handle (MCP tasks) whose status shows nodes visited.",
+            "Walk relations from seeds (ids, names or a query's hits) to ranked nodes, paths or a subgraph. Big walks may become tasks.",
             Hints(true, false, true),
         ),
         tool::<dto::FindPathsParams>(
             "find_paths",
             "Strongest path between two memories (product of weights) plus up to k alternatives.",
+            Hints(true, false, true),
+        ),
+        tool::<dto::ImportParams>(
+            "import",
+            "Bulk-load memories and relations from a file, folder or text. Idempotent; big imports become tasks.",
+            Hints(false, false, true),
+        ),
+        tool::<dto::ExportParams>(
+            "export",
+            "Write memories and relations (all, some namespaces or a subgraph) to a file or inline.",
             Hints(true, false, true),
         ),
         tool::<dto::TasksParams>(

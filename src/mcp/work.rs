@@ -26,7 +26,7 @@ const DEFAULT_MAX_HOPS: u8 = 6;
 /// Tools that go through the inline-or-task decision.
 pub fn is_long(tool: &str, args: &Value) -> bool {
     match tool {
-        "traverse" | "find_paths" => true,
+        "traverse" | "find_paths" | "import" | "export" => true,
         "recall" => args
             .get("expand")
             .and_then(Value::as_u64)
@@ -325,6 +325,8 @@ impl Executor for McpExecutor {
             "traverse" => run_traverse(engine, args, ctl),
             "find_paths" => run_find_paths(engine, args, ctl),
             "recall" => run_recall(engine, args, ctl),
+            "import" => crate::mcp::transfer::run_import(engine, args, ctl),
+            "export" => crate::mcp::transfer::run_export(engine, args, ctl),
             other => Err(Error::invalid(
                 "tool",
                 format!("`{other}` does not run as a task"),
@@ -334,13 +336,18 @@ impl Executor for McpExecutor {
     }
 
     fn rerunnable(&self, tool: &str) -> bool {
-        matches!(tool, "traverse" | "find_paths" | "recall")
+        matches!(tool, "traverse" | "find_paths" | "recall" | "export")
+    }
+
+    fn resumable(&self, tool: &str) -> bool {
+        tool == "import"
     }
 }
 
 /// Cheap checks and the cost estimate of a long call, before the decision.
 pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
     match tool {
+        "import" | "export" => crate::mcp::transfer::estimate(engine, tool, args),
         "traverse" => {
             let req = traverse_request(parse("traverse", args)?)?;
             let seeds = engine.check_traverse(&req)?;

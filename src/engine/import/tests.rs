@@ -21,7 +21,7 @@ fn engine_in(dir: &std::path::Path, name: &str) -> Engine {
 fn request(source: Source) -> ImportRequest {
     ImportRequest {
         source,
-        format: Some(crate::formats::InFormat::Mnemograph),
+        format: None,
         namespace: None,
         dry_run: false,
         actor: "test".into(),
@@ -443,4 +443,98 @@ fn graphml_and_dot_exports_are_well_formed_and_exports_never_overwrite() {
         &Progressing::default(),
     );
     assert!(small.unwrap_err().to_string().contains("give `path`"));
+}
+
+#[test]
+fn mcp_memory_entities_merge_observations_and_folders_of_notes_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    let mcp = concat!(
+        "{\"type\":\"entity\",\"name\":\"John_Smith\",\"entityType\":\"person\",\"observations\":[\"Speaks Spanish\"]}\n",
+        "{\"type\":\"entity\",\"name\":\"Anthropic\",\"entityType\":\"organization\",\"observations\":[\"AI company\"]}\n",
+        "{\"type\":\"relation\",\"from\":\"John_Smith\",\"to\":\"Anthropic\",\"relationType\":\"works_at\"}\n",
+    );
+    let first = e
+        .import(
+            &request(Source::Inline(mcp.into())),
+            &Progressing::default(),
+        )
+        .unwrap();
+    assert_eq!(first.formats, vec!["mcp-memory"]);
+    assert_eq!((first.memories_added, first.relations_added), (2, 1));
+    let more = mcp.replace(
+        "[\"Speaks Spanish\"]",
+        "[\"Speaks Spanish\",\"Lives in Madrid\"]",
+    );
+    let second = e
+        .import(&request(Source::Inline(more)), &Progressing::default())
+        .unwrap();
+    assert_eq!(
+        (
+            second.memories_added,
+            second.memories_merged,
+            second.memories_existing
+        ),
+        (0, 1, 1)
+    );
+    assert_eq!(second.relations_existing, 1);
+    let john = e
+        .get(
+            &[MemoryRef::Name {
+                namespace: "default".into(),
+                name: "John_Smith".into(),
+            }],
+            true,
+        )
+        .unwrap();
+    assert_eq!(john[0].memory.content, "Speaks Spanish\nLives in Madrid");
+    assert_eq!(john[0].memory.kind, "person");
+
+    std::fs::create_dir_all(dir.path().join("notes/sub")).unwrap();
+    std::fs::write(
+        dir.path().join("notes/a.md"),
+        "# Deploys\n\nWe deploy on Tuesdays.\n\n## Rollback\n\nUse the previous tag.\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("notes/sub/b.txt"), "Plain text note.\n").unwrap();
+    let mut req = request(Source::Path("notes".into()));
+    req.namespace = Some("notes".into());
+    let notes = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!(notes.files, 2);
+    assert_eq!(notes.formats, vec!["markdown"]);
+    assert_eq!(notes.errors, 0, "{:?}", notes.first_errors);
+    assert!(notes.memories_added >= 4, "{notes:?}");
+    assert_eq!(
+        notes.relations_added,
+        notes.memories_added - 2,
+        "chunks part_of documents"
+    );
+    let again = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!((again.memories_added, again.relations_added), (0, 0));
+}
+
+#[test]
+fn locomo_transcripts_become_linked_episodes_once() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data/locomo/locomo10.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return; // the evaluation data is not beside this checkout
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("locomo.json"), text).unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    let req = request(Source::Path("locomo.json".into()));
+    let report = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!(report.formats, vec!["locomo"]);
+    // Two turns of the published file repeat another turn's dia_id: same identity, kept once.
+    assert_eq!(
+        report.memories_added + report.memories_existing,
+        5_882 + 272
+    );
+    assert_eq!(report.memories_existing, 2, "{report:?}");
+    assert_eq!(report.errors, 0, "{:?}", report.first_errors);
+    // Each turn is part of its session, and every turn but a session's first follows another.
+    assert_eq!(report.relations_added, 5_882 + 5_882 - 272);
+    let again = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!((again.memories_added, again.relations_added), (0, 0));
 }
