@@ -3,6 +3,7 @@
 
 mod demo;
 mod model;
+mod transfer;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -32,6 +33,16 @@ struct Args {
 
     #[command(flatten)]
     embed: EmbedArgs,
+
+    /// A folder `import` may read from and `export` may write to (repeatable). Default: the
+    /// current directory and the database's folder.
+    #[arg(
+        long,
+        global = true,
+        env = "MNEMOGRAPH_IMPORT_ROOTS",
+        value_delimiter = ','
+    )]
+    import_root: Vec<PathBuf>,
 
     #[command(subcommand)]
     command: Option<Command>,
@@ -147,6 +158,37 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
+    /// Import files or folders: mnemograph JSONL, MCP memory JSONL, MemoryGraph JSON,
+    /// LoCoMo transcripts, Markdown/text (detected, or --format). Safe to repeat: what is stored
+    /// is skipped.
+    Import {
+        /// Files or folders to read (the operator's paths are allowed as given).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// mnemograph, mcp-memory, memorygraph, locomo or markdown.
+        #[arg(long)]
+        format: Option<String>,
+        /// Namespace for every record (default: the records' own, else "default").
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Report what would happen; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Export memories and relations as jsonl (re-importable), graphml or dot.
+    Export {
+        #[arg(long, default_value = "jsonl")]
+        format: String,
+        /// Only these namespaces (repeatable; default all).
+        #[arg(long)]
+        namespace: Vec<String>,
+        /// Include each memory's vector (jsonl).
+        #[arg(long)]
+        vectors: bool,
+        /// A new file to write (default: stdout).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Long-running calls (MCP tasks) recorded in the database.
     Tasks {
         #[command(subcommand)]
@@ -236,6 +278,12 @@ fn default_db_path() -> PathBuf {
 fn config(args: &Args) -> anyhow::Result<Config> {
     let mut cfg = Config::for_db(args.db.clone().unwrap_or_else(default_db_path));
     cfg.embedder = args.embed.spec()?;
+    cfg.import_roots = args.import_root.clone();
+    if !cfg.import_roots.is_empty() {
+        // Named roots add to the defaults.
+        let defaults = Config::for_db(&cfg.db_path).transfer_roots();
+        cfg.import_roots.extend(defaults);
+    }
     Ok(cfg)
 }
 
@@ -457,6 +505,56 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Tasks { action } => tasks_command(open(cfg)?, action),
+        Command::Import {
+            paths,
+            format,
+            namespace,
+            dry_run,
+        } => {
+            let mut cfg = cfg;
+            // Paths an operator names are allowed: their folders join the roots.
+            let mut roots = cfg.transfer_roots();
+            for p in &paths {
+                let real = p
+                    .canonicalize()
+                    .with_context(|| format!("cannot open {}", p.display()))?;
+                roots.push(if real.is_dir() {
+                    real
+                } else {
+                    real.parent().map(PathBuf::from).unwrap_or(real)
+                });
+            }
+            cfg.import_roots = roots;
+            let engine = open(cfg)?;
+            let clean = transfer::import(&engine, &paths, format.as_deref(), namespace, dry_run)?;
+            Ok(if clean {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_FAILURE)
+            })
+        }
+        Command::Export {
+            format,
+            namespace,
+            vectors,
+            out,
+        } => {
+            let mut cfg = cfg;
+            if let Some(dir) = out
+                .as_ref()
+                .and_then(|o| o.parent())
+                .filter(|d| !d.as_os_str().is_empty())
+            {
+                let mut roots = cfg.transfer_roots();
+                roots.push(
+                    dir.canonicalize()
+                        .with_context(|| format!("cannot open {}", dir.display()))?,
+                );
+                cfg.import_roots = roots;
+            }
+            transfer::export(&open(cfg)?, &format, namespace, vectors, out)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Model { action } => model::run(action),
         Command::Reindex => {
             let engine = open(cfg)?;

@@ -1,0 +1,199 @@
+//! `mnemograph import` and `mnemograph export` for operators: progress on stderr (a bar on a
+//! terminal, a plain line every few seconds otherwise), the report on stdout.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::engine::Engine;
+use crate::engine::export::{ExportRequest, ExportTarget, OutFormat};
+use crate::engine::import::{ImportRequest, Source};
+use crate::engine::traverse::{Control, WorkProgress};
+use crate::formats::InFormat;
+use crate::tasks::status_message;
+
+/// Prints progress to stderr, not more often than every `every`.
+struct Progress {
+    terminal: bool,
+    every: Duration,
+    last: Mutex<Option<Instant>>,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        let terminal = std::io::stderr().is_terminal();
+        Progress {
+            terminal,
+            every: if terminal {
+                Duration::from_millis(100)
+            } else {
+                Duration::from_secs(2)
+            },
+            last: Mutex::new(None),
+        }
+    }
+
+    fn line(p: &WorkProgress) -> String {
+        let msg = status_message(p);
+        if p.total == 0 {
+            return msg;
+        }
+        let share = (p.done as f64 / p.total as f64).clamp(0.0, 1.0);
+        let filled = (share * 30.0).round() as usize;
+        format!(
+            "[{}{}] {:>3.0}%  {msg}",
+            "#".repeat(filled),
+            " ".repeat(30 - filled),
+            share * 100.0
+        )
+    }
+
+    fn finish(&self) {
+        if self.terminal {
+            let _ = writeln!(std::io::stderr());
+        }
+    }
+}
+
+impl Control for Progress {
+    #[allow(clippy::print_stderr)]
+    fn report(&self, p: &WorkProgress) {
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        if last.is_some_and(|t| t.elapsed() < self.every) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let line = Progress::line(p);
+        let mut err = std::io::stderr().lock();
+        let _ = if self.terminal {
+            write!(err, "\r{line}\x1b[K")
+        } else {
+            writeln!(err, "{line}")
+        };
+        let _ = err.flush();
+    }
+
+    fn is_cancelled(&self) -> bool {
+        false
+    }
+}
+
+/// Imports each path in turn; prints one report per path.
+pub(super) fn import(
+    engine: &Engine,
+    paths: &[PathBuf],
+    format: Option<&str>,
+    namespace: Option<String>,
+    dry_run: bool,
+) -> anyhow::Result<bool> {
+    let format = match format {
+        None => None,
+        Some(f) => Some(InFormat::parse(f).ok_or_else(|| {
+            anyhow::anyhow!(
+                "unknown --format {f:?}; use one of {}",
+                InFormat::ALL.map(|f| f.name()).join(", ")
+            )
+        })?),
+    };
+    let mut all_ok = true;
+    let mut out = std::io::stdout().lock();
+    for path in paths {
+        let req = ImportRequest {
+            source: Source::Path(path.clone()),
+            format,
+            namespace: namespace.clone(),
+            dry_run,
+            actor: "cli:import".into(),
+            max_records: None,
+        };
+        let progress = Progress::new();
+        let started = Instant::now();
+        let res = engine.import(&req, &progress);
+        progress.finish();
+        let report = res.map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        all_ok &= report.errors == 0;
+        writeln!(
+            out,
+            "{}: {} records in {:.1} s · memories +{} ({} already there, {} merged) · relations +{} ({} already there) · vectors +{} · {} errors{}",
+            path.display(),
+            report.records,
+            started.elapsed().as_secs_f64(),
+            report.memories_added,
+            report.memories_existing,
+            report.memories_merged,
+            report.relations_added,
+            report.relations_existing,
+            report.vectors_added,
+            report.errors,
+            if report.dry_run {
+                " · dry run, nothing written"
+            } else {
+                ""
+            }
+        )?;
+        for e in &report.first_errors {
+            writeln!(out, "  {e}")?;
+        }
+        if report.errors > report.first_errors.len() as u64 {
+            writeln!(
+                out,
+                "  … and {} more",
+                report.errors - report.first_errors.len() as u64
+            )?;
+        }
+        for w in &report.warnings {
+            writeln!(out, "  warning: {w}")?;
+        }
+    }
+    Ok(all_ok)
+}
+
+/// Exports to `out` (a new file) or to stdout.
+pub(super) fn export(
+    engine: &Engine,
+    format: &str,
+    namespaces: Vec<String>,
+    vectors: bool,
+    out: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let format = OutFormat::parse(format)
+        .ok_or_else(|| anyhow::anyhow!("unknown --format {format:?}; use jsonl, graphml or dot"))?;
+    let req = ExportRequest {
+        namespaces: (!namespaces.is_empty()).then_some(namespaces),
+        format,
+        subgraph: None,
+        vectors,
+    };
+    let progress = Progress::new();
+    let started = Instant::now();
+    match out {
+        Some(path) => {
+            let done = engine.export_to(&req, &ExportTarget::Path(path), &progress);
+            progress.finish();
+            let done = done?;
+            let mut o = std::io::stdout().lock();
+            writeln!(
+                o,
+                "{}: {} memories, {} relations, {} bytes in {:.2} s",
+                done.path
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                done.counts.memories,
+                done.counts.relations,
+                done.bytes,
+                started.elapsed().as_secs_f64()
+            )?;
+        }
+        None => {
+            let mut o = std::io::BufWriter::new(std::io::stdout().lock());
+            let counts = engine.export(&req, &mut o, &progress);
+            progress.finish();
+            counts?;
+            o.flush()?;
+        }
+    }
+    Ok(())
+}
