@@ -80,12 +80,7 @@ impl Engine {
         }
         let only: Option<HashSet<MemoryKey>> = match &req.subgraph {
             None => None,
-            Some(walk) => {
-                let mut walk = walk.clone();
-                walk.limit = walk.max_nodes;
-                let found = self.traverse(&walk, ctl)?;
-                Some(found.nodes.iter().map(|n| n.memory.key).collect())
-            }
+            Some(walk) => Some(self.reach(walk, ctl)?.into_iter().collect()),
         };
         let model = match (&self.embedder, req.vectors, req.format) {
             (Some(e), true, OutFormat::Jsonl) => Some(e.model_id().to_owned()),

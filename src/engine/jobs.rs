@@ -89,6 +89,9 @@ impl Engine {
                 let loaded = self.ensure_vectors(true);
                 self.vectors_loading.store(false, Ordering::Release);
                 loaded?;
+                if self.bulk.load(Ordering::Acquire) > 0 {
+                    return Ok(()); // an import runs: catch up once it is done
+                }
                 self.sync_vectors(None)?;
                 self.dump_vectors_if_due(false)
             }

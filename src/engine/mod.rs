@@ -56,6 +56,9 @@ pub struct Engine {
     /// Set while the background job loads the vector index; reads then answer by text instead
     /// of waiting.
     vectors_loading: AtomicBool,
+    /// Imports running: the background job leaves the vector index alone meanwhile (its
+    /// insertions would take the cores the import needs) and catches up afterwards.
+    bulk: std::sync::atomic::AtomicUsize,
 }
 
 impl Engine {
@@ -86,6 +89,7 @@ impl Engine {
             vectors: RwLock::new(None),
             vector_sync: Mutex::new(()),
             vectors_loading: AtomicBool::new(false),
+            bulk: std::sync::atomic::AtomicUsize::new(0),
         };
         Ok(engine)
     }

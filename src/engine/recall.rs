@@ -242,7 +242,7 @@ impl Engine {
         if self.text.query_terms(&q.text).is_empty() {
             return Ok(Vec::new());
         }
-        self.sync_text()?;
+        self.sync_text_for_read()?;
         let mut tq = q.clone();
         tq.offset = 0;
         tq.limit = depth;

@@ -10,6 +10,9 @@ use crate::store::{changes, memories};
 
 /// Memories read from the database per batch during a full rebuild.
 const REBUILD_BATCH: usize = 5_000;
+/// Pending change-log entries beyond which a read during an import leaves indexing to the
+/// background job.
+const BULK_READ_LAG: i64 = 256;
 /// How long a read waits for another process that holds the index writer to catch up.
 const WAIT_FOR_OTHER_WRITER: Duration = Duration::from_secs(2);
 
@@ -31,6 +34,20 @@ impl Engine {
     pub fn text_lag(&self) -> Result<i64> {
         let target = self.store.read(changes::max_seq)?;
         Ok((target - self.text.reader_seq()).max(0))
+    }
+
+    /// What a read does before searching: [`Engine::sync_text`], except while an import runs
+    /// and more than [`BULK_READ_LAG`] entries are pending. Then the read searches what the
+    /// background job has indexed so far (it commits every tick) instead of indexing a whole
+    /// import batch itself.
+    pub(crate) fn sync_text_for_read(&self) -> Result<()> {
+        if self.bulk.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            let target = self.store.read(changes::max_seq)?;
+            if target - self.text.refresh()? > BULK_READ_LAG {
+                return Ok(());
+            }
+        }
+        self.sync_text()
     }
 
     /// Brings the text index up to the newest change-log entry, so that a read sees every write

@@ -316,6 +316,34 @@ impl Engine {
     }
 
     /// Walks the graph from the seeds. Stops with [`Error::Cancelled`] when `ctl` says so.
+    /// Every memory a walk reaches (seeds included), unranked and unmaterialised: what an
+    /// export of a subgraph writes. `req.limit` is not used.
+    pub(crate) fn reach(&self, req: &TraverseRequest, ctl: &dyn Control) -> Result<Vec<MemoryKey>> {
+        let check = TraverseRequest {
+            limit: 1,
+            ..req.clone()
+        };
+        let seeds = self.check_traverse(&check)?;
+        let view = self.synced_graph()?;
+        let graph: &MemoryGraph = &view;
+        let spec = Spec {
+            depth: req.depth,
+            direction: req.direction,
+            kinds: kind_filter(graph, &req.kinds),
+            min_weight: req.min_weight as f32,
+            valid_at: req.valid_at,
+            max_nodes: req.max_nodes,
+            order: Order::Breadth,
+        };
+        let mut visitor = watch(ctl);
+        let seed_keys: Vec<i64> = seeds.iter().map(|k| k.0).collect();
+        let outcome = traverse(graph, &seed_keys, &spec, &mut visitor);
+        if outcome.cancelled {
+            return Err(cancelled());
+        }
+        Ok(outcome.reached.iter().map(|r| MemoryKey(r.key)).collect())
+    }
+
     pub fn traverse(&self, req: &TraverseRequest, ctl: &dyn Control) -> Result<TraverseResult> {
         let seeds = self.check_traverse(req)?;
         let view = self.synced_graph()?;

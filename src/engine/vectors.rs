@@ -20,7 +20,7 @@ use crate::store::{changes, memories};
 const WINDOW: i64 = 20_000;
 /// Most memories a read embeds and indexes itself before it answers; a longer backlog is left
 /// to the background job and the read uses the index as it is (with a warning).
-pub(crate) const READ_CATCH_UP: i64 = 2_000;
+pub(crate) const READ_CATCH_UP: i64 = 64;
 /// How long a read waits for the background job to finish loading the vector index before it
 /// answers by text alone.
 const LOAD_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
@@ -178,7 +178,8 @@ impl Engine {
         let _one_at_a_time = match self.vector_sync.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::WouldBlock) => {
-                // Someone else is catching up; a read waits only when the backlog is short.
+                // Someone else is catching up; a read waits only when the backlog is short
+                // (so is the wait), and otherwise uses the index as it is.
                 if let Some(limit) = limit {
                     let lag = self.store.read(changes::max_seq)? - self.vector_seq()?;
                     if lag > limit {

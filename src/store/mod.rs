@@ -42,8 +42,23 @@ impl Store {
             std::fs::create_dir_all(dir)?;
         }
         let busy_timeout = Duration::from_millis(cfg.busy_timeout_ms);
-        let mut writer = open_connection(&cfg.db_path, busy_timeout)?;
-        schema::migrate(&mut writer)?;
+        // Processes starting together on a new file race to switch it to WAL and migrate it;
+        // SQLite answers some of those steps with "locked" at once instead of waiting, so the
+        // loser tries again (the migration itself skips what the winner did).
+        let deadline = std::time::Instant::now() + busy_timeout;
+        let writer = loop {
+            let attempt = open_connection(&cfg.db_path, busy_timeout)
+                .and_then(|mut c| schema::migrate(&mut c).map(|()| c));
+            match attempt {
+                Err(Error::Sqlite(e))
+                    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                other => break other?,
+            }
+        };
         Ok(Store {
             path: cfg.db_path.clone(),
             busy_timeout,

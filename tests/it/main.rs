@@ -10,3 +10,4 @@ mod queries;
 mod support;
 mod tasks;
 mod tools;
+mod transfer;

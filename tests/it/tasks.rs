@@ -150,12 +150,18 @@ impl ClientHandler for Recorder {
     }
 }
 
-struct Client {
+pub(crate) struct Client {
     service: RunningService<RoleClient, Recorder>,
     progress: Arc<Mutex<Vec<(f64, Instant)>>>,
 }
 
-async fn connect(db: &Path, modern: bool, tasks: bool, name: &str, extra: &[&str]) -> Client {
+pub(crate) async fn connect(
+    db: &Path,
+    modern: bool,
+    tasks: bool,
+    name: &str,
+    extra: &[&str],
+) -> Client {
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.arg("serve")
         .arg("--db")
@@ -189,7 +195,7 @@ async fn connect(db: &Path, modern: bool, tasks: bool, name: &str, extra: &[&str
 }
 
 impl Client {
-    async fn call(
+    pub(crate) async fn call(
         &self,
         tool: &str,
         args: Value,
@@ -207,7 +213,7 @@ impl Client {
         self.service.call_tool_once(params).await
     }
 
-    async fn get(&self, id: &str) -> Result<GetTaskResult, ServiceError> {
+    pub(crate) async fn get(&self, id: &str) -> Result<GetTaskResult, ServiceError> {
         self.service.get_task(GetTaskParams::new(id)).await
     }
 }
@@ -233,7 +239,11 @@ fn visited(t: &GetTaskResult) -> u64 {
         .unwrap_or(0)
 }
 
-async fn poll_until_terminal(c: &Client, id: &str, limit: Duration) -> (GetTaskResult, Vec<u64>) {
+pub(crate) async fn poll_until_terminal(
+    c: &Client,
+    id: &str,
+    limit: Duration,
+) -> (GetTaskResult, Vec<u64>) {
     let deadline = Instant::now() + limit;
     let mut counts = Vec::new();
     loop {

@@ -294,6 +294,7 @@ impl Engine {
                 Item::Bad { .. } => {}
             }
         }
+        counts.errors.sort_by_key(|(line, _)| *line);
         Ok(counts)
     }
 
@@ -494,6 +495,7 @@ impl Engine {
                     }
                 }
             }
+            counts.errors.sort_by_key(|(line, _)| *line);
             Ok(counts)
         })
     }

@@ -118,6 +118,14 @@ impl Engine {
     /// Runs an import to its end (or to `max_records`), reporting progress to `ctl`, which
     /// also stops it (committed batches stay). See the module documentation.
     pub fn import(&self, req: &ImportRequest, ctl: &dyn Control) -> Result<ImportReport> {
+        struct Bulk<'e>(&'e std::sync::atomic::AtomicUsize);
+        impl Drop for Bulk<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            }
+        }
+        self.bulk.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let _bulk = Bulk(&self.bulk);
         if let Some(ns) = &req.namespace {
             self.resolve_namespace("namespace", Some(ns))?;
         }

@@ -1,0 +1,225 @@
+//! Bulk import and export at 100,000 memories: writes the seeded corpus as mnemograph JSONL
+//! (every memory linked to the one before, no vectors: the import embeds them with the built-in
+//! model), imports it into an empty database whose background jobs run as in the server while
+//! another thread recalls (hybrid) without pause, then exports it. Prints wall times, peak RSS
+//! and recall latency during the import against the stated floors, with the machine.
+//! Run: `cargo run --release --example import_export`.
+
+#[allow(dead_code)]
+#[path = "../benches/fixture/mod.rs"]
+mod fixture;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mnemograph::engine::export::{ExportRequest, ExportTarget, OutFormat};
+use mnemograph::engine::import::{ImportRequest, Source};
+use mnemograph::engine::traverse::Progressing;
+use mnemograph::model::{RecallMode, RecallQuery, format_time};
+use mnemograph::{Config, Engine};
+
+use fixture::Corpus;
+
+/// Memories imported (each with a relation to the one before).
+const MEMORIES: u64 = 100_000;
+const FLOOR_IMPORT_S: f64 = 30.0;
+const FLOOR_RSS_MIB: f64 = 1024.0;
+const FLOOR_RECALL_P99_MS: f64 = 50.0;
+const FLOOR_EXPORT_S: f64 = 5.0;
+/// Pause between two recalls of the reader thread.
+const RECALL_PAUSE: Duration = Duration::from_millis(5);
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn cpu() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown CPU", |(_, v)| v.trim())
+        .to_owned();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{model}, {cores} cores")
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+fn main() -> ExitCode {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let corpus = Corpus::new();
+    let source = dir.path().join("corpus.jsonl");
+    {
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&source).expect("create"));
+        let base = 1_700_000_000_000i64;
+        for i in 0..MEMORIES {
+            let m = corpus.memory(i);
+            let line = serde_json::json!({
+                "type": "memory",
+                "id": format!("m_bench{i}"),
+                "namespace": m.namespace,
+                "kind": m.kind,
+                "name": m.name,
+                "content": m.content,
+                "tags": m.tags,
+                "created_at": format_time(base + i as i64 * 1_000),
+            });
+            serde_json::to_writer(&mut w, &line).expect("write");
+            w.write_all(b"\n").expect("write");
+            if i > 0 {
+                let rel = serde_json::json!({"type": "relation", "from": format!("m_bench{i}"), "to": format!("m_bench{}", i - 1), "kind": "follows"});
+                serde_json::to_writer(&mut w, &rel).expect("write");
+                w.write_all(b"\n").expect("write");
+            }
+        }
+    }
+    let bytes = std::fs::metadata(&source).map_or(0, |m| m.len());
+
+    let mut cfg = Config::for_db(dir.path().join("memory.db"));
+    cfg.import_roots = vec![dir.path().to_path_buf()];
+    let engine = Arc::new(Engine::open(cfg).expect("open"));
+    let _jobs = engine.start_background().expect("background");
+    // Something to find from the start, as in a database in use.
+    engine
+        .remember(&corpus.memories(MEMORIES, 1_000))
+        .expect("seed");
+
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (engine, done) = (Arc::clone(&engine), Arc::clone(&done));
+        let corpus = Corpus::new();
+        std::thread::spawn(move || {
+            let mut lat = Vec::new();
+            let mut i = 0u64;
+            while !done.load(Ordering::Acquire) {
+                let q = RecallQuery {
+                    text: corpus.query(i),
+                    limit: 10,
+                    mode: RecallMode::Hybrid,
+                    ..RecallQuery::default()
+                };
+                let t = Instant::now();
+                let _ = engine.recall(&q);
+                lat.push(t.elapsed().as_secs_f64() * 1e3);
+                i += 1;
+                std::thread::sleep(RECALL_PAUSE);
+            }
+            lat
+        })
+    };
+    let req = ImportRequest {
+        source: Source::Path("corpus.jsonl".into()),
+        format: None,
+        namespace: None,
+        dry_run: false,
+        actor: "bench".into(),
+        max_records: None,
+    };
+    let t = Instant::now();
+    let report = engine
+        .import(&req, &Progressing::default())
+        .expect("import");
+    let import_s = t.elapsed().as_secs_f64();
+    done.store(true, Ordering::Release);
+    let mut lat = reader.join().expect("reader");
+    lat.sort_by(f64::total_cmp);
+    let rss = peak_rss_mib();
+
+    let t = Instant::now();
+    let export = engine
+        .export_to(
+            &ExportRequest {
+                namespaces: None,
+                format: OutFormat::Jsonl,
+                subgraph: None,
+                vectors: false,
+            },
+            &ExportTarget::Path("export.jsonl".into()),
+            &Progressing::default(),
+        )
+        .expect("export");
+    let export_s = t.elapsed().as_secs_f64();
+    let lag = engine.stats().map(|s| s.vector_index_lag).unwrap_or(-1);
+    // The background job now indexes the new vectors (HNSW insertion is the slow part).
+    let t = Instant::now();
+    while engine.stats().map(|s| s.vector_index_lag).unwrap_or(0) > 0
+        && t.elapsed() < Duration::from_secs(600)
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let catch_up_s = t.elapsed().as_secs_f64();
+    let rss_after = peak_rss_mib();
+
+    let mut out = std::io::stdout().lock();
+    let ok = |pass: bool| if pass { "yes" } else { "NO" };
+    let _ = writeln!(out, "machine: {}", cpu());
+    let _ = writeln!(
+        out,
+        "source: {} memories + {} relations, {:.1} MB of JSONL; added {} memories, {} relations, {} vectors, {} errors\n",
+        MEMORIES,
+        MEMORIES - 1,
+        bytes as f64 / 1e6,
+        report.memories_added,
+        report.relations_added,
+        report.vectors_added,
+        report.errors
+    );
+    let _ = writeln!(out, "| measure | value | floor | met |");
+    let _ = writeln!(out, "|---|---:|---:|:---:|");
+    let _ = writeln!(
+        out,
+        "| import 100k with relations and embeddings | {import_s:.1} s ({:.0} records/s) | ≤ {FLOOR_IMPORT_S} s | {} |",
+        report.records as f64 / import_s,
+        ok(import_s <= FLOOR_IMPORT_S)
+    );
+    let _ = writeln!(
+        out,
+        "| peak RSS (import, background jobs, reader) | {rss:.0} MiB | ≤ {FLOOR_RSS_MIB} MiB | {} |",
+        ok(rss <= FLOOR_RSS_MIB)
+    );
+    let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
+    let _ = writeln!(
+        out,
+        "| hybrid recall during the import ({} calls) | p50 {p50:.1} ms, p99 {p99:.1} ms, max {:.1} ms | p99 ≤ {FLOOR_RECALL_P99_MS} ms | {} |",
+        lat.len(),
+        lat.last().copied().unwrap_or(f64::NAN),
+        ok(p99 <= FLOOR_RECALL_P99_MS)
+    );
+    let _ = writeln!(
+        out,
+        "| export 100k to JSONL | {export_s:.2} s ({:.1} MB) | ≤ {FLOOR_EXPORT_S} s | {} |",
+        export.bytes as f64 / 1e6,
+        ok(export_s <= FLOOR_EXPORT_S)
+    );
+    let _ = writeln!(
+        out,
+        "\nvector index lag when the import returned: {lag} change-log entries; the background job had indexed them {catch_up_s:.0} s after the export (peak RSS then {rss_after:.0} MiB)"
+    );
+    if import_s <= FLOOR_IMPORT_S
+        && rss <= FLOOR_RSS_MIB
+        && p99 <= FLOOR_RECALL_P99_MS
+        && export_s <= FLOOR_EXPORT_S
+    {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
