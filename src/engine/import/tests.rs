@@ -538,3 +538,48 @@ fn locomo_transcripts_become_linked_episodes_once() {
     let again = e.import(&req, &Progressing::default()).unwrap();
     assert_eq!((again.memories_added, again.relations_added), (0, 0));
 }
+
+/// Deletes a file the first time progress is reported, as another program might mid-import.
+struct Vanish(std::path::PathBuf);
+
+impl Control for Vanish {
+    fn report(&self, _p: &WorkProgress) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+    fn is_cancelled(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn a_file_that_vanishes_mid_import_is_reported_and_the_rest_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("in")).unwrap();
+    std::fs::write(dir.path().join("in/a.jsonl"), jsonl_corpus(1_500)).unwrap();
+    std::fs::write(
+        dir.path().join("in/b.md"),
+        "# Later\n\nThis file goes away.\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("in/c.md"), "# Kept\n\nThis one stays.\n").unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    let report = e
+        .import(
+            &request(Source::Path("in".into())),
+            &Vanish(dir.path().join("in/b.md")),
+        )
+        .unwrap();
+    assert_eq!(report.files, 3);
+    assert_eq!(report.errors, 1, "{:?}", report.first_errors);
+    assert!(
+        report.first_errors[0].starts_with("b.md: ")
+            && report.first_errors[0].contains("could not be opened"),
+        "{:?}",
+        report.first_errors
+    );
+    assert_eq!(
+        report.memories_added,
+        1_500 + 2,
+        "a.jsonl whole, c.md's document and chunk"
+    );
+}
