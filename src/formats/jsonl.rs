@@ -232,7 +232,8 @@ pub fn for_each_line(
             sink(Err(BadRecord {
                 line: line_no,
                 reason: format!(
-                    "line is longer than {MAX_LINE_BYTES} bytes; split the record or shorten its content"
+                    "line {line_no}: longer than {} MiB (put one record per line and shorten its content)",
+                    MAX_LINE_BYTES >> 20
                 ),
             }))?
         } else {

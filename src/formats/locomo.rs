@@ -11,7 +11,7 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
 use crate::formats::{
-    BadRecord, Flow, Item, LineCounter, LinkRecord, MemoryRecord, Record, Ref, Sink,
+    BadRecord, Flow, Item, LineCounter, LineValue, LinkRecord, MemoryRecord, Record, Ref, Sink,
 };
 use crate::model::Millis;
 
@@ -114,19 +114,6 @@ impl<'de> Visitor<'de> for Samples<'_, '_, '_> {
         let line = self.ctx.lines.get() + 1;
         let sample = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
         self.ctx.sample(line, &sample)
-    }
-}
-
-/// One element as a [`Value`], with the line where it starts.
-struct LineValue<'l>(&'l Rc<Cell<u64>>);
-
-impl<'de> DeserializeSeed<'de> for LineValue<'_> {
-    type Value = (u64, Value);
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(u64, Value), D::Error> {
-        // The parser has read up to the element's first byte, so the count is its line's.
-        let line = self.0.get() + 1;
-        Ok((line, Value::deserialize(d)?))
     }
 }
 

@@ -7,65 +7,15 @@ use serde_json::{Map, Value};
 
 use crate::formats::{BadRecord, Flow, Item, MemoryRecord, Record, Ref, RelationRecord, Sink};
 
-/// The longest line read; a longer one is reported and skipped.
-const MAX_LINE: usize = 16 << 20;
-
 /// Reads entity and relation lines, one at a time, and pushes a record (or a bad record) for
 /// each non-blank line.
 pub fn read(input: &mut dyn BufRead, sink: &mut Sink<'_>) -> crate::Result<()> {
-    let mut buf = Vec::new();
-    let mut line = 0u64;
-    loop {
-        buf.clear();
-        line += 1;
-        let n =
-            std::io::Read::take(&mut *input, MAX_LINE as u64 + 1).read_until(b'\n', &mut buf)?;
-        if n == 0 {
-            return Ok(());
+    crate::formats::jsonl::for_each_line(input, sink, |line, raw, sink| {
+        match parse_line(line, raw) {
+            Some(item) => sink(item),
+            None => Ok(Flow::Continue),
         }
-        let item = if buf.len() > MAX_LINE && buf.last() != Some(&b'\n') {
-            skip_line(input)?;
-            Err(BadRecord {
-                line,
-                reason: format!(
-                    "line {line}: longer than {} MiB (split it into one entity or relation per line)",
-                    MAX_LINE >> 20
-                ),
-            })
-        } else {
-            match parse_line(line, &buf) {
-                Some(item) => item,
-                None => continue,
-            }
-        };
-        if sink(item)? == Flow::Stop {
-            return Ok(());
-        }
-    }
-}
-
-/// Consumes the rest of an over-long line, without keeping it.
-fn skip_line(input: &mut dyn BufRead) -> std::io::Result<()> {
-    loop {
-        let buf = match input.fill_buf() {
-            Ok(buf) => buf,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if buf.is_empty() {
-            return Ok(());
-        }
-        match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => {
-                input.consume(i + 1);
-                return Ok(());
-            }
-            None => {
-                let n = buf.len();
-                input.consume(n);
-            }
-        }
-    }
+    })
 }
 
 /// The item for one line, or `None` for a blank line.
@@ -446,7 +396,10 @@ mod tests {
         let mut input = Vec::new();
         input.extend_from_slice(b"{\"type\":\"entity\",\"name\":\"A\"}\n");
         input.extend_from_slice(b"{\"type\":\"entity\",\"name\":\"");
-        input.resize(input.len() + MAX_LINE + 10, b'x');
+        input.resize(
+            input.len() + crate::formats::jsonl::MAX_LINE_BYTES + 10,
+            b'x',
+        );
         input.extend_from_slice(b"\"}\n{\"type\":\"entity\",\"name\":\"B\"}\n");
         let items = read_all(&input);
         assert_eq!(items.len(), 3);

@@ -6,12 +6,11 @@ use std::fmt;
 use std::io::BufRead;
 use std::rc::Rc;
 
-use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::formats::{
-    BadRecord, Flow, Item, LineCounter, MemoryRecord, Record, Ref, RelationRecord, Sink,
+    BadRecord, Flow, Item, LineCounter, LineValue, MemoryRecord, Record, Ref, RelationRecord, Sink,
     parse_timestamp,
 };
 
@@ -244,19 +243,6 @@ impl<'de> Visitor<'de> for Elements<'_, '_, '_> {
             self.ctx.push(item)?;
         }
         Ok(())
-    }
-}
-
-/// One element as a [`Value`], with the line where it starts.
-struct LineValue<'l>(&'l Rc<Cell<u64>>);
-
-impl<'de> DeserializeSeed<'de> for LineValue<'_> {
-    type Value = (u64, Value);
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(u64, Value), D::Error> {
-        // The parser has read up to the element's first byte, so the count is its line's.
-        let line = self.0.get() + 1;
-        Ok((line, Value::deserialize(d)?))
     }
 }
 

@@ -228,3 +228,17 @@ impl<R: std::io::Read> std::io::Read for LineCounter<R> {
         Ok(n)
     }
 }
+
+/// One element of a streamed JSON document as a [`serde_json::Value`], with the line where it
+/// starts (from a [`LineCounter`]'s handle).
+pub(crate) struct LineValue<'l>(pub(crate) &'l std::rc::Rc<std::cell::Cell<u64>>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for LineValue<'_> {
+    type Value = (u64, serde_json::Value);
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        // The parser has read up to the element's first byte, so the count is its line's.
+        let line = self.0.get() + 1;
+        Ok((line, serde::Deserialize::deserialize(d)?))
+    }
+}
