@@ -44,18 +44,6 @@ fn peak_rss_mib() -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
-fn cpu() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map_or("unknown CPU", |(_, v)| v.trim())
-        .to_owned();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{model}, {cores} cores")
-}
-
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -170,7 +158,7 @@ fn main() -> ExitCode {
 
     let mut out = std::io::stdout().lock();
     let ok = |pass: bool| if pass { "yes" } else { "NO" };
-    let _ = writeln!(out, "machine: {}", cpu());
+    let _ = writeln!(out, "machine: {}", fixture::machine());
     let _ = writeln!(
         out,
         "source: {} memories + {} relations, {:.1} MB of JSONL; added {} memories, {} relations, {} vectors, {} errors\n",

@@ -89,29 +89,6 @@ fn ms_row(what: &str, s: &Summary, floor: &str, pass: Option<bool>) -> Row {
     }
 }
 
-fn machine() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map_or("unknown CPU", |(_, v)| v.trim())
-        .to_owned();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mem_gib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(String::from("?"), |kb| {
-            format!("{:.1}", kb / 1024.0 / 1024.0)
-        });
-    format!("{model}, {cores} cores available, {mem_gib} GiB RAM")
-}
-
 fn log(msg: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr().lock(), "{msg}");
 }
@@ -495,7 +472,7 @@ fn main() -> ExitCode {
     let mut out = std::io::stdout().lock();
     let db_bytes = fixture::dir_bytes(&cached);
     let _ = writeln!(out, "## mnemograph latency\n");
-    let _ = writeln!(out, "- machine: {}", machine());
+    let _ = writeln!(out, "- machine: {}", fixture::machine());
     let _ = writeln!(
         out,
         "- corpus: v{} seed {:#x}, {BIG_CORPUS} memories, {:.1} MiB on disk (database + index), cached in {}",

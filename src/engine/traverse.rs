@@ -108,6 +108,19 @@ impl Control for Progressing {
     }
 }
 
+/// The graph walk a request asks for, in `order`.
+fn walk_spec(graph: &MemoryGraph, req: &TraverseRequest, order: Order) -> Spec {
+    Spec {
+        depth: req.depth,
+        direction: req.direction,
+        kinds: kind_filter(graph, &req.kinds),
+        min_weight: req.min_weight as f32,
+        valid_at: req.valid_at,
+        max_nodes: req.max_nodes,
+        order,
+    }
+}
+
 /// What a traversal returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
@@ -326,15 +339,7 @@ impl Engine {
         let seeds = self.check_traverse(&check)?;
         let view = self.synced_graph()?;
         let graph: &MemoryGraph = &view;
-        let spec = Spec {
-            depth: req.depth,
-            direction: req.direction,
-            kinds: kind_filter(graph, &req.kinds),
-            min_weight: req.min_weight as f32,
-            valid_at: req.valid_at,
-            max_nodes: req.max_nodes,
-            order: Order::Breadth,
-        };
+        let spec = walk_spec(graph, req, Order::Breadth);
         let mut visitor = watch(ctl);
         let seed_keys: Vec<i64> = seeds.iter().map(|k| k.0).collect();
         let outcome = traverse(graph, &seed_keys, &spec, &mut visitor);
@@ -348,19 +353,12 @@ impl Engine {
         let seeds = self.check_traverse(req)?;
         let view = self.synced_graph()?;
         let graph: &MemoryGraph = &view;
-        let spec = Spec {
-            depth: req.depth,
-            direction: req.direction,
-            kinds: kind_filter(graph, &req.kinds),
-            min_weight: req.min_weight as f32,
-            valid_at: req.valid_at,
-            max_nodes: req.max_nodes,
-            order: if req.shape == Shape::Paths {
-                Order::BestFirst
-            } else {
-                Order::Breadth
-            },
+        let order = if req.shape == Shape::Paths {
+            Order::BestFirst
+        } else {
+            Order::Breadth
         };
+        let spec = walk_spec(graph, req, order);
         let mut visitor = watch(ctl);
         let seed_keys: Vec<i64> = seeds.iter().map(|k| k.0).collect();
         let outcome = traverse(graph, &seed_keys, &spec, &mut visitor);
