@@ -84,6 +84,25 @@ struct Checkpoint {
     /// Items (records, good or bad) of the source consumed, in reading order.
     items: u64,
     report: ImportReport,
+    /// Names and sizes of the source's files: a resume skips `items` only from the same files.
+    #[serde(default)]
+    source: String,
+}
+
+/// What a checkpoint was taken over: the files of the source in order, with their sizes.
+fn fingerprint(files: &[SourceFile]) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for f in files {
+        h.update(f.name.as_bytes());
+        h.update([0]);
+        h.update(f.size.to_le_bytes());
+    }
+    h.finalize()
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The state of one running import.
@@ -101,6 +120,7 @@ struct Run<'a> {
     file_name: String,
     multi_file: bool,
     dry_seen: HashSet<String>,
+    source_print: String,
 }
 
 impl Engine {
@@ -148,16 +168,28 @@ impl Engine {
             file_name: String::new(),
             multi_file: files.len() > 1,
             dry_seen: HashSet::new(),
+            source_print: String::new(),
         };
-        if let Some(cp) = resume {
-            tracing::info!(
-                items = cp.items,
-                "import resumes after its last committed batch"
-            );
-            run.skip = cp.items;
-            run.report = cp.report;
-            run.report.resumed_after = cp.items;
+        let source_print = fingerprint(&files);
+        match resume {
+            Some(cp) if cp.source == source_print => {
+                tracing::info!(
+                    items = cp.items,
+                    "import resumes after its last committed batch"
+                );
+                run.skip = cp.items;
+                run.report = cp.report;
+                run.report.resumed_after = cp.items;
+            }
+            Some(_) => {
+                tracing::warn!(
+                    "the source changed since the import stopped; reading it again from the start"
+                );
+                run.report.warnings.push("the source changed since this import stopped: it was read again from the start (what was stored is skipped)".into());
+            }
+            None => {}
         }
+        run.source_print = source_print;
         run.report.files = files.len() as u64;
         for f in &files {
             run.total += count_items(f, &req.source, req.format).unwrap_or(0);
@@ -397,6 +429,7 @@ impl Run<'_> {
                 let cp = serde_json::to_value(Checkpoint {
                     items: items_done,
                     report,
+                    source: self.source_print.clone(),
                 })?;
                 if let Some(id) = &task {
                     tasks::set_checkpoint(tx, id, &cp)?;

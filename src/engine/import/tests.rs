@@ -245,6 +245,21 @@ fn a_stopped_import_resumes_from_its_checkpoint_and_ends_like_an_uninterrupted_o
         checkpoints: Mutex::new(0),
         stop_after: u32::MAX,
     };
+    // A source that changed meanwhile is read again from the start.
+    let other = dir.path().join("other.jsonl");
+    std::fs::write(&other, jsonl_corpus(10)).unwrap();
+    let changed = Killer {
+        task: "t1".into(),
+        resume: second.resume.clone(),
+        checkpoints: Mutex::new(0),
+        stop_after: u32::MAX,
+    };
+    let fresh = e
+        .import(&request(Source::Path("other.jsonl".into())), &changed)
+        .unwrap();
+    assert_eq!(fresh.resumed_after, 0);
+    assert_eq!(fresh.memories_existing, 10, "{fresh:?}");
+    assert!(fresh.warnings[0].contains("changed"), "{fresh:?}");
     let report = e.import(&req, &second).unwrap();
     assert_eq!(report.resumed_after, 2_000);
     assert_eq!(report.memories_added, full.memories_added);
