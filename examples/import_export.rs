@@ -139,6 +139,7 @@ fn main() -> ExitCode {
                 format: OutFormat::Jsonl,
                 subgraph: None,
                 vectors: false,
+                history: false,
             },
             &ExportTarget::Path("export.jsonl".into()),
             &Progressing::default(),

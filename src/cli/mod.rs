@@ -185,6 +185,9 @@ enum Command {
         /// Include each memory's vector (jsonl).
         #[arg(long)]
         vectors: bool,
+        /// Include each memory's previous versions (jsonl).
+        #[arg(long)]
+        history: bool,
         /// A new file to write (default: stdout).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -537,6 +540,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             format,
             namespace,
             vectors,
+            history,
             out,
         } => {
             let mut cfg = cfg;
@@ -552,7 +556,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 );
                 cfg.import_roots = roots;
             }
-            transfer::export(&open(cfg)?, &format, namespace, vectors, out)?;
+            transfer::export(&open(cfg)?, &format, namespace, vectors, history, out)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Model { action } => model::run(action),

@@ -157,6 +157,7 @@ pub(super) fn export(
     format: &str,
     namespaces: Vec<String>,
     vectors: bool,
+    history: bool,
     out: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let format = OutFormat::parse(format)
@@ -166,6 +167,7 @@ pub(super) fn export(
         format,
         subgraph: None,
         vectors,
+        history,
     };
     let progress = Progress::new();
     let started = Instant::now();

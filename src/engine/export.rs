@@ -10,10 +10,13 @@ use crate::engine::traverse::{Control, TraverseRequest, WorkKind, WorkProgress};
 use crate::error::{Error, Result};
 use crate::formats::{dot, graphml, jsonl};
 use crate::model::{Memory, MemoryKey, now_millis};
+use crate::store::history::{self, Entity};
 use crate::store::{memories, relations, vectors};
 
 /// Memories read per page.
 const PAGE: usize = 5_000;
+/// Most previous versions exported per memory.
+const MAX_HISTORY: usize = 1_000;
 
 /// Formats an export can write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +55,8 @@ pub struct ExportRequest {
     pub subgraph: Option<TraverseRequest>,
     /// Include each memory's vector and model (JSONL only).
     pub vectors: bool,
+    /// Include each memory's previous versions (JSONL only).
+    pub history: bool,
 }
 
 /// What an export wrote.
@@ -137,7 +142,12 @@ impl Engine {
                             let v = vecs
                                 .get(&m.key)
                                 .map(|v| (model.as_deref().unwrap_or(""), v.vec.as_slice()));
-                            jsonl::write_memory(out, m, v)
+                            let past = if req.history {
+                                history::of(c, Entity::Memory, m.key.0, MAX_HISTORY)?
+                            } else {
+                                Vec::new()
+                            };
+                            jsonl::write_memory(out, m, v, &past)
                         }
                         OutFormat::Graphml => graphml::node(out, m),
                         OutFormat::Dot => dot::node(out, m),

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::formats::{
-    BadRecord, Flow, MemoryRecord, Record, Ref, RelationRecord, Sink, VectorRecord,
+    BadRecord, Flow, HistoryRecord, MemoryRecord, Record, Ref, RelationRecord, Sink, VectorRecord,
 };
-use crate::model::{Memory, Millis, Relation, format_time, parse_time};
+use crate::model::{HistoryEntry, Memory, Millis, Relation, format_time, parse_time};
 
 /// Version of the format this build writes and reads.
 pub const VERSION: u32 = 1;
@@ -53,6 +53,15 @@ struct VectorLine {
     f32: String,
 }
 
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryLine {
+    op: String,
+    actor: String,
+    at: String,
+    previous: Value,
+}
+
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Line {
@@ -80,6 +89,8 @@ struct MemoryLine {
     valid_from: Option<String>,
     valid_until: Option<String>,
     vector: Option<VectorLine>,
+    #[serde(default)]
+    history: Vec<HistoryLine>,
 }
 
 #[derive(Deserialize)]
@@ -138,6 +149,17 @@ fn memory(m: MemoryLine) -> Result<MemoryRecord, String> {
         }),
         None => None,
     };
+    let mut history = Vec::with_capacity(m.history.len());
+    // Written newest first, as `get` shows it; kept oldest first.
+    for h in m.history.into_iter().rev() {
+        let at = time("history.at", Some(h.at))?.unwrap_or_default();
+        history.push(HistoryRecord {
+            op: h.op,
+            actor: h.actor,
+            at,
+            previous: h.previous,
+        });
+    }
     Ok(MemoryRecord {
         ext: m.id.clone(),
         id: m.id,
@@ -155,6 +177,7 @@ fn memory(m: MemoryLine) -> Result<MemoryRecord, String> {
         valid_from: time("valid_from", m.valid_from)?,
         valid_until: time("valid_until", m.valid_until)?,
         vector,
+        history,
         merge_by_name: false,
         links: Vec::new(),
     })
@@ -281,6 +304,8 @@ struct MemoryOut<'a> {
     valid_until: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     vector: Option<VectorLine>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    history: Vec<HistoryLine>,
 }
 
 #[derive(Serialize)]
@@ -311,11 +336,13 @@ pub fn write_header(w: &mut dyn Write, h: &Header) -> std::io::Result<()> {
     w.write_all(b"\n")
 }
 
-/// Writes one memory line, with its vector and model when given.
+/// Writes one memory line, with its vector and model, and its previous versions (newest
+/// first), when given.
 pub fn write_memory(
     w: &mut dyn Write,
     m: &Memory,
     vector: Option<(&str, &[f32])>,
+    history: &[HistoryEntry],
 ) -> std::io::Result<()> {
     let out = MemoryOut {
         ty: "memory",
@@ -337,6 +364,15 @@ pub fn write_memory(
             model: model.to_owned(),
             f32: encode_vector(v),
         }),
+        history: history
+            .iter()
+            .map(|h| HistoryLine {
+                op: h.op.clone(),
+                actor: h.actor.clone(),
+                at: format_time(h.at),
+                previous: h.previous.clone(),
+            })
+            .collect(),
     };
     serde_json::to_writer(&mut *w, &out)?;
     w.write_all(b"\n")
@@ -420,7 +456,21 @@ mod tests {
         let vec = [0.25f32, -1.5, 3.0];
         let mut out = Vec::new();
         write_header(&mut out, &Header::new(0, Some("m1".into()), 1, 1)).unwrap();
-        write_memory(&mut out, &m, Some(("m1", &vec))).unwrap();
+        let history = [
+            HistoryEntry {
+                op: "update".into(),
+                actor: "tool:update".into(),
+                at: 1_700_000_050_000,
+                previous: serde_json::json!({"content": "second"}),
+            },
+            HistoryEntry {
+                op: "update".into(),
+                actor: "cli".into(),
+                at: 1_700_000_010_000,
+                previous: serde_json::json!({"content": "first"}),
+            },
+        ];
+        write_memory(&mut out, &m, Some(("m1", &vec)), &history).unwrap();
         write_relation(&mut out, &r).unwrap();
         let items = read_all(std::str::from_utf8(&out).unwrap());
         assert_eq!(items.len(), 2);
@@ -438,6 +488,18 @@ mod tests {
         assert_eq!(got.created_at, Some(m.created_at));
         assert_eq!(got.updated_at, Some(m.updated_at));
         assert_eq!(got.accessed_at, m.accessed_at);
+        let kept: Vec<(i64, &str)> = got
+            .history
+            .iter()
+            .map(|h| (h.at, h.actor.as_str()))
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                (1_700_000_010_000, "cli"),
+                (1_700_000_050_000, "tool:update")
+            ]
+        );
         assert_eq!(got.access_count, Some(3));
         assert_eq!(got.valid_from, m.valid_from);
         assert_eq!(

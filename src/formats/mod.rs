@@ -109,10 +109,21 @@ pub struct MemoryRecord {
     pub valid_from: Option<Millis>,
     pub valid_until: Option<Millis>,
     pub vector: Option<VectorRecord>,
+    /// Previous versions, oldest first (own format, when exported with history).
+    pub history: Vec<HistoryRecord>,
     /// When a live memory with the same `name` exists: add this content's lines that it lacks
     /// (MCP memory entities gain observations) instead of reporting a name conflict.
     pub merge_by_name: bool,
     pub links: Vec<LinkRecord>,
+}
+
+/// One previous version of a memory: what changed it, who, when, and the version before.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryRecord {
+    pub op: String,
+    pub actor: String,
+    pub at: Millis,
+    pub previous: serde_json::Value,
 }
 
 /// One relation read from a source.

@@ -567,6 +567,8 @@ pub struct ExportParams {
     pub path: Option<String>,
     /// Include vectors (jsonl).
     pub vectors: Option<bool>,
+    /// Include previous versions (jsonl).
+    pub history: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]

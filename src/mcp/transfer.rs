@@ -108,6 +108,7 @@ pub(crate) fn export_call(p: dto::ExportParams) -> Result<(ExportRequest, Export
             format,
             subgraph,
             vectors: p.vectors.unwrap_or(false),
+            history: p.history.unwrap_or(false),
         },
         target,
     ))

@@ -354,6 +354,23 @@ impl Engine {
                 };
                 let m = memories::insert_with(tx, &id, new, stamps)?;
                 changes::log_memory(tx, m.key, changes::ChangeOp::Insert)?;
+                for h in &rec.history {
+                    // The snapshot names the memory as this database knows it.
+                    let mut previous = h.previous.clone();
+                    if let Some(o) = previous.as_object_mut() {
+                        o.insert("key".into(), m.key.0.into());
+                        o.insert("id".into(), m.id.clone().into());
+                    }
+                    history::record(
+                        tx,
+                        Entity::Memory,
+                        m.key.0,
+                        &h.op,
+                        &h.actor,
+                        h.at,
+                        &previous,
+                    )?;
+                }
                 if let Some(ext) = &rec.ext
                     && *ext != m.id
                 {

@@ -35,6 +35,7 @@ fn export_jsonl(e: &Engine, vectors: bool) -> String {
         format: OutFormat::Jsonl,
         subgraph: None,
         vectors,
+        history: vectors,
     };
     let out = e
         .export_to(
@@ -114,6 +115,10 @@ fn export_then_import_gives_the_same_memories_relations_times_and_vectors() {
         "3 live memories and 1 relation:\n{exported}"
     );
     assert!(exported.contains("\"vector\""));
+    assert!(
+        exported.contains("\"history\""),
+        "the update of Ada is kept"
+    );
     std::fs::write(dir.path().join("a.jsonl"), &exported).unwrap();
 
     let b = engine_in(dir.path(), "b.db");
@@ -410,6 +415,7 @@ fn graphml_and_dot_exports_are_well_formed_and_exports_never_overwrite() {
             format,
             subgraph: None,
             vectors: false,
+            history: false,
         };
         let out = e
             .export_to(
@@ -453,6 +459,7 @@ fn graphml_and_dot_exports_are_well_formed_and_exports_never_overwrite() {
             format: OutFormat::Jsonl,
             subgraph: None,
             vectors: false,
+            history: false,
         },
         &ExportTarget::Inline(100),
         &Progressing::default(),
