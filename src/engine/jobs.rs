@@ -11,6 +11,8 @@ use crate::store::memories;
 
 /// How often the background loop looks for work.
 const TICK: Duration = Duration::from_millis(50);
+/// How long one tick may spend putting staged vectors into the HNSW graph.
+const GRAPH_BUDGET: Duration = Duration::from_millis(300);
 /// How long the index writer is kept after the last indexing.
 const WRITER_IDLE: Duration = Duration::from_millis(500);
 
@@ -89,10 +91,13 @@ impl Engine {
                 let loaded = self.ensure_vectors(true);
                 self.vectors_loading.store(false, Ordering::Release);
                 loaded?;
-                if self.bulk.load(Ordering::Acquire) > 0 {
-                    return Ok(()); // an import runs: catch up once it is done
-                }
                 self.sync_vectors(None)?;
+                if self.bulk.load(Ordering::Acquire) > 0 {
+                    // An import runs: its vectors are staged (searchable by scan); the graph
+                    // insertions, which would take the cores it needs, wait until it is done.
+                    return Ok(());
+                }
+                self.index_staged_vectors(GRAPH_BUDGET)?;
                 self.dump_vectors_if_due(false)
             }
         }

@@ -20,12 +20,18 @@ use crate::store::{changes, memories};
 const WINDOW: i64 = 20_000;
 /// Most memories a read embeds and indexes itself before it answers; a longer backlog is left
 /// to the background job and the read uses the index as it is (with a warning).
-pub(crate) const READ_CATCH_UP: i64 = 64;
+pub(crate) const READ_CATCH_UP: i64 = 4_000;
 /// How long a read waits for the background job to finish loading the vector index before it
 /// answers by text alone.
 const LOAD_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 /// Texts per embedding call (and per parallel chunk).
 const EMBED_CHUNK: usize = 256;
+/// Staged vectors put into the graph at a time: writes to the index wait for one chunk
+/// (≈ 60 ms on 2 cores), searches never do.
+const GRAPH_CHUNK: usize = 128;
+/// Staged vectors the engine puts into the graph when it closes, so that the dump has them
+/// (about a second); with more, closing keeps the previous dump and the next start replays.
+const DRAIN_AT_CLOSE: usize = 2_000;
 /// Vectors written per transaction.
 const STORE_CHUNK: usize = 2_000;
 
@@ -218,6 +224,23 @@ impl Engine {
         Ok(VectorSync::Current)
     }
 
+    /// Puts staged vectors into the HNSW graph, in chunks, for up to `budget`; returns how
+    /// many stay staged (searchable by exact scan meanwhile).
+    pub(crate) fn index_staged_vectors(&self, budget: std::time::Duration) -> Result<usize> {
+        let started = Instant::now();
+        loop {
+            let left = self.with_vector_index(|ix| ix.index_staged(GRAPH_CHUNK))?;
+            if left == 0 || started.elapsed() >= budget {
+                return Ok(left);
+            }
+        }
+    }
+
+    /// Vectors searchable by exact scan that the HNSW graph does not hold yet.
+    pub fn vectors_staged(&self) -> usize {
+        self.with_vector_index(|ix| ix.staged()).unwrap_or(0)
+    }
+
     /// Indexes the memories changed in `(after, up_to]`; returns how many vectors were indexed.
     fn apply_vector_window(&self, e: &dyn Embedder, after: i64, up_to: i64) -> Result<usize> {
         let model = e.model_id();
@@ -261,7 +284,7 @@ impl Engine {
         let n = items.len();
         self.with_vector_index(|ix| {
             ix.remove(&gone);
-            ix.upsert(&items)
+            ix.stage(&items)
         })??;
         Ok(n)
     }
@@ -337,27 +360,44 @@ impl Engine {
     /// Writes the index to disk when it moved since the last dump and `force` or enough time
     /// has passed; compacts it first when replacements left many dead slots.
     pub(crate) fn dump_vectors_if_due(&self, force: bool) -> Result<()> {
-        let mut guard = self.vectors.write().map_err(poisoned)?;
-        let Some(state) = guard.as_mut() else {
-            return Ok(());
+        // Under the read lock, so searches go on while the files are written; only the
+        // bookkeeping takes the write lock.
+        let (seq, started) = {
+            let guard = self.vectors.read().map_err(poisoned)?;
+            let Some(state) = guard.as_ref() else {
+                return Ok(());
+            };
+            let due = state.index.seq() > state.dumped_seq
+                && (force || state.dumped_at.elapsed() >= DUMP_EVERY);
+            let staged = state.index.staged();
+            if due && force && staged > 0 && staged <= DRAIN_AT_CLOSE {
+                state.index.index_staged(staged);
+            }
+            if !due || state.index.staged() > 0 {
+                // With staged vectors the dump waits until the graph has them; closing
+                // meanwhile keeps the previous dump, and the next start replays the change log
+                // from there.
+                return Ok(());
+            }
+            if state.index.needs_compaction() {
+                state.index.compact();
+            }
+            let started = Instant::now();
+            match state.index.dump(&self.cfg.vector_index_dir())? {
+                Some(seq) => (seq, started),
+                None => return Ok(()), // vectors were staged meanwhile
+            }
         };
-        let due = state.index.seq() > state.dumped_seq
-            && (force || state.dumped_at.elapsed() >= DUMP_EVERY);
-        if !due {
-            return Ok(());
+        let mut guard = self.vectors.write().map_err(poisoned)?;
+        if let Some(state) = guard.as_mut() {
+            state.dumped_seq = state.dumped_seq.max(seq);
+            state.dumped_at = Instant::now();
+            tracing::debug!(
+                vectors = state.index.len(),
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "vector index dumped"
+            );
         }
-        if state.index.needs_compaction() {
-            state.index.compact();
-        }
-        let started = Instant::now();
-        state.index.dump(&self.cfg.vector_index_dir())?;
-        state.dumped_seq = state.index.seq();
-        state.dumped_at = Instant::now();
-        tracing::debug!(
-            vectors = state.index.len(),
-            ms = started.elapsed().as_secs_f64() * 1e3,
-            "vector index dumped"
-        );
         Ok(())
     }
 
@@ -376,6 +416,7 @@ impl Engine {
             });
         }
         self.sync_vectors(None)?;
+        self.with_vector_index(|ix| ix.index_staged(usize::MAX))?;
         self.dump_vectors_if_due(true)?;
         self.with_vector_index(|ix| ix.len() as u64)
     }

@@ -262,6 +262,9 @@ struct State {
     vectors: Vec<f32>,
     /// The live slot of each key.
     slot_of: HashMap<u64, u32>,
+    /// Slots staged but not in the graph yet, oldest first: searches scan them exactly, so a
+    /// staged vector is found at once while the (slow) graph insertion catches up.
+    staged: Vec<u32>,
 }
 
 impl State {
@@ -273,7 +276,35 @@ impl State {
             live: Vec::new(),
             vectors: Vec::new(),
             slot_of: HashMap::new(),
+            staged: Vec::new(),
         }
+    }
+
+    /// `hits` from the graph merged with an exact scan of the staged slots in scope (a slot
+    /// being inserted may be in both: kept once).
+    fn with_staged(
+        &self,
+        query: &[f32],
+        k: usize,
+        accept: Option<&(dyn Fn(u64) -> bool + Sync)>,
+        hits: Vec<Hit>,
+    ) -> Vec<Hit> {
+        if self.staged.is_empty() {
+            return hits;
+        }
+        let mut seen: std::collections::HashSet<u64> = hits.iter().map(|h| h.key).collect();
+        let mut top = TopK::new(k);
+        for h in hits {
+            top.push(h);
+        }
+        for &slot in &self.staged {
+            let slot = slot as usize;
+            let key = self.keys[slot];
+            if self.live[slot] && accept.is_none_or(|a| a(key)) && seen.insert(key) {
+                top.push(self.score(query, slot));
+            }
+        }
+        top.into_sorted()
     }
 
     fn vector(&self, slot: usize) -> &[f32] {
@@ -334,6 +365,7 @@ impl State {
             live: vec![true; n],
             vectors: Vec::with_capacity(n * self.dim),
             slot_of: HashMap::with_capacity(n),
+            staged: Vec::new(),
         };
         for (slot, _) in self.live.iter().enumerate().filter(|(_, live)| **live) {
             let key = self.keys[slot];
@@ -416,7 +448,7 @@ impl State {
         };
         let hits = self.graph_search(query, k, ef, accept);
         if hits.len() >= k {
-            return hits;
+            return self.with_staged(query, k, accept, hits);
         }
         // Fewer than k in scope among the candidates: the share was overestimated, or fewer
         // than k keys are in scope at all. The scan settles it.
@@ -425,8 +457,9 @@ impl State {
 
     /// The candidate list to ask of the graph for this scope, or `None` when a scan is cheaper.
     fn graph_plan(&self, k: usize, accept: Option<&(dyn Fn(u64) -> bool + Sync)>) -> Option<usize> {
-        let slots = self.keys.len();
-        let live = self.live_count();
+        // Graph points only: staged slots are scanned anyway.
+        let slots = self.keys.len() - self.staged.len();
+        let live = self.live_count().saturating_sub(self.staged.len());
         let (share, scan_cost) = match accept {
             None => (live as f64 / slots.max(1) as f64, live as f64),
             Some(accept) => {
@@ -560,9 +593,16 @@ impl VectorIndex {
     /// records each file's length and SHA-256.
     ///
     /// Searches go on meanwhile; upserts and removals wait for the dump to finish.
-    pub fn dump(&self, dir: &Path) -> Result<()> {
+    ///
+    /// Returns the change-log position written, or `None` (writing nothing) while vectors are
+    /// staged: they are not in the graph, so a dump would lose them from graph searches.
+    pub fn dump(&self, dir: &Path) -> Result<Option<i64>> {
         let _writer = self.writer();
         let st = self.read();
+        if !st.staged.is_empty() {
+            return Ok(None);
+        }
+        let seq = self.seq();
         fs::create_dir_all(dir)?;
         let generation = fresh_generation(dir);
         let names = DumpNames::new(&generation);
@@ -580,7 +620,7 @@ impl VectorIndex {
             engine: GRAPH_ENGINE.to_owned(),
             model: self.model.clone(),
             dim: self.dim,
-            seq: self.seq(),
+            seq,
             generation,
             slots: st.keys.len(),
             live: st.live_count(),
@@ -601,7 +641,7 @@ impl VectorIndex {
             let _ = d.sync_all();
         }
         remove_stale_files(dir, &names);
-        Ok(())
+        Ok(Some(seq))
     }
 
     /// Identifier of the model whose vectors this index holds.
@@ -637,21 +677,7 @@ impl VectorIndex {
             return Ok(());
         }
         let dim = self.dim;
-        let mut position: HashMap<u64, usize> = HashMap::with_capacity(items.len());
-        let mut keys: Vec<u64> = Vec::with_capacity(items.len());
-        let mut flat: Vec<f32> = Vec::with_capacity(items.len() * dim);
-        for (key, v) in items {
-            let v = unit_vector(v, dim)
-                .map_err(|why| Error::Internal(format!("vector of key {key}: {why}")))?;
-            match position.get(key) {
-                Some(&i) => flat[i * dim..(i + 1) * dim].copy_from_slice(&v),
-                None => {
-                    position.insert(*key, keys.len());
-                    keys.push(*key);
-                    flat.extend_from_slice(&v);
-                }
-            }
-        }
+        let (keys, flat) = self.normalized(items)?;
         let _writer = self.writer();
         // 1. New slots, not live yet.
         let fresh: Vec<(u64, u32)> = {
@@ -686,6 +712,86 @@ impl VectorIndex {
             st.live[slot as usize] = true;
         }
         Ok(())
+    }
+
+    /// Unit vectors of `items`, one per key (the last wins), flat; fails on a bad vector.
+    fn normalized(&self, items: &[(u64, Vec<f32>)]) -> Result<(Vec<u64>, Vec<f32>)> {
+        let dim = self.dim;
+        let mut position: HashMap<u64, usize> = HashMap::with_capacity(items.len());
+        let mut keys: Vec<u64> = Vec::with_capacity(items.len());
+        let mut flat: Vec<f32> = Vec::with_capacity(items.len() * dim);
+        for (key, v) in items {
+            let v = unit_vector(v, dim)
+                .map_err(|why| Error::Internal(format!("vector of key {key}: {why}")))?;
+            match position.get(key) {
+                Some(&i) => flat[i * dim..(i + 1) * dim].copy_from_slice(&v),
+                None => {
+                    position.insert(*key, keys.len());
+                    keys.push(*key);
+                    flat.extend_from_slice(&v);
+                }
+            }
+        }
+        Ok((keys, flat))
+    }
+
+    /// Like [`upsert`], but without the graph insertion: the vectors are live at once and found
+    /// by an exact scan beside the graph search until [`index_staged`] has put them in the
+    /// graph. Costs a copy per vector, so a large backlog becomes searchable in milliseconds.
+    ///
+    /// [`upsert`]: VectorIndex::upsert
+    /// [`index_staged`]: VectorIndex::index_staged
+    pub fn stage(&self, items: &[(u64, Vec<f32>)]) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let dim = self.dim;
+        let (keys, flat) = self.normalized(items)?;
+        let _writer = self.writer();
+        let mut st = self.write();
+        for (i, &key) in keys.iter().enumerate() {
+            let v = &flat[i * dim..(i + 1) * dim];
+            if let Some(&slot) = st.slot_of.get(&key)
+                && st.vector(slot as usize) == v
+            {
+                continue;
+            }
+            let slot = st.push_slot(key, v)?;
+            if let Some(old) = st.slot_of.insert(key, slot) {
+                st.live[old as usize] = false;
+            }
+            st.live[slot as usize] = true;
+            st.staged.push(slot);
+        }
+        Ok(())
+    }
+
+    /// Puts up to `max` staged vectors into the graph (searches go on meanwhile; writes wait);
+    /// returns how many stay staged.
+    pub fn index_staged(&self, max: usize) -> usize {
+        let _writer = self.writer();
+        let (taken, slots): (usize, Vec<u32>) = {
+            let st = self.read();
+            let n = st.staged.len().min(max);
+            let live = st.staged[..n]
+                .iter()
+                .copied()
+                .filter(|&s| st.live[s as usize])
+                .collect();
+            (n, live)
+        };
+        if taken == 0 {
+            return 0;
+        }
+        self.read().insert_into_graph(&slots);
+        let mut st = self.write();
+        st.staged.drain(..taken);
+        st.staged.len()
+    }
+
+    /// Vectors searchable but not in the graph yet.
+    pub fn staged(&self) -> usize {
+        self.read().staged.len()
     }
 
     /// Removes these keys' vectors (unknown keys are ignored).
@@ -1060,6 +1166,7 @@ fn read_dump(
         live,
         vectors,
         slot_of,
+        staged: Vec::new(),
     };
     Ok(Some((state, meta.seq)))
 }
@@ -1425,6 +1532,58 @@ mod tests {
                 .search(&queries[0], 10, Scope::Predicate(&none))
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn staged_vectors_are_found_at_once_and_after_the_graph_takes_them() {
+        let dim = 64;
+        let clusters = Clusters::new(40, 50, dim);
+        let points = clusters.points(41, 12_000);
+        let queries = clusters.points(42, 100);
+        // 8,000 in the graph, 4,000 staged: searches must see all 12,000.
+        let index = build(&points[..8_000], dim);
+        let staged: Vec<(u64, Vec<f32>)> = (8_000..12_000)
+            .map(|i| (key(i), points[i].clone()))
+            .collect();
+        index.stage(&staged).unwrap();
+        assert_eq!((index.len(), index.staged()), (12_000, 4_000));
+        let r = recall(&index, &queries, 10, Scope::All);
+        assert!(r >= 0.95, "recall@10 with 4,000 staged: {r}");
+        // A staged vector is its own nearest neighbour right away, also in a predicate scope.
+        let even = |k: u64| k.is_multiple_of(2);
+        for i in [8_000usize, 9_999, 11_999] {
+            let hit = index.search(&points[i], 1, Scope::All);
+            assert_eq!(hit[0].0, key(i));
+            if even(key(i)) {
+                assert_eq!(
+                    index.search(&points[i], 1, Scope::Predicate(&even))[0].0,
+                    key(i)
+                );
+            }
+        }
+        // Nothing is dumped while staged.
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(index.dump(dir.path()).unwrap(), None);
+        // Removing or replacing a staged key is respected.
+        index.remove(&[key(8_000)]);
+        index.upsert(&[(key(8_001), points[0].clone())]).unwrap();
+        assert!(!keys_of(&index.search(&points[8_000], 10, Scope::All)).contains(&key(8_000)));
+        assert_eq!(
+            index.search(&points[0], 2, Scope::Keys(&[key(8_001)]))[0].0,
+            key(8_001)
+        );
+        // Into the graph in chunks; every search in between still sees everything.
+        while index.index_staged(1_000) > 0 {
+            assert_eq!(
+                index.search(&points[11_999], 1, Scope::All)[0].0,
+                key(11_999)
+            );
+        }
+        assert_eq!(index.staged(), 0);
+        let r = recall(&index, &queries, 10, Scope::All);
+        assert!(r >= 0.95, "recall@10 after indexing: {r}");
+        index.set_seq(7);
+        assert_eq!(index.dump(dir.path()).unwrap(), Some(7));
     }
 
     #[test]
