@@ -91,23 +91,15 @@ impl Engine {
             (Some(e), true, OutFormat::Jsonl) => Some(e.model_id().to_owned()),
             _ => None,
         };
-        let total = self.store.read(|c| {
-            Ok(match (&only, &req.namespaces) {
-                (Some(set), _) => set.len() as i64,
-                (None, Some(nss)) => memories::count_in(c, nss)?,
-                (None, None) => memories::stats(c)?.memories,
-            })
-        })? as u64;
+        let total = match &only {
+            Some(set) => set.len() as u64,
+            None => self.count_live(req.namespaces.as_deref())? as u64,
+        };
         self.store.snapshot(|c| {
             match req.format {
                 OutFormat::Jsonl => {
-                    let h = jsonl::Header::new(now_millis(), model.clone(), 0, 0);
-                    let h = jsonl::Header {
-                        memories: None,
-                        relations: None,
-                        ..h
-                    };
-                    jsonl::write_header(out, &h).map_err(io)?
+                    jsonl::write_header(out, &jsonl::Header::new(now_millis(), model.clone()))
+                        .map_err(io)?
                 }
                 OutFormat::Graphml => graphml::begin(out).map_err(io)?,
                 OutFormat::Dot => dot::begin(out).map_err(io)?,
@@ -256,9 +248,9 @@ impl<W: Write> Write for Counting<W> {
 }
 
 impl Engine {
-    /// Live memories in `namespaces` (what an export of them writes).
-    pub fn count_in(&self, namespaces: &[String]) -> Result<i64> {
-        self.store.read(|c| memories::count_in(c, namespaces))
+    /// Live memories in `namespaces`, all for `None` (what an export of them writes).
+    pub fn count_live(&self, namespaces: Option<&[String]>) -> Result<i64> {
+        self.store.read(|c| memories::count_live(c, namespaces))
     }
 
     /// Checks an export's target before any work: a new file inside the roots.

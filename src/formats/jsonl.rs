@@ -35,14 +35,15 @@ pub struct Header {
 }
 
 impl Header {
-    pub fn new(now: Millis, model: Option<String>, memories: u64, relations: u64) -> Header {
+    /// The header of an export written at `now` (counts unknown until the end: left out).
+    pub fn new(now: Millis, model: Option<String>) -> Header {
         Header {
             format: "mnemograph".into(),
             version: VERSION,
             exported_at: format_time(now),
             model,
-            memories: Some(memories),
-            relations: Some(relations),
+            memories: None,
+            relations: None,
         }
     }
 }
@@ -455,7 +456,7 @@ mod tests {
         };
         let vec = [0.25f32, -1.5, 3.0];
         let mut out = Vec::new();
-        write_header(&mut out, &Header::new(0, Some("m1".into()), 1, 1)).unwrap();
+        write_header(&mut out, &Header::new(0, Some("m1".into()))).unwrap();
         let history = [
             HistoryEntry {
                 op: "update".into(),

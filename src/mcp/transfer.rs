@@ -121,10 +121,7 @@ pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
         _ => {
             let (req, target) = export_call(parse(tool, args)?)?;
             engine.check_export_target(&target)?;
-            let n = match &req.namespaces {
-                Some(nss) => engine.count_in(nss)?,
-                None => engine.stats()?.memories,
-            };
+            let n = engine.count_live(req.namespaces.as_deref())?;
             Ok(n as f64 / EXPORT_PER_MS)
         }
     }

@@ -249,6 +249,16 @@ pub fn live_page_in(
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Number of live memories in `namespaces` (all for `None`).
+pub fn count_live(conn: &Connection, namespaces: Option<&[String]>) -> Result<i64> {
+    match namespaces {
+        Some(nss) => count_in(conn, nss),
+        None => Ok(conn
+            .prepare_cached("SELECT count(*) FROM memories WHERE deleted_at IS NULL")?
+            .query_row([], |r| r.get(0))?),
+    }
+}
+
 /// Number of live memories in `namespaces`.
 pub fn count_in(conn: &Connection, namespaces: &[String]) -> Result<i64> {
     let mut stmt = conn.prepare_cached(

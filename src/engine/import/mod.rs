@@ -279,11 +279,15 @@ impl Run<'_> {
     }
 
     fn error(&mut self, at: String, reason: &str) {
-        self.report.errors += 1;
-        if self.report.first_errors.len() < MAX_REPORTED_ERRORS {
-            // Readers already start their reasons with the line.
-            let reason = reason.strip_prefix(&format!("{at}: ")).unwrap_or(reason);
-            self.report.first_errors.push(format!("{at}: {reason}"));
+        self.report.add_error(&at, None, reason);
+    }
+
+    /// How a report names line `l` of the file being read.
+    fn place(&self) -> impl Fn(u64) -> String + use<> {
+        let file = self.multi_file.then(|| self.file_name.clone());
+        move |l| match &file {
+            Some(f) => format!("{f}:{l}"),
+            None => format!("line {l}"),
         }
     }
 
@@ -409,42 +413,32 @@ impl Run<'_> {
         let items = std::mem::take(&mut self.batch);
         let engine = self.engine;
         let ns = self.req.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
-        let counts = if self.req.dry_run {
-            engine.dry_batch(&items, ns, &mut self.dry_seen)?
+        let place = self.place();
+        if self.req.dry_run {
+            let counts = engine.dry_batch(&items, ns, &mut self.dry_seen)?;
+            self.report.add(&counts, place);
         } else {
             let vectors = self.embed_new(&items);
             let now = now_millis();
             let task = self.ctl.task_id();
             let mut report = self.report.clone();
-            let items_done = self.items;
-            let (counts, checkpoint) = engine.store.write(|tx| {
+            let checkpoint = engine.store.write(|tx| {
                 let counts = engine.apply_batch(tx, &items, &vectors, ns, &self.req.actor, now)?;
-                fold(
-                    &mut report,
-                    &counts,
-                    |l| format!("line {l}"),
-                    self.multi_file,
-                    &self.file_name,
-                );
+                report.add(&counts, place);
                 let cp = serde_json::to_value(Checkpoint {
-                    items: items_done,
-                    report,
+                    items: self.items,
+                    report: report.clone(),
                     source: self.source_print.clone(),
                 })?;
                 if let Some(id) = &task {
                     tasks::set_checkpoint(tx, id, &cp)?;
                 }
-                Ok((counts, cp))
+                Ok(cp)
             })?;
+            self.report = report;
             self.ctl.checkpointed(&checkpoint);
             engine.mark_dirty();
-            counts
-        };
-        let multi = self.multi_file;
-        let file = self.file_name.clone();
-        let mut report = std::mem::take(&mut self.report);
-        fold(&mut report, &counts, |l| format!("line {l}"), multi, &file);
-        self.report = report;
+        }
         self.progress();
         Ok(())
     }
@@ -497,33 +491,34 @@ impl Run<'_> {
     }
 }
 
-/// Adds one batch's counts to a report.
-fn fold(
-    report: &mut ImportReport,
-    c: &apply::Counts,
-    line: impl Fn(u64) -> String,
-    multi_file: bool,
-    file: &str,
-) {
-    report.memories_added += c.memories_added;
-    report.memories_existing += c.memories_existing;
-    report.memories_merged += c.memories_merged;
-    report.relations_added += c.relations_added;
-    report.relations_existing += c.relations_existing;
-    report.vectors_added += c.vectors_added;
-    for (l, reason) in &c.errors {
-        report.errors += 1;
-        if report.first_errors.len() < MAX_REPORTED_ERRORS {
-            let at = if multi_file {
-                format!("{file}:{l}")
-            } else {
-                line(*l)
-            };
-            let reason = reason
+impl ImportReport {
+    /// Counts one failed record and lists it among the first errors, at `at` ("line 7",
+    /// "notes/a.md:7"); a reason that already starts with its line loses that prefix.
+    fn add_error(&mut self, at: &str, line: Option<u64>, reason: &str) {
+        self.errors += 1;
+        if self.first_errors.len() >= MAX_REPORTED_ERRORS {
+            return;
+        }
+        let mut reason = reason.strip_prefix(&format!("{at}: ")).unwrap_or(reason);
+        if let Some(l) = line {
+            reason = reason
                 .strip_prefix(&format!("line {l}: "))
                 .or_else(|| reason.strip_prefix(&format!("line {l} ")))
                 .unwrap_or(reason);
-            report.first_errors.push(format!("{at}: {reason}"));
+        }
+        self.first_errors.push(format!("{at}: {reason}"));
+    }
+
+    /// Adds one batch's counts; `at` names the place of an error line.
+    fn add(&mut self, c: &apply::Counts, at: impl Fn(u64) -> String) {
+        self.memories_added += c.memories_added;
+        self.memories_existing += c.memories_existing;
+        self.memories_merged += c.memories_merged;
+        self.relations_added += c.relations_added;
+        self.relations_existing += c.relations_existing;
+        self.vectors_added += c.vectors_added;
+        for (l, reason) in &c.errors {
+            self.add_error(&at(*l), Some(*l), reason);
         }
     }
 }
