@@ -6,6 +6,16 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct MemoryKey(pub i64);
 
+/// A position of a database's change log as a derived index records it: the database's id, the
+/// entry's `seq` and that entry's random stamp. Two histories that share a `seq` (a restored
+/// backup that was written to again) differ in the stamp; another database differs in the id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct LogPosition {
+    pub database: String,
+    pub seq: i64,
+    pub stamp: i64,
+}
+
 /// Milliseconds since the Unix epoch, UTC.
 pub type Millis = i64;
 

@@ -45,6 +45,7 @@ impl Engine {
             // The first tick loads the vector index; reads until then answer by text.
             self.vectors_loading.store(true, Ordering::Release);
         }
+        self.background.store(true, Ordering::Release);
         let weak: Weak<Engine> = Arc::downgrade(self);
         let thread = std::thread::Builder::new()
             .name("mnemograph-jobs".into())
@@ -76,7 +77,7 @@ impl Engine {
 
     fn run_job(&self, job: Job) -> crate::Result<()> {
         match job {
-            Job::CommitText => self.sync_text(),
+            Job::CommitText => self.index_pending_text(),
             Job::SyncGraph => self.sync_graph(),
             Job::FreezeGraph => self.freeze_graph_if_quiet(),
             Job::FlushAccess => {

@@ -39,6 +39,8 @@ pub use write::{ForgetReport, Link, RelateItem, RelationRef, RememberItem, Remem
 pub struct Engine {
     cfg: Config,
     store: Store,
+    /// The database's identity, recorded by the derived indexes with the position they applied.
+    database_id: String,
     text: TextIndex,
     /// Set by writes; the background job indexes soon after.
     dirty: AtomicBool,
@@ -53,12 +55,16 @@ pub struct Engine {
     vectors: RwLock<Option<vectors::VectorState>>,
     /// Held while the vector index catches up, so two readers do not embed the same memories.
     vector_sync: Mutex<()>,
+    /// Memories changed after what the vector index applied, searched beside it by reads.
+    vector_overlay: RwLock<vectors::VectorOverlay>,
     /// Set while the background job loads the vector index; reads then answer by text instead
     /// of waiting.
     vectors_loading: AtomicBool,
     /// Imports running: the background job leaves the vector index alone meanwhile (its
     /// insertions would take the cores the import needs) and catches up afterwards.
     bulk: std::sync::atomic::AtomicUsize,
+    /// Set once a background job runs: reads then leave index maintenance to it.
+    background: AtomicBool,
 }
 
 impl Engine {
@@ -73,6 +79,7 @@ impl Engine {
     /// ignored).
     pub fn open_with(cfg: Config, embedder: Option<Arc<dyn Embedder>>) -> Result<Engine> {
         let store = Store::open(&cfg)?;
+        let database_id = store.read(crate::store::changes::database_id)?;
         let (text, state) = TextIndex::open(&cfg.text_index_dir(), cfg.text_writer_bytes)?;
         if state == OpenState::Recreated {
             tracing::warn!("text index was rebuilt from the database");
@@ -80,6 +87,7 @@ impl Engine {
         let engine = Engine {
             cfg,
             store,
+            database_id,
             text,
             dirty: AtomicBool::new(false),
             touched: Mutex::new(Vec::new()),
@@ -88,15 +96,24 @@ impl Engine {
             embedder,
             vectors: RwLock::new(None),
             vector_sync: Mutex::new(()),
+            vector_overlay: RwLock::new(vectors::VectorOverlay::default()),
             vectors_loading: AtomicBool::new(false),
             bulk: std::sync::atomic::AtomicUsize::new(0),
+            background: AtomicBool::new(false),
         };
+        engine.verify_text_history()?;
         Ok(engine)
     }
 
     /// The configuration this engine was opened with.
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// True once [`Engine::start_background`] ran: the background job keeps the indexes current,
+    /// so reads only overlay what it has not applied yet.
+    fn has_background(&self) -> bool {
+        self.background.load(Ordering::Acquire)
     }
 
     fn mark_dirty(&self) {

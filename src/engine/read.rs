@@ -88,7 +88,8 @@ impl Engine {
     /// Counts per namespace and kind, index lag and database size.
     pub fn stats(&self) -> Result<Stats> {
         let mut stats = self.store.read(memories::stats)?;
-        stats.text_index_lag = self.text_lag()?;
+        // What a search cannot see yet (the overlay makes recent writes searchable at once).
+        stats.text_index_lag = self.prepare_text_read()?;
         if let Some(e) = self.embedder() {
             let model = e.model_id().to_owned();
             stats.vectors = self
@@ -102,9 +103,10 @@ impl Engine {
         Ok(stats)
     }
 
-    /// Checks schema, change-log lag, text index and SQLite integrity.
+    /// Checks schema, change-log lag, text index and SQLite integrity, after letting the text
+    /// index catch up (briefly waiting for another process that holds its writer).
     pub fn doctor(&self) -> Result<DoctorReport> {
-        self.text.refresh()?;
+        self.sync_text()?;
         let stats = self.store.read(memories::stats)?;
         Ok(DoctorReport {
             schema_version: self.store.schema_version()?,

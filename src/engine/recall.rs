@@ -103,7 +103,13 @@ impl Engine {
         let text_hits = if mode == RecallMode::Vector {
             Vec::new()
         } else {
-            self.text_candidates(q, depth)?
+            let (hits, unseen) = self.text_candidates(q, depth)?;
+            if unseen > 0 {
+                warnings.push(format!(
+                    "the text index is catching up ({unseen} recent changes not searchable by words yet)"
+                ));
+            }
+            hits
         };
 
         let mut cands: HashMap<MemoryKey, Candidate> = HashMap::new();
@@ -237,22 +243,27 @@ impl Engine {
         Ok(())
     }
 
-    /// The best `depth` text matches, filters applied by the index.
-    fn text_candidates(&self, q: &RecallQuery, depth: usize) -> Result<Vec<(MemoryKey, f32)>> {
+    /// The best `depth` text matches, filters applied by the index, and how many recent
+    /// change-log entries the search could not see yet (see [`Engine::prepare_text_read`]).
+    fn text_candidates(
+        &self,
+        q: &RecallQuery,
+        depth: usize,
+    ) -> Result<(Vec<(MemoryKey, f32)>, i64)> {
         if self.text.query_terms(&q.text).is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         }
-        self.sync_text_for_read()?;
+        let unseen = self.prepare_text_read()?;
         let mut tq = q.clone();
         tq.offset = 0;
         tq.limit = depth;
         match self.text.search(&tq) {
-            Ok(found) => Ok(found),
+            Ok(found) => Ok((found, unseen)),
             // The index is derived state: when it cannot be read, it is rebuilt, never fatal.
             Err(e) => {
                 tracing::warn!(error = %e, "text index unreadable; rebuilding it from the database");
                 self.reindex_text()?;
-                self.text.search(&tq)
+                Ok((self.text.search(&tq)?, 0))
             }
         }
     }

@@ -2,8 +2,9 @@
 //! SQLite, the HNSW loaded from its dump (or rebuilt from the stored vectors), caught up before
 //! reads, dumped again by the background job.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
 use rayon::prelude::*;
@@ -11,7 +12,7 @@ use rayon::prelude::*;
 use crate::embed::{Embedder, check_output};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::index::vector::{LoadState, Scope, VectorIndex};
+use crate::index::vector::{LoadState, Scope, VectorIndex, unit_similarity};
 use crate::model::MemoryKey;
 use crate::store::vectors::{self, Unembedded};
 use crate::store::{changes, memories};
@@ -40,6 +41,45 @@ pub(crate) struct VectorState {
     pub(crate) index: VectorIndex,
     pub(crate) dumped_seq: i64,
     pub(crate) dumped_at: Instant,
+}
+
+/// Memories changed after what the vector index applied, as reads see them: each with the position
+/// of its newest change and its vector (`None`: forgotten, or not to be found by vector).
+#[derive(Default)]
+pub(crate) struct VectorOverlay {
+    /// The change-log position the overlay is complete up to (with the index beneath it).
+    head: i64,
+    items: HashMap<u64, (i64, Option<Vec<f32>>)>,
+}
+
+/// Whether a key is in a search's scope, for candidates scored outside the index.
+enum ScopeTest<'a> {
+    All,
+    Keys(HashSet<u64>),
+    Few(&'a [u64]),
+    Predicate(&'a (dyn Fn(u64) -> bool + Sync)),
+}
+
+impl<'a> ScopeTest<'a> {
+    fn new(scope: &Scope<'a>, n_tested: usize) -> ScopeTest<'a> {
+        match *scope {
+            Scope::All => ScopeTest::All,
+            Scope::Keys(keys) if keys.len().saturating_mul(n_tested) <= 100_000 => {
+                ScopeTest::Few(keys)
+            }
+            Scope::Keys(keys) => ScopeTest::Keys(keys.iter().copied().collect()),
+            Scope::Predicate(accept) => ScopeTest::Predicate(accept),
+        }
+    }
+
+    fn accepts(&self, key: u64) -> bool {
+        match self {
+            ScopeTest::All => true,
+            ScopeTest::Keys(set) => set.contains(&key),
+            ScopeTest::Few(keys) => keys.contains(&key),
+            ScopeTest::Predicate(accept) => accept(key),
+        }
+    }
 }
 
 /// How far the vector index is behind after a sync.
@@ -324,6 +364,9 @@ impl Engine {
     }
 
     /// The query's vector and the `k` nearest memories in `scope` (unit-vector dot product).
+    /// Memories changed after what the index applied are scored from the overlay (see
+    /// [`Engine::prepare_vector_read`]), so the read waits neither for the background job nor
+    /// for another process.
     pub(crate) fn vector_search(
         &self,
         query: &str,
@@ -341,20 +384,114 @@ impl Engine {
         }
         let q = e.embed(&[query])?;
         check_output(e.model_id(), e.dim(), 1, &q)?;
-        let sync = self.sync_vectors(Some(READ_CATCH_UP))?;
-        match sync {
-            VectorSync::Behind(_) => self.mark_dirty(),
-            VectorSync::Loading => return Ok((Vec::new(), sync)),
-            VectorSync::Current => {}
+        let sync = self.prepare_vector_read(e.as_ref())?;
+        if let VectorSync::Behind(_) = sync {
+            self.mark_dirty();
         }
-        let found = self.with_vector_index(|ix| ix.search(&q[0], k, scope))?;
-        Ok((
-            found
-                .into_iter()
-                .map(|(key, s)| (MemoryKey(key as i64), s))
-                .collect(),
-            sync,
-        ))
+        let overlay = self
+            .vector_overlay
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let n_over = overlay.items.len();
+        let found = self.with_vector_index(|ix| ix.search(&q[0], k + n_over, scope))?;
+        let mut hits: Vec<(MemoryKey, f32)> = found
+            .into_iter()
+            .filter(|(key, _)| !overlay.items.contains_key(key))
+            .map(|(key, s)| (MemoryKey(key as i64), s))
+            .collect();
+        if n_over > 0 {
+            let wanted = ScopeTest::new(&scope, n_over);
+            hits.extend(overlay.items.iter().filter_map(|(&key, (_, v))| {
+                let v = v.as_ref()?;
+                wanted
+                    .accepts(key)
+                    .then(|| (MemoryKey(key as i64), unit_similarity(&q[0], v)))
+            }));
+            hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        }
+        hits.truncate(k);
+        Ok((hits, sync))
+    }
+
+    /// Makes the memories changed after what the vector index applied searchable for a read. In a
+    /// process with a background job, without touching the index (whose graph insertions the background job runs) and without
+    /// writing: their stored vectors, or vectors computed now for those not embedded yet, go
+    /// into the overlay. A backlog over [`READ_CATCH_UP`] entries is left to the background
+    /// job (`Behind`).
+    fn prepare_vector_read(&self, e: &dyn Embedder) -> Result<VectorSync> {
+        if !self.has_background() {
+            // Nobody else keeps the index current in this process (a command, a library user):
+            // the read applies the change log to it, as the background job would.
+            return self.sync_vectors(Some(READ_CATCH_UP));
+        }
+        let head = self.store.read(changes::max_seq)?;
+        let applied = self.vector_seq()?;
+        let from = {
+            let mut overlay = self
+                .vector_overlay
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            overlay.items.retain(|_, (seq, _)| *seq > applied);
+            if overlay.head < applied {
+                overlay.head = applied;
+            }
+            overlay.head
+        };
+        if head <= from {
+            return Ok(VectorSync::Current);
+        }
+        if head - from > READ_CATCH_UP {
+            return Ok(VectorSync::Behind(head - from));
+        }
+        let model = e.model_id();
+        let (changed, rows, mut have) = self.store.read(|c| {
+            let changed = changes::memories_changed_at(c, from, head)?;
+            let keys: Vec<MemoryKey> = changed.iter().map(|(k, _)| *k).collect();
+            let rows = memories::by_keys(c, &keys)?;
+            let live: Vec<MemoryKey> = rows
+                .iter()
+                .filter(|m| m.deleted_at.is_none())
+                .map(|m| m.key)
+                .collect();
+            let have = vectors::current(c, model, &live)?;
+            Ok((changed, rows, have))
+        })?;
+        let live: std::collections::HashMap<MemoryKey, crate::model::Memory> = rows
+            .into_iter()
+            .filter(|m| m.deleted_at.is_none())
+            .map(|m| (m.key, m))
+            .collect();
+        let todo: Vec<&crate::model::Memory> = live
+            .values()
+            .filter(|m| !have.contains_key(&m.key))
+            .collect();
+        let texts: Vec<String> = todo
+            .iter()
+            .map(|m| embed_text(m.name.as_deref(), &m.content))
+            .collect();
+        let fresh = embed_parallel(e, &texts)?;
+        let mut computed: std::collections::HashMap<MemoryKey, Vec<f32>> =
+            todo.iter().map(|m| m.key).zip(fresh).collect();
+        let mut overlay = self
+            .vector_overlay
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (key, seq) in changed {
+            let vector = if live.contains_key(&key) {
+                have.remove(&key)
+                    .map(|v| v.vec)
+                    .or_else(|| computed.remove(&key))
+            } else {
+                None
+            };
+            let slot = overlay.items.entry(key.0 as u64).or_insert((seq, None));
+            // Two reads may race to fill the overlay: the newer change wins.
+            if seq >= slot.0 {
+                *slot = (seq, vector);
+            }
+        }
+        overlay.head = overlay.head.max(head);
+        Ok(VectorSync::Current)
     }
 
     /// Writes the index to disk when it moved since the last dump and `force` or enough time
@@ -427,4 +564,73 @@ const DUMP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn poisoned<T>(_: T) -> Error {
     Error::Internal("vector index lock poisoned".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::config::Config;
+    use crate::engine::{Engine, RememberItem};
+    use crate::model::{MemoryRef, RecallMode, RecallQuery};
+
+    fn vector_ids(e: &Engine, q: &str) -> Vec<String> {
+        e.recall(&RecallQuery {
+            text: q.into(),
+            limit: 5,
+            mode: RecallMode::Vector,
+            ..RecallQuery::default()
+        })
+        .unwrap()
+        .hits
+        .into_iter()
+        .map(|h| h.memory.id)
+        .collect()
+    }
+
+    // A read of a serving process used to catch the vector index up itself, waiting for the
+    // background job's catch-up (which waits on other processes' writes) and for its graph
+    // insertions. Now it scores what the index lacks beside it and waits for neither.
+    #[test]
+    fn a_read_never_waits_for_the_vector_index_catching_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Arc::new(Engine::open(Config::for_db(dir.path().join("memory.db"))).unwrap());
+        let _jobs = e.start_background().unwrap();
+        let first = e
+            .remember(&[RememberItem {
+                content: "The cat sleeps on the warm windowsill".into(),
+                ..RememberItem::default()
+            }])
+            .unwrap()
+            .remove(0)
+            .unwrap()
+            .id;
+        assert_eq!(vector_ids(&e, "kitten napping"), [first.clone()]);
+        // The background job is busy catching up (it holds the catch-up lock) from now on.
+        let busy = e.vector_sync.lock().unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        let reader = Arc::clone(&e);
+        std::thread::spawn(move || {
+            let fresh = reader
+                .remember(&[RememberItem {
+                    content: "Quarterly revenue grew by eight percent".into(),
+                    ..RememberItem::default()
+                }])
+                .unwrap()
+                .remove(0)
+                .unwrap()
+                .id;
+            reader.forget(&[MemoryRef::Id(first)], &[], "test").unwrap();
+            let found = vector_ids(&reader, "revenue growth this quarter");
+            let gone = vector_ids(&reader, "kitten napping");
+            let _ = done.send((fresh, found, gone));
+        });
+        let (fresh, found, gone) = finished
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the read answered while the vector index was busy");
+        drop(busy);
+        assert_eq!(found.first(), Some(&fresh));
+        assert!(!gone.iter().any(|id| *id != fresh), "{gone:?}");
+    }
 }

@@ -1,16 +1,23 @@
 //! The tantivy full-text index: BM25 over content and name, filters on namespace, kind, tags, time
-//! and importance. Derived state: it records the last change-log `seq` it applied in its commit
-//! payload and is rebuilt from SQLite when missing, stale or corrupt. It never reads SQLite itself.
+//! and importance. Derived state: it records the change-log position it applied (database id,
+//! `seq`, the entry's stamp) in its commit payload and is rebuilt from SQLite when missing, stale,
+//! corrupt or built from another history. It never reads SQLite itself.
+//!
+//! Beside the committed index lies an *overlay*: a small in-memory index of the memories changed
+//! after the committed position, fed by the engine from the change log. Searches answer from both
+//! (committed hits of overlaid memories are left out, so the overlay's newer version wins), so a
+//! read sees every committed write without waiting for whichever process holds the index writer.
 
+use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 
 use tantivy::collector::TopDocs;
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{
-    BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery,
+    BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery,
 };
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STRING, Schema, TextFieldIndexing, TextOptions,
@@ -18,12 +25,13 @@ use tantivy::schema::{
 use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, Stemmer, TextAnalyzer};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::index::tokenize::WordTokenizer;
-use crate::model::{MemoryKey, Millis, NamespaceScope, RecallQuery};
+use crate::model::{LogPosition, MemoryKey, Millis, NamespaceScope, RecallQuery};
 
-/// Bumped whenever the schema or the analyzer changes; an index of another version is rebuilt.
-const TEXT_SCHEMA_VERSION: u32 = 3;
+/// Bumped whenever the schema, the analyzer or the payload changes; an index of another version
+/// is rebuilt. (4: the payload names the database and the stamp of the entry it applied.)
+const TEXT_SCHEMA_VERSION: u32 = 4;
 const ANALYZER: &str = "mnemo";
 /// Extra weight of a match in a memory's name over one in its content.
 const NAME_BOOST: f32 = 2.0;
@@ -99,6 +107,21 @@ fn analyzer() -> TextAnalyzer {
 struct Payload {
     version: u32,
     seq: i64,
+    #[serde(default)]
+    database: String,
+    #[serde(default)]
+    stamp: i64,
+}
+
+impl Payload {
+    fn of(position: &LogPosition) -> Payload {
+        Payload {
+            version: TEXT_SCHEMA_VERSION,
+            seq: position.seq,
+            database: position.database.clone(),
+            stamp: position.stamp,
+        }
+    }
 }
 
 fn parse_payload(payload: Option<&str>) -> Option<Payload> {
@@ -127,6 +150,30 @@ pub struct TextIndex {
     writer_bytes: usize,
     /// The change-log position the current reader reflects (a lower bound).
     reader_seq: AtomicI64,
+    /// Memories changed after the committed position, searchable beside the index.
+    overlay: RwLock<Option<Overlay>>,
+}
+
+/// An in-memory index of memories changed after what the committed index holds.
+struct Overlay {
+    writer: IndexWriter,
+    reader: IndexReader,
+    /// The change-log position the overlay is complete up to.
+    head: i64,
+    /// Each overlaid memory with the position of its newest change; its committed version (if
+    /// any) is left out of searches.
+    keys: HashMap<u64, i64>,
+}
+
+/// What the text index can answer right now, for a read deciding how to catch up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextPosition {
+    /// What the committed index holds.
+    pub committed: i64,
+    /// What committed index and overlay hold together.
+    pub searchable: i64,
+    /// Memories in the overlay.
+    pub overlaid: usize,
 }
 
 impl TextIndex {
@@ -202,12 +249,26 @@ impl TextIndex {
             writer: Mutex::new(None),
             writer_bytes: writer_bytes.max(15_000_000),
             reader_seq: AtomicI64::new(seq),
+            overlay: RwLock::new(None),
         })
     }
 
-    /// Change-log position of what searches currently see.
+    /// Change-log position of what searches of the committed index currently see.
     pub fn reader_seq(&self) -> i64 {
         self.reader_seq.load(Ordering::Acquire)
+    }
+
+    /// The position the committed index says it applied, with the database and stamp it was
+    /// built from; `None` when it holds nothing (new or cleared).
+    pub fn applied(&self) -> Result<Option<LogPosition>> {
+        let metas = self.index.load_metas()?;
+        Ok(parse_payload(metas.payload.as_deref())
+            .filter(|p| p.seq > 0)
+            .map(|p| LogPosition {
+                database: p.database,
+                seq: p.seq,
+                stamp: p.stamp,
+            }))
     }
 
     /// Picks up commits made by other processes; returns the position the reader now reflects.
@@ -223,7 +284,7 @@ impl TextIndex {
     /// the writer right now (try again shortly, or read what it commits).
     pub fn update<F>(&self, f: F) -> Result<Option<i64>>
     where
-        F: FnOnce(i64) -> Result<(Vec<TextOp>, i64)>,
+        F: FnOnce(i64) -> Result<(Vec<TextOp>, LogPosition)>,
     {
         let Some(mut guard) = self.writer_guard()? else {
             return Ok(None);
@@ -231,52 +292,25 @@ impl TextIndex {
         let writer = guard.as_mut().expect("writer_guard holds a writer");
         let base = committed_seq(&self.index)?;
         let (ops, up_to) = f(base)?;
-        if ops.is_empty() && up_to <= base {
+        if ops.is_empty() && up_to.seq <= base {
             drop(guard);
             self.refresh()?;
             return Ok(Some(base));
         }
-        let f = self.fields;
-        let mut counter = analyzer();
-        let mut count = |text: &str| -> u64 {
-            let mut stream = counter.token_stream(text);
-            let mut n = 0;
-            while stream.advance() {
-                n += 1;
-            }
-            n
-        };
+        let mut counter = TokenCounter::new();
         for op in &ops {
             match op {
                 TextOp::Delete(key) => {
-                    writer.delete_term(Term::from_field_u64(f.key, key.0 as u64));
+                    writer.delete_term(Term::from_field_u64(self.fields.key, key.0 as u64));
                 }
                 TextOp::Upsert(d) => {
-                    writer.delete_term(Term::from_field_u64(f.key, d.key.0 as u64));
-                    let mut doc = TantivyDocument::default();
-                    doc.add_u64(f.key, d.key.0 as u64);
-                    doc.add_text(f.namespace, &d.namespace);
-                    doc.add_text(f.kind, &d.kind);
-                    for tag in &d.tags {
-                        doc.add_text(f.tags, tag);
-                    }
-                    if let Some(name) = &d.name {
-                        doc.add_text(f.name, name);
-                    }
-                    doc.add_u64(f.name_tokens, d.name.as_deref().map_or(0, &mut count));
-                    doc.add_text(f.content, &d.content);
-                    doc.add_u64(f.content_tokens, count(&d.content));
-                    doc.add_i64(f.created, d.created_at);
-                    doc.add_f64(f.importance, d.importance);
-                    writer.add_document(doc)?;
+                    writer.delete_term(Term::from_field_u64(self.fields.key, d.key.0 as u64));
+                    writer.add_document(self.fields.document(d, &mut counter))?;
                 }
             }
         }
-        let seq = up_to.max(base);
-        let payload = serde_json::to_string(&Payload {
-            version: TEXT_SCHEMA_VERSION,
-            seq,
-        })?;
+        let seq = up_to.seq.max(base);
+        let payload = serde_json::to_string(&Payload::of(&LogPosition { seq, ..up_to }))?;
         let mut prepared = writer.prepare_commit()?;
         prepared.set_payload(&payload);
         prepared.commit()?;
@@ -287,12 +321,14 @@ impl TextIndex {
     }
 
     /// The writer, taken when this process does not hold it yet; `None` while another process
-    /// holds tantivy's writer lock.
-    fn writer_guard(&self) -> Result<Option<std::sync::MutexGuard<'_, Option<IndexWriter>>>> {
-        let mut guard = self
-            .writer
-            .lock()
-            .map_err(|_| Error::Internal("text writer lock poisoned".into()))?;
+    /// holds tantivy's writer lock. A writer left behind by a panic is dropped (its uncommitted
+    /// changes with it) and taken anew: the committed index is intact either way.
+    fn writer_guard(&self) -> Result<Option<MutexGuard<'_, Option<IndexWriter>>>> {
+        let mut guard = self.writer.lock().unwrap_or_else(|poisoned| {
+            let mut g = poisoned.into_inner();
+            *g = None;
+            g
+        });
         if guard.is_none() {
             match self.index.writer_with_num_threads(1, self.writer_bytes) {
                 Ok(w) => *guard = Some(w),
@@ -303,22 +339,25 @@ impl TextIndex {
         Ok(Some(guard))
     }
 
-    /// Removes every document (the first step of a rebuild); needs the writer.
-    pub fn clear(&self) -> Result<bool> {
+    /// Removes every document (the first step of a rebuild) and the overlay; needs the writer.
+    /// The index then says it applied nothing of `database`.
+    pub fn clear(&self, database: &str) -> Result<bool> {
         let Some(mut guard) = self.writer_guard()? else {
             return Ok(false);
         };
         let writer = guard.as_mut().expect("writer_guard holds a writer");
         writer.delete_all_documents()?;
         let mut prepared = writer.prepare_commit()?;
-        prepared.set_payload(&serde_json::to_string(&Payload {
-            version: TEXT_SCHEMA_VERSION,
+        prepared.set_payload(&serde_json::to_string(&Payload::of(&LogPosition {
+            database: database.to_owned(),
             seq: 0,
-        })?);
+            stamp: 0,
+        }))?);
         prepared.commit()?;
         drop(guard);
         self.reader.reload()?;
         self.reader_seq.store(0, Ordering::Release);
+        *self.overlay.write().unwrap_or_else(PoisonError::into_inner) = None;
         Ok(true)
     }
 
@@ -326,7 +365,11 @@ impl TextIndex {
     /// segments holding deleted documents are merged, which purges them: BM25 statistics then
     /// count only live memories, exactly as in an index rebuilt from the database.
     pub fn release_writer(&self) {
-        let taken = self.writer.lock().ok().and_then(|mut g| g.take());
+        let taken = self
+            .writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         let Some(mut writer) = taken else { return };
         match self.index.searchable_segment_metas() {
             Ok(metas) => {
@@ -353,12 +396,102 @@ impl TextIndex {
 
     /// True while this process holds the writer.
     pub fn holds_writer(&self) -> bool {
-        self.writer.lock().map(|g| g.is_some()).unwrap_or(false)
+        self.writer
+            .lock()
+            .map(|g| g.is_some())
+            .unwrap_or_else(|p| p.into_inner().is_some())
     }
 
     /// Number of indexed memories.
     pub fn num_docs(&self) -> u64 {
         self.reader.searcher().num_docs()
+    }
+
+    /// What committed index and overlay hold. Before that, overlaid memories whose newest change
+    /// the committed index now has are dropped from the overlay (the overlay empties itself as
+    /// the index catches up).
+    pub fn position(&self) -> Result<TextPosition> {
+        let committed = self.reader_seq();
+        let mut guard = self.overlay.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(overlay) = guard.as_mut() else {
+            return Ok(TextPosition {
+                committed,
+                searchable: committed,
+                overlaid: 0,
+            });
+        };
+        if overlay.head <= committed {
+            *guard = None;
+            return Ok(TextPosition {
+                committed,
+                searchable: committed,
+                overlaid: 0,
+            });
+        }
+        let caught_up: Vec<u64> = overlay
+            .keys
+            .iter()
+            .filter(|&(_, &seq)| seq <= committed)
+            .map(|(&k, _)| k)
+            .collect();
+        if !caught_up.is_empty() {
+            for k in &caught_up {
+                overlay.keys.remove(k);
+                overlay
+                    .writer
+                    .delete_term(Term::from_field_u64(self.fields.key, *k));
+            }
+            if let Err(e) = overlay.commit() {
+                // The overlay is only a cache of the change log: start it again.
+                tracing::warn!(error = %e, "text overlay could not be updated; starting it again");
+                *guard = None;
+                return Ok(TextPosition {
+                    committed,
+                    searchable: committed,
+                    overlaid: 0,
+                });
+            }
+        }
+        Ok(TextPosition {
+            committed,
+            searchable: overlay.head,
+            overlaid: overlay.keys.len(),
+        })
+    }
+
+    /// Puts memories changed up to `head` into the overlay: each op with the position of the
+    /// memory's newest change. The overlay must already hold everything from the committed
+    /// position to where these changes start (see [`TextIndex::position`]).
+    pub fn extend_overlay(&self, ops: Vec<(i64, TextOp)>, head: i64) -> Result<()> {
+        let mut guard = self.overlay.write().unwrap_or_else(PoisonError::into_inner);
+        if guard.is_none() {
+            *guard = Some(Overlay::new(self.index.schema())?);
+        }
+        let overlay = guard.as_mut().expect("made above");
+        let mut counter = TokenCounter::new();
+        let res = (|| -> Result<()> {
+            for (seq, op) in &ops {
+                let key = match op {
+                    TextOp::Delete(key) => key.0 as u64,
+                    TextOp::Upsert(d) => d.key.0 as u64,
+                };
+                overlay
+                    .writer
+                    .delete_term(Term::from_field_u64(self.fields.key, key));
+                if let TextOp::Upsert(d) = op {
+                    overlay
+                        .writer
+                        .add_document(self.fields.document(d, &mut counter))?;
+                }
+                overlay.keys.insert(key, *seq);
+            }
+            overlay.head = overlay.head.max(head);
+            overlay.commit()
+        })();
+        if res.is_err() {
+            *guard = None;
+        }
+        res
     }
 
     /// The analysed (lower-cased, stemmed) terms of `text`, deduplicated, in order.
@@ -424,13 +557,12 @@ impl TextIndex {
             .sum()
     }
 
-    /// Ranked keys matching `q.text` (any of its words) and every filter of `q`; `q.offset` and
-    /// `q.limit` select the page. Never fails on the query's words: there is no query syntax.
-    pub fn search(&self, q: &RecallQuery) -> Result<Vec<(MemoryKey, f32)>> {
+    /// The query of `q`'s words and filters; `None` when it has no word to search.
+    fn query_of(&self, q: &RecallQuery) -> Option<BooleanQuery> {
         let f = self.fields;
         let terms = self.query_terms(&q.text);
-        if terms.is_empty() || q.limit == 0 {
-            return Ok(Vec::new());
+        if terms.is_empty() {
+            return None;
         }
         let mut words: Vec<(Occur, Box<dyn Query>)> = Vec::with_capacity(terms.len() * 2);
         for t in &terms {
@@ -480,42 +612,213 @@ impl TextIndex {
                 Bound::Unbounded,
             )));
         }
-        let query = BooleanQuery::new(clauses);
-        let searcher = self.reader.searcher();
-        // Equal scores are ordered by key, so the order never depends on how the index happens
-        // to be split into segments (a rebuilt index answers exactly like the old one). The key
-        // comes from its fast field, so no stored document is read.
-        let top = TopDocs::with_limit(q.limit)
-            .and_offset(q.offset)
-            .tweak_score(|segment: &tantivy::SegmentReader| {
-                let keys = segment
-                    .fast_fields()
-                    .u64("key")
-                    .map(|c| c.first_or_default_col(0))
-                    .ok();
-                move |doc: tantivy::DocId, score: tantivy::Score| {
-                    let key = keys.as_ref().map_or(0, |k| k.get_val(doc));
-                    (score, std::cmp::Reverse(key))
-                }
-            });
-        let stats = LiveStatistics {
-            searcher: &searcher,
-            fields: f,
+        Some(BooleanQuery::new(clauses))
+    }
+
+    /// Ranked keys matching `q.text` (any of its words) and every filter of `q`; `q.offset` and
+    /// `q.limit` select the page. Never fails on the query's words: there is no query syntax.
+    /// Answers from the committed index and the overlay together.
+    pub fn search(&self, q: &RecallQuery) -> Result<Vec<(MemoryKey, f32)>> {
+        if q.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let Some(query) = self.query_of(q) else {
+            return Ok(Vec::new());
         };
-        let found = searcher.search_with_statistics_provider(&query, &top, &stats)?;
-        Ok(found
-            .into_iter()
-            .map(|((score, std::cmp::Reverse(key)), _)| (MemoryKey(key as i64), score))
-            .collect())
+        let searcher = self.reader.searcher();
+        let guard = self.overlay.read().unwrap_or_else(PoisonError::into_inner);
+        let overlay = guard.as_ref().filter(|o| !o.keys.is_empty());
+        let Some(overlay) = overlay else {
+            let stats = LiveStatistics::new(&searcher, self.fields);
+            return top_keys(&searcher, &query, q.offset, q.limit, &stats);
+        };
+        // Both halves are scored with the statistics of both, as one index holding the
+        // overlay's versions would score them.
+        let overlay_searcher = overlay.reader.searcher();
+        let stats = Combined([
+            LiveStatistics::new(&searcher, self.fields).hiding(overlay.keys.keys().copied())?,
+            LiveStatistics::new(&overlay_searcher, self.fields),
+        ]);
+        let hidden: Vec<Term> = overlay
+            .keys
+            .keys()
+            .map(|&k| Term::from_field_u64(self.fields.key, k))
+            .collect();
+        let committed_query = BooleanQuery::new(vec![
+            (Occur::Must, Box::new(query.clone()) as Box<dyn Query>),
+            (Occur::MustNot, Box::new(TermSetQuery::new(hidden))),
+        ]);
+        let depth = q.offset + q.limit;
+        let mut hits = top_keys(&searcher, &committed_query, 0, depth, &stats)?;
+        hits.extend(top_keys(&overlay_searcher, &query, 0, depth, &stats)?);
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        Ok(hits.into_iter().skip(q.offset).take(q.limit).collect())
     }
 }
 
+impl Fields {
+    /// The tantivy document of one memory.
+    fn document(&self, d: &TextDoc, counter: &mut TokenCounter) -> TantivyDocument {
+        let mut doc = TantivyDocument::default();
+        doc.add_u64(self.key, d.key.0 as u64);
+        doc.add_text(self.namespace, &d.namespace);
+        doc.add_text(self.kind, &d.kind);
+        for tag in &d.tags {
+            doc.add_text(self.tags, tag);
+        }
+        if let Some(name) = &d.name {
+            doc.add_text(self.name, name);
+        }
+        doc.add_u64(
+            self.name_tokens,
+            d.name.as_deref().map_or(0, |n| counter.count(n)),
+        );
+        doc.add_text(self.content, &d.content);
+        doc.add_u64(self.content_tokens, counter.count(&d.content));
+        doc.add_i64(self.created, d.created_at);
+        doc.add_f64(self.importance, d.importance);
+        doc
+    }
+}
+
+/// Counts the tokens the analyzer makes of a text (stored per document for live statistics).
+struct TokenCounter(TextAnalyzer);
+
+impl TokenCounter {
+    fn new() -> TokenCounter {
+        TokenCounter(analyzer())
+    }
+
+    fn count(&mut self, text: &str) -> u64 {
+        let mut stream = self.0.token_stream(text);
+        let mut n = 0;
+        while stream.advance() {
+            n += 1;
+        }
+        n
+    }
+}
+
+impl Overlay {
+    fn new(schema: Schema) -> Result<Overlay> {
+        let index = Index::create_in_ram(schema);
+        index.tokenizers().register(ANALYZER, analyzer());
+        let writer = index.writer_with_num_threads(1, 15_000_000)?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(Overlay {
+            writer,
+            reader,
+            head: 0,
+            keys: HashMap::new(),
+        })
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        self.writer.commit()?;
+        self.reader.reload()?;
+        Ok(())
+    }
+}
+
+/// The best `depth` keys of `query` in one searcher, after `offset`; equal scores ordered by key,
+/// so the order never depends on how the index happens to be split into segments (a rebuilt
+/// index answers exactly like the old one). The key comes from its fast field, so no stored
+/// document is read.
+fn top_keys(
+    searcher: &tantivy::Searcher,
+    query: &dyn Query,
+    offset: usize,
+    limit: usize,
+    stats: &dyn tantivy::query::Bm25StatisticsProvider,
+) -> Result<Vec<(MemoryKey, f32)>> {
+    let top = TopDocs::with_limit(limit).and_offset(offset).tweak_score(
+        |segment: &tantivy::SegmentReader| {
+            let keys = segment
+                .fast_fields()
+                .u64("key")
+                .map(|c| c.first_or_default_col(0))
+                .ok();
+            move |doc: tantivy::DocId, score: tantivy::Score| {
+                let key = keys.as_ref().map_or(0, |k| k.get_val(doc));
+                (score, std::cmp::Reverse(key))
+            }
+        },
+    );
+    let found = searcher.search_with_statistics_provider(query, &top, stats)?;
+    Ok(found
+        .into_iter()
+        .map(|((score, std::cmp::Reverse(key)), _)| (MemoryKey(key as i64), score))
+        .collect())
+}
+
+/// Statistics of two searchers summed: the committed index and the overlay scored as one.
+struct Combined<'a>([LiveStatistics<'a>; 2]);
+
+impl tantivy::query::Bm25StatisticsProvider for Combined<'_> {
+    fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
+        Ok(self.0[0].total_num_tokens(field)? + self.0[1].total_num_tokens(field)?)
+    }
+
+    fn total_num_docs(&self) -> tantivy::Result<u64> {
+        Ok(self.0[0].total_num_docs()? + self.0[1].total_num_docs()?)
+    }
+
+    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
+        Ok(self.0[0].doc_freq(term)? + self.0[1].doc_freq(term)?)
+    }
+}
 /// BM25 statistics of live documents only. tantivy's own count documents that were deleted but
 /// not merged away yet; leaving them out makes scores independent of the index's history, so an
-/// index rebuilt from the database ranks exactly as the one it replaces.
+/// index rebuilt from the database ranks exactly as the one it replaces. Documents `hidden` (per
+/// segment, sorted: committed versions of memories the overlay holds) are left out as well.
 struct LiveStatistics<'a> {
     searcher: &'a tantivy::Searcher,
     fields: Fields,
+    hidden: Vec<Vec<tantivy::DocId>>,
+}
+
+impl<'a> LiveStatistics<'a> {
+    fn new(searcher: &'a tantivy::Searcher, fields: Fields) -> LiveStatistics<'a> {
+        LiveStatistics {
+            searcher,
+            fields,
+            hidden: Vec::new(),
+        }
+    }
+
+    /// Also leaves out the live documents of `keys`.
+    fn hiding(mut self, keys: impl Iterator<Item = u64> + Clone) -> tantivy::Result<Self> {
+        use tantivy::DocSet;
+        for segment in self.searcher.segment_readers() {
+            let inverted = segment.inverted_index(self.fields.key)?;
+            let alive = segment.alive_bitset();
+            let mut docs = Vec::new();
+            for key in keys.clone() {
+                let term = Term::from_field_u64(self.fields.key, key);
+                if let Some(mut postings) =
+                    inverted.read_postings(&term, IndexRecordOption::Basic)?
+                {
+                    let mut doc = postings.doc();
+                    while doc != tantivy::TERMINATED {
+                        if alive.is_none_or(|a| a.is_alive(doc)) {
+                            docs.push(doc);
+                        }
+                        doc = postings.advance();
+                    }
+                }
+            }
+            docs.sort_unstable();
+            self.hidden.push(docs);
+        }
+        Ok(self)
+    }
+
+    fn hidden_in(&self, segment: usize) -> &[tantivy::DocId] {
+        self.hidden.get(segment).map_or(&[], Vec::as_slice)
+    }
 }
 
 impl tantivy::query::Bm25StatisticsProvider for LiveStatistics<'_> {
@@ -528,14 +831,21 @@ impl tantivy::query::Bm25StatisticsProvider for LiveStatistics<'_> {
             return self.searcher.total_num_tokens(field);
         };
         let mut total = 0u64;
-        for segment in self.searcher.segment_readers() {
+        for (i, segment) in self.searcher.segment_readers().iter().enumerate() {
             let mut tokens = segment.inverted_index(field)?.total_num_tokens();
-            if let Some(alive) = segment.alive_bitset().filter(|_| segment.has_deletes()) {
+            let hidden = self.hidden_in(i);
+            let deletes = segment.alive_bitset().filter(|_| segment.has_deletes());
+            if deletes.is_some() || !hidden.is_empty() {
                 let col = segment.fast_fields().u64(counts)?.first_or_default_col(0);
-                for doc in 0..segment.max_doc() {
-                    if !alive.is_alive(doc) {
-                        tokens = tokens.saturating_sub(col.get_val(doc));
+                if let Some(alive) = deletes {
+                    for doc in 0..segment.max_doc() {
+                        if !alive.is_alive(doc) {
+                            tokens = tokens.saturating_sub(col.get_val(doc));
+                        }
                     }
+                }
+                for &doc in hidden {
+                    tokens = tokens.saturating_sub(col.get_val(doc));
                 }
             }
             total += tokens;
@@ -544,13 +854,14 @@ impl tantivy::query::Bm25StatisticsProvider for LiveStatistics<'_> {
     }
 
     fn total_num_docs(&self) -> tantivy::Result<u64> {
-        Ok(self.searcher.num_docs())
+        let hidden: usize = self.hidden.iter().map(Vec::len).sum();
+        Ok(self.searcher.num_docs().saturating_sub(hidden as u64))
     }
 
     fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
         use tantivy::DocSet;
         let mut total = 0u64;
-        for segment in self.searcher.segment_readers() {
+        for (i, segment) in self.searcher.segment_readers().iter().enumerate() {
             let inverted = segment.inverted_index(term.field())?;
             match segment.alive_bitset().filter(|_| segment.has_deletes()) {
                 None => total += u64::from(inverted.doc_freq(term)?),
@@ -565,6 +876,23 @@ impl tantivy::query::Bm25StatisticsProvider for LiveStatistics<'_> {
                             }
                             doc = postings.advance();
                         }
+                    }
+                }
+            }
+            let hidden = self.hidden_in(i);
+            if !hidden.is_empty()
+                && let Some(mut postings) =
+                    inverted.read_postings(term, IndexRecordOption::Basic)?
+            {
+                for &doc in hidden {
+                    if postings.doc() > doc {
+                        continue;
+                    }
+                    if postings.seek(doc) == doc {
+                        total = total.saturating_sub(1);
+                    }
+                    if postings.doc() == tantivy::TERMINATED {
+                        break;
                     }
                 }
             }
@@ -595,6 +923,14 @@ fn committed_seq(index: &Index) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at(seq: i64) -> LogPosition {
+        LogPosition {
+            database: String::new(),
+            seq,
+            stamp: 0,
+        }
+    }
 
     fn doc(key: i64, ns: &str, content: &str) -> TextDoc {
         TextDoc {
@@ -628,7 +964,7 @@ mod tests {
             TextOp::Upsert(doc(2, "a", "Bob prefers coffee, black")),
             TextOp::Upsert(doc(3, "b", "Tea ceremonies in Kyoto: 茶道")),
         ];
-        assert_eq!(idx.update(|base| Ok((ops, base + 3))).unwrap(), Some(3));
+        assert_eq!(idx.update(|base| Ok((ops, at(base + 3)))).unwrap(), Some(3));
         idx
     }
 
@@ -668,7 +1004,7 @@ mod tests {
                     TextOp::Delete(MemoryKey(1)),
                     TextOp::Upsert(doc(2, "a", "Bob now drinks tea")),
                 ],
-                base + 2,
+                at(base + 2),
             ))
         })
         .unwrap();
@@ -684,7 +1020,7 @@ mod tests {
         {
             let (idx, state) = TextIndex::open(dir.path(), 20_000_000).unwrap();
             assert_eq!(state, OpenState::Created);
-            idx.update(|_| Ok((vec![TextOp::Upsert(doc(1, "a", "hello world"))], 7)))
+            idx.update(|_| Ok((vec![TextOp::Upsert(doc(1, "a", "hello world"))], at(7))))
                 .unwrap();
             idx.release_writer();
         }

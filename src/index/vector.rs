@@ -128,6 +128,11 @@ fn similarity(distance: f32) -> f32 {
     1.0 - distance
 }
 
+/// The similarity the index gives two unit vectors (for candidates scored outside it).
+pub fn unit_similarity(a: &[f32], b: &[f32]) -> f32 {
+    similarity(distance(dot(a, b)))
+}
+
 type Graph = Hnsw<'static, f32, UnitDot>;
 
 /// An empty graph. "Extend candidates" (widening an insertion's candidate list through its

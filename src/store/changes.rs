@@ -1,9 +1,34 @@
 //! The change log: every write appends here; derived indexes replay it from the `seq` they applied.
+//! Each entry carries a random stamp, so a derived index that records the position it applied
+//! (`seq` and that entry's stamp, with the database's id) can tell whether the database it
+//! meets is still the history it followed: a restored backup reuses positions with other entries.
 
-use rusqlite::{Connection, params};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::Result;
-use crate::model::MemoryKey;
+use crate::model::{LogPosition, MemoryKey};
+
+/// A stamp for a new entry: unpredictable across processes (seeded by the OS), distinct within one.
+fn next_stamp() -> i64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let seed = *SEED.get_or_init(|| {
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b).expect("the operating system provides randomness");
+        u64::from_le_bytes(b)
+    });
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    // splitmix64 of seed + n: a bijection of n, so no two entries of a process share a stamp.
+    let mut z = seed.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    // Positive and non-zero (0 is what entries written before stamps existed carry).
+    ((z >> 1) | 1) as i64
+}
 
 /// What happened to a memory, as the indexes need to know it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,15 +56,17 @@ impl ChangeOp {
 
 /// Appends one entry for a memory.
 pub fn log_memory(conn: &Connection, key: MemoryKey, op: ChangeOp) -> Result<()> {
-    conn.prepare_cached("INSERT INTO changes (memory_key, op) VALUES (?1, ?2)")?
-        .execute(params![key.0, op.as_str()])?;
+    conn.prepare_cached("INSERT INTO changes (memory_key, op, stamp) VALUES (?1, ?2, ?3)")?
+        .execute(params![key.0, op.as_str(), next_stamp()])?;
     Ok(())
 }
 
 /// Appends one entry for a relation.
 pub fn log_relation(conn: &Connection, relation_key: i64) -> Result<()> {
-    conn.prepare_cached("INSERT INTO changes (relation_key, op) VALUES (?1, 'relation')")?
-        .execute([relation_key])?;
+    conn.prepare_cached(
+        "INSERT INTO changes (relation_key, op, stamp) VALUES (?1, 'relation', ?2)",
+    )?
+    .execute([relation_key, next_stamp()])?;
     Ok(())
 }
 
@@ -50,6 +77,54 @@ pub fn max_seq(conn: &Connection) -> Result<i64> {
         .query_row([], |r| r.get(0))?)
 }
 
+/// The database's identity, made when it was created (or first opened by a version that keeps one).
+pub fn database_id(conn: &Connection) -> Result<String> {
+    Ok(conn
+        .prepare_cached("SELECT value FROM meta WHERE key = 'database_id'")?
+        .query_row([], |r| r.get(0))?)
+}
+
+/// The newest position of the log with its stamp, and the database's id.
+pub fn head(conn: &Connection) -> Result<LogPosition> {
+    let (seq, stamp) = conn
+        .prepare_cached("SELECT seq, stamp FROM changes ORDER BY seq DESC LIMIT 1")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .unwrap_or((0, 0));
+    Ok(LogPosition {
+        database: database_id(conn)?,
+        seq,
+        stamp,
+    })
+}
+
+/// The position `seq` of this database's log, with its stamp; `None` when the log has no entry
+/// there (it ends before `seq`).
+pub fn position_at(conn: &Connection, seq: i64) -> Result<Option<LogPosition>> {
+    let stamp = if seq == 0 {
+        Some(0)
+    } else {
+        conn.prepare_cached("SELECT stamp FROM changes WHERE seq = ?1")?
+            .query_row([seq], |r| r.get(0))
+            .optional()?
+    };
+    Ok(match stamp {
+        Some(stamp) => Some(LogPosition {
+            database: database_id(conn)?,
+            seq,
+            stamp,
+        }),
+        None => None,
+    })
+}
+
+/// True when `applied` is a position of this database's history: same database, and the log
+/// holds the very entry it names. False after a restore (the log is shorter, or holds other
+/// entries at that position) or when the position comes from another database.
+pub fn follows(conn: &Connection, applied: &LogPosition) -> Result<bool> {
+    Ok(position_at(conn, applied.seq)?.is_some_and(|p| p == *applied))
+}
+
 /// Memories touched after `after` up to and including `up_to`, each once.
 pub fn memories_changed(conn: &Connection, after: i64, up_to: i64) -> Result<Vec<MemoryKey>> {
     let mut stmt = conn.prepare_cached(
@@ -57,6 +132,24 @@ pub fn memories_changed(conn: &Connection, after: i64, up_to: i64) -> Result<Vec
          WHERE seq > ?1 AND seq <= ?2 AND memory_key IS NOT NULL AND op != 'relation'",
     )?;
     let rows = stmt.query_map(params![after, up_to], |r| Ok(MemoryKey(r.get(0)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Memories touched after `after` up to and including `up_to`, each once with the position of its
+/// newest entry there.
+pub fn memories_changed_at(
+    conn: &Connection,
+    after: i64,
+    up_to: i64,
+) -> Result<Vec<(MemoryKey, i64)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT memory_key, max(seq) FROM changes \
+         WHERE seq > ?1 AND seq <= ?2 AND memory_key IS NOT NULL AND op != 'relation' \
+         GROUP BY memory_key",
+    )?;
+    let rows = stmt.query_map(params![after, up_to], |r| {
+        Ok((MemoryKey(r.get(0)?), r.get(1)?))
+    })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 

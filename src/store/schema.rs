@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::error::{Error, Result};
 
 /// Version this build writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 /// Oldest version this build can migrate from (0 is an empty file).
 pub const OLDEST_SUPPORTED_SCHEMA: i64 = 0;
 
@@ -128,6 +128,17 @@ CREATE TABLE import_keys (
 ) WITHOUT ROWID;
 "#;
 
+/// Version 6: the database's identity and a random stamp on every change-log entry, so a derived
+/// index can prove it was built from this database and this history (a restored backup reuses
+/// positions of the change log with other entries; their stamps differ).
+const V6: &str = r#"
+CREATE TABLE meta (
+    key    TEXT PRIMARY KEY,
+    value  TEXT NOT NULL
+) WITHOUT ROWID;
+ALTER TABLE changes ADD COLUMN stamp INTEGER NOT NULL DEFAULT 0;
+"#;
+
 /// Brings the database up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -145,7 +156,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
             reason: format!("version {version} is too old to migrate"),
         });
     }
-    let steps: [&str; 5] = [V1, V2, V3, V4, V5];
+    let steps: [&str; 6] = [V1, V2, V3, V4, V5, V6];
     for (i, sql) in steps.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         // Another process may have migrated while we waited for the lock.
@@ -154,6 +165,12 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
             continue;
         }
         tx.execute_batch(sql)?;
+        if i + 1 == 6 {
+            tx.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('database_id', ?1)",
+                [crate::store::new_id("db_")],
+            )?;
+        }
         tx.pragma_update(None, "user_version", i as i64 + 1)?;
         tx.commit()?;
         tracing::info!(version = i + 1, "database migrated");

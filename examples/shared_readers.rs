@@ -1,0 +1,185 @@
+//! Several processes on one database: a reading process's recall latency while four other
+//! processes write, each through its own engine with the background job a server runs. Prints a
+//! markdown table of p50/p90/p99/max against the floor, with the machine it ran on, and checks
+//! that the reader finds the writers' last memories the moment they are committed.
+//! Run: `cargo run --release --example shared_readers`.
+
+#[allow(dead_code)]
+#[path = "../benches/fixture/mod.rs"]
+mod fixture;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mnemograph::engine::RememberItem;
+use mnemograph::model::{RecallMode, RecallQuery};
+use mnemograph::{Config, Engine};
+
+use fixture::{Corpus, FRESH_BASE};
+
+/// Memories in the database before the writers start.
+const BASE_MEMORIES: usize = 20_000;
+/// Writing processes.
+const WRITERS: usize = 4;
+/// Pause between two `remember` calls of one writer (each writes about 100 memories a second).
+const WRITE_PAUSE: Duration = Duration::from_millis(10);
+/// Timed recalls of the reading process, one every [`READ_PAUSE`].
+const READS: usize = 1_500; // `shared_readers N` times N instead
+const READ_PAUSE: Duration = Duration::from_millis(5);
+/// The floor: recall p99 in a reading process while the others write.
+const FLOOR_P99_MS: f64 = 50.0;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() == 4 && args[1] == "--writer" {
+        writer(Path::new(&args[2]), args[3].parse().expect("writer number"));
+        return ExitCode::SUCCESS;
+    }
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter("warn")
+        .init();
+    let reads: usize = args
+        .get(1)
+        .map_or(READS, |a| a.parse().expect("number of reads"));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("memory.db");
+    let corpus = Corpus::new();
+    {
+        let engine = Engine::open(Config::for_db(&db)).expect("open");
+        for start in (0..BASE_MEMORIES).step_by(1_000) {
+            let batch = corpus.memories(start as u64, 1_000);
+            for r in engine.remember(&batch).expect("remember") {
+                r.expect("stored");
+            }
+        }
+        engine.sync_text().expect("index");
+        engine.reindex_vectors().expect("vectors");
+    }
+    let engine = Arc::new(Engine::open(Config::for_db(&db)).expect("open"));
+    let _jobs = engine.start_background().expect("background");
+    // Warm up: the vector index loaded, the model parsed.
+    engine.recall(&query(&corpus, 0)).expect("recall");
+
+    let exe = std::env::current_exe().expect("own path");
+    let stop = dir.path().join("stop");
+    let mut writers: Vec<Child> = (0..WRITERS)
+        .map(|p| {
+            Command::new(&exe)
+                .args(["--writer", &db.display().to_string(), &p.to_string()])
+                .spawn()
+                .expect("start a writer")
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+
+    let mut samples = Vec::with_capacity(reads);
+    let mut warned = 0;
+    for i in 0..reads {
+        let q = query(&corpus, i as u64 + 1);
+        let started = Instant::now();
+        let page = engine.recall(&q).expect("recall");
+        samples.push(started.elapsed());
+        warned += usize::from(!page.warnings.is_empty());
+        if i % 250 == 249 {
+            tracing::warn!(reads = i + 1, last_ms = samples[i].as_secs_f64() * 1e3, warnings = ?page.warnings, "progress");
+        }
+        std::thread::sleep(READ_PAUSE);
+    }
+    std::fs::write(&stop, b"").expect("stop the writers");
+    for w in &mut writers {
+        let status = w.wait().expect("writer ends");
+        assert!(status.success(), "a writer failed");
+    }
+    // Each writer's last memory was committed before it exited: the reader must see all of them
+    // at once, whoever indexed them.
+    let started = Instant::now();
+    let last = engine
+        .recall(&RecallQuery {
+            text: "sentinel".into(),
+            limit: 10,
+            mode: RecallMode::Text,
+            ..RecallQuery::default()
+        })
+        .expect("recall");
+    let last_ms = started.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(
+        last.hits.len(),
+        WRITERS,
+        "every writer's last memory is found at once"
+    );
+    let written = engine.stats().expect("stats").memories as usize - BASE_MEMORIES;
+
+    samples.sort();
+    let ms = |q: f64| {
+        samples[((samples.len() as f64 * q).ceil() as usize).min(samples.len()) - 1].as_secs_f64()
+            * 1e3
+    };
+    let p99 = ms(0.99);
+    println!("# Recall in a reading process while {WRITERS} processes write\n");
+    println!("Machine: {}", fixture::machine());
+    println!(
+        "{BASE_MEMORIES} memories to start; {written} written meanwhile by {WRITERS} processes (one `remember` each every {} ms); hybrid recall, limit 10, every {} ms.\n",
+        WRITE_PAUSE.as_millis(),
+        READ_PAUSE.as_millis()
+    );
+    println!("| measurement | n | p50 | p90 | p99 | max | floor |");
+    println!("|---|---:|---:|---:|---:|---:|---|");
+    println!(
+        "| recall in the reading process | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | p99 ≤ {FLOOR_P99_MS} ms: {} |",
+        samples.len(),
+        ms(0.5),
+        ms(0.9),
+        p99,
+        ms(1.0),
+        if p99 <= FLOOR_P99_MS {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+    println!(
+        "\nAnswers with a warning: {warned}. The writers' last memories were found by the first recall after they exited ({last_ms:.1} ms)."
+    );
+    if p99 <= FLOOR_P99_MS {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn query(corpus: &Corpus, i: u64) -> RecallQuery {
+    RecallQuery {
+        text: corpus.query(i),
+        limit: 10,
+        mode: RecallMode::Hybrid,
+        ..RecallQuery::default()
+    }
+}
+
+/// One writing process: a server's engine with its background job, remembering until told to stop,
+/// then one last memory.
+fn writer(db: &Path, p: usize) {
+    let engine = Arc::new(Engine::open(Config::for_db(db)).expect("open"));
+    let _jobs = engine.start_background().expect("background");
+    let corpus = Corpus::new();
+    let stop: PathBuf = db.with_file_name("stop");
+    let mut i = 0u64;
+    while !stop.exists() {
+        let item = corpus.memory(FRESH_BASE + (p as u64) * 1_000_000 + i);
+        engine.remember(&[item]).expect("remember")[0]
+            .as_ref()
+            .expect("stored");
+        i += 1;
+        std::thread::sleep(WRITE_PAUSE);
+    }
+    let last = RememberItem {
+        content: format!("sentinel written last by writer {p}"),
+        ..RememberItem::default()
+    };
+    engine.remember(&[last]).expect("remember")[0]
+        .as_ref()
+        .expect("stored");
+}
