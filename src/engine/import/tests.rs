@@ -548,12 +548,10 @@ fn locomo_transcripts_become_linked_episodes_once() {
     let req = request(Source::Path("locomo.json".into()));
     let report = e.import(&req, &Progressing::default()).unwrap();
     assert_eq!(report.formats, vec!["locomo"]);
-    // Two turns of the published file repeat another turn's dia_id: same identity, kept once.
-    assert_eq!(
-        report.memories_added + report.memories_existing,
-        5_882 + 272
-    );
-    assert_eq!(report.memories_existing, 2, "{report:?}");
+    // Every turn is a memory of its own, also the two that repeat an earlier turn's words
+    // ("John: Take care, bye!" in conv-47, "Jolene: See you!" in conv-48).
+    assert_eq!(report.memories_added, 5_882 + 272, "{report:?}");
+    assert_eq!(report.memories_existing, 0, "{report:?}");
     assert_eq!(report.errors, 0, "{:?}", report.first_errors);
     // Each turn is part of its session, and every turn but a session's first follows another.
     assert_eq!(report.relations_added, 5_882 + 5_882 - 272);
@@ -604,4 +602,49 @@ fn a_file_that_vanishes_mid_import_is_reported_and_the_rest_kept() {
         1_500 + 2,
         "a.jsonl whole, c.md's document and chunk"
     );
+}
+
+#[test]
+fn imports_identify_records_as_remember_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    e.remember(&[RememberItem {
+        content: "ok".into(),
+        ..RememberItem::default()
+    }])
+    .unwrap()
+    .remove(0)
+    .unwrap();
+    let text = concat!(
+        "{\"type\":\"memory\",\"content\":\"ok\"}\n",
+        "{\"type\":\"memory\",\"content\":\"ok\",\"kind\":\"episode\"}\n",
+        "{\"type\":\"memory\",\"content\":\"ok\",\"valid_from\":\"2024-01-01T00:00:00Z\"}\n",
+        "{\"type\":\"memory\",\"content\":\"ok\",\"name\":\"turn-1\"}\n",
+        "{\"type\":\"memory\",\"content\":\"ok\",\"name\":\"turn-2\"}\n",
+        "{\"type\":\"memory\",\"content\":\"ok\",\"kind\":\"episode\"}\n",
+    );
+    let mut req = request(Source::Inline(text.into()));
+    req.dry_run = true;
+    let dry = e.import(&req, &Progressing::default()).unwrap();
+    req.dry_run = false;
+    let real = e.import(&req, &Progressing::default()).unwrap();
+    for r in [&dry, &real] {
+        assert_eq!(r.errors, 0, "{:?}", r.first_errors);
+        assert_eq!((r.memories_added, r.memories_existing), (4, 2), "{r:?}");
+    }
+    assert_eq!(e.stats().unwrap().memories, 5);
+    let again = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!((again.memories_added, again.memories_existing), (0, 6));
+
+    // Records with their own source ids are distinct even when their content is the same.
+    let mg = r#"{"format_version": "2.0", "memories": [
+        {"id": "a", "type": "chat", "content": "lol"},
+        {"id": "b", "type": "chat", "content": "lol"}], "relationships": []}"#;
+    let mut req = request(Source::Inline(mg.into()));
+    req.namespace = Some("mg".into());
+    let first = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!(first.formats, vec!["memorygraph"]);
+    assert_eq!((first.memories_added, first.memories_existing), (2, 0));
+    let second = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!((second.memories_added, second.memories_existing), (0, 2));
 }
