@@ -261,6 +261,18 @@ impl Engine {
         self.store.read(|c| memories::count_live(c, namespaces))
     }
 
+    /// Removes the partial files that unfinished exports left at the top of the folder roots
+    /// (see [`clean_stale_partials`]); returns how many.
+    pub fn clean_stale_exports(&self) -> usize {
+        self.cfg
+            .transfer_roots()
+            .allowed
+            .iter()
+            .filter(|r| r.is_dir())
+            .map(|r| clean_stale_partials(r))
+            .sum()
+    }
+
     /// Checks an export's target before any work: a new file inside the roots.
     pub fn check_export_target(&self, target: &ExportTarget) -> Result<()> {
         if let ExportTarget::Path(p) = target {

@@ -8,6 +8,7 @@ mod durability;
 mod identity;
 mod protocol;
 mod queries;
+mod roots;
 mod support;
 mod tasks;
 mod tools;
