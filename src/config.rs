@@ -75,9 +75,119 @@ pub struct Config {
     pub limits: Limits,
     /// The embedding provider of the vector index.
     pub embedder: EmbedderSpec,
-    /// Folders `import` may read from and `export` may write to. Empty: the current directory
-    /// and the database's folder.
+    /// Folders (or single files) `import` may read from and `export` may write to, besides the
+    /// database's folder: what the operator named. See [`Config::transfer_roots`].
     pub import_roots: Vec<PathBuf>,
+    /// The user's home folder, when known: never a root itself (nor anything above it).
+    pub home_dir: Option<PathBuf>,
+}
+
+/// A root that was refused, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefusedRoot {
+    pub path: PathBuf,
+    /// Says what the folder is, e.g. "it is the home folder".
+    pub reason: String,
+}
+
+/// Where imports may read and exports may write.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TransferRoots {
+    /// Canonical folders (or single files), in order: the database's folder first.
+    pub allowed: Vec<PathBuf>,
+    /// Roots that were asked for (or the database's folder) but are never allowed.
+    pub refused: Vec<RefusedRoot>,
+}
+
+/// Pseudo-filesystems: never read or written, whatever the roots.
+pub const PSEUDO_FILESYSTEMS: [&str; 3] = ["/proc", "/sys", "/dev"];
+
+/// System folders that are never a root, nor is anything below them.
+const SYSTEM_TREES: [&str; 18] = [
+    "/etc",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/boot",
+    "/run",
+    "/var/run",
+    "/var/lock",
+    "/var/log",
+    "/var/spool",
+    "/var/mail",
+    "/System",
+    "/private/etc",
+    "/private/var/log",
+];
+
+/// Folders that hold other users' or the system's files: never a root themselves, though a
+/// folder below them may be (`/var/lib/mnemograph`, `/home/me/notes`).
+const SHARED_FOLDERS: [&str; 15] = [
+    "/home",
+    "/Users",
+    "/root",
+    "/var",
+    "/var/lib",
+    "/opt",
+    "/srv",
+    "/mnt",
+    "/media",
+    "/snap",
+    "/private",
+    "/private/var",
+    "/Library",
+    "/Volumes",
+    "/Applications",
+];
+
+/// Why the canonical path `real` may never be an import root, or `None` when it may be. `home`
+/// is the canonical home folder.
+pub fn root_refusal(real: &Path, home: Option<&Path>) -> Option<String> {
+    if real.parent().is_none() {
+        return Some("it is the filesystem root".into());
+    }
+    if let Some(home) = home {
+        if real == home {
+            return Some("it is the home folder (name a folder inside it)".into());
+        }
+        if home.starts_with(real) {
+            return Some("it contains the home folder".into());
+        }
+    }
+    if let Some(p) = PSEUDO_FILESYSTEMS.iter().find(|p| real.starts_with(p)) {
+        return Some(format!("it is on a pseudo-filesystem ({p})"));
+    }
+    if let Some(p) = SYSTEM_TREES.iter().find(|p| real.starts_with(p)) {
+        return Some(format!("it is a system folder ({p})"));
+    }
+    if SHARED_FOLDERS.iter().any(|p| real == Path::new(p)) {
+        return Some("it is a system folder holding other users' or the system's files".into());
+    }
+    None
+}
+
+/// `path` made absolute and canonical; a path that does not exist yet (an export's new file)
+/// is its canonical folder joined with its name.
+fn canonical_root(path: &Path) -> std::io::Result<PathBuf> {
+    match path.canonicalize() {
+        Ok(p) => Ok(p),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                return Err(e);
+            };
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            Ok(parent.canonicalize()?.join(name))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 impl Config {
@@ -94,24 +204,43 @@ impl Config {
             limits: Limits::default(),
             embedder: EmbedderSpec::default(),
             import_roots: Vec::new(),
+            home_dir: None,
         }
     }
 
-    /// The folders imports and exports are confined to (see [`Config::import_roots`]).
-    pub fn transfer_roots(&self) -> Vec<PathBuf> {
-        if !self.import_roots.is_empty() {
-            return self.import_roots.clone();
-        }
-        let mut roots = Vec::new();
-        if let Ok(cwd) = std::env::current_dir() {
-            roots.push(cwd);
-        }
-        let db_dir = match self.db_path.parent() {
+    /// The folder of the database file.
+    pub fn db_dir(&self) -> PathBuf {
+        match self.db_path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
-        };
-        roots.push(db_dir);
-        roots
+        }
+    }
+
+    /// The roots imports and exports are confined to: the database's folder and
+    /// [`Config::import_roots`], each made canonical, minus those [`root_refusal`] refuses (the
+    /// filesystem root, the home folder and what contains it, system folders, pseudo-filesystems)
+    /// and those that cannot be resolved. Never the current directory.
+    pub fn transfer_roots(&self) -> TransferRoots {
+        let home = self.home_dir.as_ref().and_then(|h| h.canonicalize().ok());
+        let mut out = TransferRoots::default();
+        for path in std::iter::once(self.db_dir()).chain(self.import_roots.iter().cloned()) {
+            let checked = match canonical_root(&path) {
+                Err(e) => Err(format!("it cannot be opened ({e})")),
+                Ok(real) => match root_refusal(&real, home.as_deref()) {
+                    Some(reason) => Err(reason),
+                    None => Ok(real),
+                },
+            };
+            match checked {
+                Ok(real) if !out.allowed.contains(&real) => out.allowed.push(real),
+                Ok(_) => {}
+                Err(reason) if !out.refused.iter().any(|r| r.path == path) => {
+                    out.refused.push(RefusedRoot { path, reason })
+                }
+                Err(_) => {}
+            }
+        }
+        out
     }
 
     /// Folder of the HNSW dump.
@@ -122,5 +251,104 @@ impl Config {
     /// Folder of the tantivy index.
     pub fn text_index_dir(&self) -> PathBuf {
         self.index_dir.join("text")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_filesystem_root_home_and_system_folders_are_never_roots() {
+        let home = Path::new("/home/ada");
+        let refused = |p: &str| root_refusal(Path::new(p), Some(home));
+        for p in [
+            "/",
+            "/home/ada",
+            "/home",
+            "/etc",
+            "/etc/ssh",
+            "/usr/share/doc",
+            "/bin",
+            "/lib64",
+            "/boot",
+            "/var",
+            "/var/lib",
+            "/var/log/syslog.d",
+            "/run/user/1000",
+            "/proc",
+            "/proc/self",
+            "/sys/kernel",
+            "/dev/shm",
+            "/root",
+        ] {
+            assert!(refused(p).is_some(), "{p} must be refused");
+        }
+        assert!(refused("/home/ada").unwrap().contains("home folder"));
+        assert!(refused("/").unwrap().contains("filesystem root"));
+        assert!(refused("/proc/self").unwrap().contains("pseudo-filesystem"));
+        assert!(refused("/etc/ssh").unwrap().contains("system folder"));
+        for p in [
+            "/home/ada/notes",
+            "/home/ada/.local/share/mnemograph",
+            "/var/lib/mnemograph",
+            "/srv/memory",
+            "/tmp/x",
+            "/data",
+            "/root/notes",
+        ] {
+            assert_eq!(refused(p), None, "{p} may be a root");
+        }
+        // Without a known home folder only the other rules apply.
+        assert_eq!(root_refusal(Path::new("/home/ada"), None), None);
+    }
+
+    #[test]
+    fn the_default_root_is_the_database_folder_unless_it_is_the_home_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(real.join("db")).unwrap();
+        std::fs::create_dir_all(real.join("notes")).unwrap();
+        let mut cfg = Config::for_db(real.join("db/memory.db"));
+        let roots = cfg.transfer_roots();
+        assert_eq!(
+            roots.allowed,
+            vec![real.join("db")],
+            "never the current directory"
+        );
+        assert!(roots.refused.is_empty());
+
+        cfg.import_roots = vec![
+            real.join("notes"),
+            real.join("notes"),
+            real.join("new.jsonl"),
+            real.join("missing/deeper"),
+            PathBuf::from("/"),
+            PathBuf::from("/etc"),
+        ];
+        let roots = cfg.transfer_roots();
+        assert_eq!(
+            roots.allowed,
+            vec![real.join("db"), real.join("notes"), real.join("new.jsonl")]
+        );
+        let refused: Vec<&Path> = roots.refused.iter().map(|r| r.path.as_path()).collect();
+        assert_eq!(
+            refused,
+            vec![
+                real.join("missing/deeper").as_path(),
+                Path::new("/"),
+                Path::new("/etc")
+            ]
+        );
+
+        // A database in the home folder: that default is refused, named roots still count.
+        let mut cfg = Config::for_db(real.join("memory.db"));
+        cfg.home_dir = Some(real.clone());
+        let roots = cfg.transfer_roots();
+        assert!(roots.allowed.is_empty());
+        assert_eq!(roots.refused.len(), 1);
+        assert!(roots.refused[0].reason.contains("home folder"), "{roots:?}");
+        cfg.import_roots = vec![real.join("notes")];
+        assert_eq!(cfg.transfer_roots().allowed, vec![real.join("notes")]);
     }
 }

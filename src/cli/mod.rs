@@ -34,8 +34,8 @@ struct Args {
     #[command(flatten)]
     embed: EmbedArgs,
 
-    /// A folder `import` may read from and `export` may write to (repeatable). Default: the
-    /// current directory and the database's folder.
+    /// A folder `import` may read from and `export` may write to (repeatable), besides the
+    /// database's folder. Never the filesystem root, the home folder itself or a system folder.
     #[arg(
         long,
         global = true,
@@ -278,16 +278,67 @@ fn default_db_path() -> PathBuf {
         .join("memory.db")
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the CLI is the one place that reads the environment"
+)]
+fn home_dir() -> Option<PathBuf> {
+    let var = if cfg!(windows) { "USERPROFILE" } else { "HOME" };
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+}
+
 fn config(args: &Args) -> anyhow::Result<Config> {
     let mut cfg = Config::for_db(args.db.clone().unwrap_or_else(default_db_path));
     cfg.embedder = args.embed.spec()?;
-    cfg.import_roots = args.import_root.clone();
-    if !cfg.import_roots.is_empty() {
-        // Named roots add to the defaults.
-        let defaults = Config::for_db(&cfg.db_path).transfer_roots();
-        cfg.import_roots.extend(defaults);
-    }
+    // The database's folder is always a root; these add to it.
+    cfg.import_roots = args
+        .import_root
+        .iter()
+        .filter(|p| !p.as_os_str().is_empty())
+        .cloned()
+        .collect();
+    cfg.home_dir = home_dir();
     Ok(cfg)
+}
+
+/// Logs, once, each import root that is refused and why (the database's folder when it is the
+/// home folder, a root named `/`, …).
+fn log_refused_roots(cfg: &Config) {
+    let roots = cfg.transfer_roots();
+    for r in &roots.refused {
+        tracing::warn!(
+            root = %r.path.display(),
+            reason = %r.reason,
+            "refused as an import root"
+        );
+    }
+    if roots.allowed.is_empty() {
+        tracing::warn!(
+            "no folder is open to import and export: start with --import-root DIR (or MNEMOGRAPH_IMPORT_ROOTS) to name one"
+        );
+    }
+}
+
+/// `path` made absolute and canonical, or for a file that does not exist yet, its canonical
+/// folder joined with its name.
+fn operator_path(path: &std::path::Path) -> anyhow::Result<PathBuf> {
+    use anyhow::Context;
+    if let Ok(real) = path.canonicalize() {
+        return Ok(real);
+    }
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} names no file", path.display()))?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    Ok(dir
+        .canonicalize()
+        .with_context(|| format!("cannot open {}", dir.display()))?
+        .join(name))
 }
 
 fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -308,6 +359,13 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             let started = std::time::Instant::now();
             let engine = Arc::new(open(cfg)?);
             let _background = engine.start_background()?;
+            log_refused_roots(engine.config());
+            {
+                let engine = Arc::clone(&engine);
+                let _ = std::thread::Builder::new()
+                    .name("clean-exports".into())
+                    .spawn(move || engine.clean_stale_exports());
+            }
             tracing::info!(
                 db = %engine.config().db_path.display(),
                 open_ms = started.elapsed().as_secs_f64() * 1e3,
@@ -515,21 +573,19 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             dry_run,
         } => {
             let mut cfg = cfg;
-            // Paths an operator names are allowed: their folders join the roots.
-            let mut roots = cfg.transfer_roots();
+            // The files and folders an operator names are allowed (each itself, not its folder),
+            // under the same rules as every root.
+            let mut sources = Vec::with_capacity(paths.len());
             for p in &paths {
                 let real = p
                     .canonicalize()
                     .with_context(|| format!("cannot open {}", p.display()))?;
-                roots.push(if real.is_dir() {
-                    real
-                } else {
-                    real.parent().map(PathBuf::from).unwrap_or(real)
-                });
+                cfg.import_roots.push(real.clone());
+                sources.push(real);
             }
-            cfg.import_roots = roots;
             let engine = open(cfg)?;
-            let clean = transfer::import(&engine, &paths, format.as_deref(), namespace, dry_run)?;
+            log_refused_roots(engine.config());
+            let clean = transfer::import(&engine, &sources, format.as_deref(), namespace, dry_run)?;
             Ok(if clean {
                 ExitCode::SUCCESS
             } else {
@@ -544,19 +600,20 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             out,
         } => {
             let mut cfg = cfg;
-            if let Some(dir) = out
-                .as_ref()
-                .and_then(|o| o.parent())
-                .filter(|d| !d.as_os_str().is_empty())
-            {
-                let mut roots = cfg.transfer_roots();
-                roots.push(
-                    dir.canonicalize()
-                        .with_context(|| format!("cannot open {}", dir.display()))?,
-                );
-                cfg.import_roots = roots;
+            // The new file an operator names is allowed (that file, not its folder).
+            let out = match out {
+                Some(o) => {
+                    let target = operator_path(&o)?;
+                    cfg.import_roots.push(target.clone());
+                    Some(target)
+                }
+                None => None,
+            };
+            let engine = open(cfg)?;
+            if out.is_some() {
+                log_refused_roots(engine.config());
             }
-            transfer::export(&open(cfg)?, &format, namespace, vectors, history, out)?;
+            transfer::export(&engine, &format, namespace, vectors, history, out)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Model { action } => model::run(action),

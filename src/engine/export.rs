@@ -187,10 +187,18 @@ impl Engine {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Runs just before an export file is put into place (tests make a competitor appear there).
+    #[allow(clippy::type_complexity)]
+    pub(crate) static BEFORE_PUBLISH: std::cell::RefCell<Option<Box<dyn Fn(&std::path::Path)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// Where an export goes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ExportTarget {
-    /// A new file within the roots (written beside, then renamed into place).
+    /// A new file within the roots (written beside, then linked into place).
     Path(std::path::PathBuf),
     /// Into the answer, at most this many bytes.
     Inline(usize),
@@ -253,6 +261,18 @@ impl Engine {
         self.store.read(|c| memories::count_live(c, namespaces))
     }
 
+    /// Removes the partial files that unfinished exports left at the top of the folder roots
+    /// (see [`clean_stale_partials`]); returns how many.
+    pub fn clean_stale_exports(&self) -> usize {
+        self.cfg
+            .transfer_roots()
+            .allowed
+            .iter()
+            .filter(|r| r.is_dir())
+            .map(|r| clean_stale_partials(r))
+            .sum()
+    }
+
     /// Checks an export's target before any work: a new file inside the roots.
     pub fn check_export_target(&self, target: &ExportTarget) -> Result<()> {
         if let ExportTarget::Path(p) = target {
@@ -262,7 +282,9 @@ impl Engine {
     }
 
     /// Runs an export into a new file (never left half-written: a temporary file beside it is
-    /// renamed into place at the end) or into memory up to a cap.
+    /// linked into place at the end, which fails rather than replace a file that appeared
+    /// meanwhile) or into memory up to a cap. Partial files that dead exports left in the
+    /// target's folder are removed first.
     pub fn export_to(
         &self,
         req: &ExportRequest,
@@ -294,10 +316,15 @@ impl Engine {
             ExportTarget::Path(p) => {
                 let roots = self.cfg.transfer_roots();
                 let target = crate::engine::import::source::confine_new_file("path", p, &roots)?;
-                let mut tmp_name = target.file_name().unwrap_or_default().to_os_string();
-                tmp_name.push(format!(".partial-{}", std::process::id()));
-                let tmp = target.with_file_name(tmp_name);
-                let file = std::fs::File::create(&tmp)?;
+                if let Some(dir) = target.parent() {
+                    clean_stale_partials(dir);
+                }
+                let tmp = partial_path(&target);
+                // `create_new` never follows a link planted at that name.
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&tmp)?;
                 let mut w = Counting {
                     inner: std::io::BufWriter::with_capacity(1 << 20, file),
                     n: 0,
@@ -305,14 +332,23 @@ impl Engine {
                 let res = self.export(req, &mut w, ctl).and_then(|counts| {
                     w.flush()?;
                     w.inner.get_ref().sync_all()?;
-                    if target.symlink_metadata().is_ok() {
-                        return Err(Error::invalid(
-                            "path",
-                            format!("{} appeared while exporting", p.display()),
-                            "choose a new file name (exports never overwrite)",
-                        ));
-                    }
-                    std::fs::rename(&tmp, &target)?;
+                    #[cfg(test)]
+                    BEFORE_PUBLISH.with(|h| {
+                        if let Some(f) = &*h.borrow() {
+                            f(&target);
+                        }
+                    });
+                    publish(&tmp, &target).map_err(|e| {
+                        if e.kind() == std::io::ErrorKind::AlreadyExists {
+                            Error::invalid(
+                                "path",
+                                format!("{} exists (it appeared while exporting)", p.display()),
+                                "choose a new file name (exports never overwrite)",
+                            )
+                        } else {
+                            Error::Io(e)
+                        }
+                    })?;
                     Ok(counts)
                 });
                 match res {
@@ -329,5 +365,139 @@ impl Engine {
                 }
             }
         }
+    }
+}
+
+/// Untouched this long, a partial export of a process that is gone is removed (the wait leaves
+/// alone an export that another machine may be writing into a shared folder).
+const STALE_OF_DEAD: std::time::Duration = std::time::Duration::from_secs(120);
+/// Untouched this long, a partial export is removed whoever wrote it (a live export writes
+/// continuously; a process id may have been reused).
+const STALE_OF_ANY: std::time::Duration = std::time::Duration::from_secs(24 * 3_600);
+
+/// The temporary name an export is written under: `<file>.partial-<pid>`, beside the target.
+fn partial_path(target: &std::path::Path) -> std::path::PathBuf {
+    let mut name = target.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".partial-{}", std::process::id()));
+    target.with_file_name(name)
+}
+
+/// The process id in a name of the form `<file>.partial-<pid>`, else `None`.
+fn partial_pid(name: &str) -> Option<u32> {
+    let (base, pid) = name.rsplit_once(".partial-")?;
+    if base.is_empty() || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Whether process `pid` is gone from this machine; `None` when this cannot be told here.
+fn process_gone(pid: u32) -> Option<bool> {
+    let proc = std::path::Path::new("/proc");
+    if cfg!(target_os = "linux") && proc.join("self").exists() {
+        Some(!proc.join(pid.to_string()).exists())
+    } else {
+        None
+    }
+}
+
+/// Removes the partial export files in `dir` (only regular files named `<file>.partial-<pid>`)
+/// whose process is gone and that were untouched for [`STALE_OF_DEAD`], or that were untouched
+/// for [`STALE_OF_ANY`]; returns how many. Never fails: what cannot be read or removed stays.
+pub(crate) fn clean_stale_partials(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(partial_pid) else {
+            continue;
+        };
+        // The entry's own metadata: a link is not followed, and is not a regular file.
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        let idle = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .unwrap_or_default();
+        let stale =
+            idle >= STALE_OF_ANY || (idle >= STALE_OF_DEAD && process_gone(pid) == Some(true));
+        if stale && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+            tracing::info!(
+                file = %entry.path().display(),
+                bytes = meta.len(),
+                "removed the partial file of an export that did not finish"
+            );
+        }
+    }
+    removed
+}
+
+/// Puts the finished `tmp` at `target` unless something exists there, atomically: a hard link
+/// fails when the name is taken (no window between a check and a rename), then the temporary
+/// name goes. Where hard links are not supported, the data is copied into a file created with
+/// `create_new` (equally never overwriting; removed again if the copy fails).
+fn publish(tmp: &std::path::Path, target: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::hard_link(tmp, target) {
+        Ok(()) => {
+            if let Err(e) = std::fs::remove_file(tmp) {
+                tracing::warn!(error = %e, file = %tmp.display(), "could not remove an export's temporary name");
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
+        Err(e) => {
+            tracing::debug!(error = %e, "no hard link for the export; copying it into place");
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(target)?;
+            let copied = std::fs::File::open(tmp)
+                .and_then(|mut src| std::io::copy(&mut src, &mut out))
+                .and_then(|_| out.sync_all());
+            if let Err(e) = copied {
+                let _ = std::fs::remove_file(target);
+                return Err(e);
+            }
+            let _ = std::fs::remove_file(tmp);
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publishing_never_replaces_a_file_and_names_are_ours_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tmp, target) = (dir.path().join("t.partial-1"), dir.path().join("t"));
+        std::fs::write(&tmp, "mine").unwrap();
+        std::fs::write(&target, "theirs").unwrap();
+        let err = publish(&tmp, &target).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "theirs");
+        std::fs::remove_file(&target).unwrap();
+        publish(&tmp, &target).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "mine");
+        assert!(!tmp.exists());
+
+        assert_eq!(partial_pid("out.jsonl.partial-42"), Some(42));
+        assert_eq!(partial_pid("a.partial-b.partial-7"), Some(7));
+        for other in [
+            ".partial-42",
+            "out.partial-",
+            "out.partial-4x",
+            "out.partial-42.txt",
+        ] {
+            assert_eq!(partial_pid(other), None, "{other}");
+        }
+        assert_eq!(process_gone(std::process::id()), Some(false));
     }
 }

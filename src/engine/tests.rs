@@ -58,6 +58,114 @@ fn remember_is_idempotent_per_namespace() {
     assert_ne!(b, a0.id);
 }
 
+fn turn(name: &str, content: &str) -> RememberItem {
+    RememberItem {
+        content: content.into(),
+        name: Some(name.into()),
+        kind: Some("episode".into()),
+        ..RememberItem::default()
+    }
+}
+
+#[test]
+fn named_memories_are_identified_by_their_name_not_their_content() {
+    let (_d, e) = temp_engine();
+    let turns: Vec<Remembered> = e
+        .remember(&[turn("t1", "Haha"), turn("t2", "Haha"), turn("t3", "lol")])
+        .unwrap()
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert!(turns.iter().all(|r| !r.duplicate), "{turns:?}");
+    assert_ne!(turns[0].id, turns[1].id);
+    let rel = e
+        .relate(&[RelateItem {
+            from: "t2".into(),
+            to: "t1".into(),
+            kind: "follows".into(),
+            weight: None,
+            metadata: None,
+            namespace: None,
+        }])
+        .unwrap();
+    assert_eq!(rel[0].as_ref().unwrap().0.from, turns[1].id);
+    // The same name with the same memory again is a repeat.
+    let again = e
+        .remember(&[turn("t2", "Haha")])
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.id, turns[1].id);
+    // The same name saying something else is a conflict that points to `update`.
+    let other_kind = RememberItem {
+        kind: Some("note".into()),
+        ..turn("t2", "Haha")
+    };
+    let later = RememberItem {
+        valid_from: Some(5_000),
+        ..turn("t2", "Haha")
+    };
+    for changed in [turn("t2", "Hehe"), other_kind, later] {
+        let err = e.remember(&[changed]).unwrap().remove(0).unwrap_err();
+        assert!(err.to_string().contains("update"), "{err}");
+    }
+    // An unnamed memory with a named one's content is a memory of its own.
+    let plain = RememberItem {
+        name: None,
+        ..turn("", "Haha")
+    };
+    let plain = e.remember(&[plain]).unwrap().remove(0).unwrap();
+    assert!(!plain.duplicate);
+    assert_eq!(e.stats().unwrap().memories, 4);
+}
+
+#[test]
+fn unnamed_memories_are_identified_by_content_kind_and_validity() {
+    let (_d, e) = temp_engine();
+    let first = e.remember(&[item("ok")]).unwrap().remove(0).unwrap();
+    let same = e.remember(&[item("ok")]).unwrap().remove(0).unwrap();
+    assert!(same.duplicate);
+    assert_eq!(same.id, first.id);
+    let variants = [
+        RememberItem {
+            kind: Some("episode".into()),
+            ..item("ok")
+        },
+        RememberItem {
+            valid_from: Some(1_000),
+            ..item("ok")
+        },
+        RememberItem {
+            valid_until: Some(2_000),
+            ..item("ok")
+        },
+    ];
+    for v in variants {
+        let made = e
+            .remember(std::slice::from_ref(&v))
+            .unwrap()
+            .remove(0)
+            .unwrap();
+        assert!(!made.duplicate, "{v:?}");
+        let repeat = e
+            .remember(std::slice::from_ref(&v))
+            .unwrap()
+            .remove(0)
+            .unwrap();
+        assert!(repeat.duplicate, "{v:?}");
+        assert_eq!(repeat.id, made.id);
+    }
+    // Tags and importance are not part of the identity.
+    let tagged = RememberItem {
+        tags: vec!["x".into()],
+        importance: Some(0.9),
+        ..item("ok")
+    };
+    assert!(e.remember(&[tagged]).unwrap().remove(0).unwrap().duplicate);
+    assert_eq!(e.stats().unwrap().memories, 4);
+}
+
 #[test]
 fn a_bad_item_fails_alone() {
     let (_d, e) = temp_engine();

@@ -44,7 +44,7 @@ pub struct RememberItem {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Remembered {
     pub id: String,
-    /// True when the same content already existed in the namespace; its id is returned.
+    /// True when the same memory already existed (see [`Engine::remember`]); its id is returned.
     pub duplicate: bool,
     pub n_links: usize,
 }
@@ -193,8 +193,10 @@ impl Engine {
     }
 
     /// Stores memories (one transaction for the whole batch). Each item succeeds or fails on its
-    /// own: a bad item gets its error and every valid one is kept. Idempotent on (namespace,
-    /// content): a repeat returns the existing id with `duplicate`.
+    /// own: a bad item gets its error and every valid one is kept. Idempotent: a named memory is
+    /// identified by its name (the same name with the same content, kind and validity is a
+    /// repeat; with anything else a conflict), an unnamed one by (namespace, kind, content,
+    /// validity) among live unnamed memories. A repeat returns the existing id with `duplicate`.
     pub fn remember(&self, items: &[RememberItem]) -> Result<Vec<Result<Remembered>>> {
         validate::batch("memories", items.len(), &self.cfg.limits)?;
         let total: usize = items.iter().map(|i| i.content.len()).sum();
@@ -499,6 +501,32 @@ fn upsert_relation(
     ))
 }
 
+/// The live memory a new one is "the same memory" as, if any: for a named memory, the live
+/// memory of that name; for an unnamed one, a live unnamed memory with the same content, kind
+/// and validity (see [`same_memory`]). `remember` and `import` share this rule.
+pub(crate) fn existing_identity(c: &Connection, new: &NewMemory) -> Result<Option<Memory>> {
+    match &new.name {
+        Some(name) => memories::by_name(c, &new.namespace, name, false),
+        None => memories::unnamed_twin(
+            c,
+            &new.namespace,
+            &memories::content_hash(&new.content),
+            &new.kind,
+            new.valid_from,
+            new.valid_until,
+        ),
+    }
+}
+
+/// Whether `new` repeats `stored` (content, kind and validity equal): a repeat is idempotent;
+/// the same name with anything else is a conflict.
+pub(crate) fn same_memory(stored: &Memory, new: &NewMemory) -> bool {
+    stored.content == new.content
+        && stored.kind == new.kind
+        && stored.valid_from == new.valid_from
+        && stored.valid_until == new.valid_until
+}
+
 fn remember_one(
     tx: &Connection,
     i: usize,
@@ -506,23 +534,22 @@ fn remember_one(
     new: &NewMemory,
     now: Millis,
 ) -> Result<Remembered> {
-    let hash = memories::content_hash(&new.content);
-    if let Some(existing) = memories::by_hash(tx, &new.namespace, &hash)? {
+    if let Some(existing) = existing_identity(tx, new)? {
+        if let Some(name) = &new.name
+            && !same_memory(&existing, new)
+        {
+            return Err(Error::Conflict {
+                reason: format!(
+                    "memories[{i}].name {name:?} is taken in namespace {:?} by {} with other content, kind or validity",
+                    new.namespace, existing.id
+                ),
+                hint: "use `update` to change that memory, or choose another name".into(),
+            });
+        }
         return Ok(Remembered {
             id: existing.id,
             duplicate: true,
             n_links: 0,
-        });
-    }
-    if let Some(name) = &new.name
-        && let Some(existing) = memories::by_name(tx, &new.namespace, name, false)?
-    {
-        return Err(Error::Conflict {
-            reason: format!(
-                "memories[{i}].name {name:?} is taken in namespace {:?} by {}",
-                new.namespace, existing.id
-            ),
-            hint: "use `update` to change that memory, or choose another name".into(),
         });
     }
     // Resolve links before inserting, so a bad link leaves nothing half-written.

@@ -21,7 +21,7 @@ pub fn detect(head: &[u8], file_name: Option<&str>) -> Option<InFormat> {
         }
     }
     let head = &head[..head.len().min(HEAD_BYTES)];
-    let head = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head);
+    let head = head.strip_prefix(crate::formats::BOM).unwrap_or(head);
     let start = head.iter().position(|b| !b.is_ascii_whitespace())?;
     let body = &head[start..];
     match body[0] {

@@ -175,13 +175,16 @@ pub type Sink<'a> = dyn FnMut(Item) -> crate::Result<Flow> + 'a;
 /// one record (one JSONL line, one conversation, one document section) in memory. `doc` names
 /// the document (a file's path relative to its root) for formats that link chunks to it.
 /// An `Err` is a fault of the whole source (unreadable, not this format at all, broken JSON
-/// document); items the sink saw before stay valid.
+/// document); items the sink saw before stay valid. A UTF-8 byte-order mark at the start is
+/// skipped; CRLF line ends read like LF.
 pub fn read(
     format: InFormat,
     input: &mut dyn BufRead,
     doc: &str,
     sink: &mut Sink<'_>,
 ) -> crate::Result<()> {
+    let mut unmarked = without_bom(input)?;
+    let input: &mut dyn BufRead = &mut unmarked;
     match format {
         InFormat::Mnemograph => jsonl::read(input, sink),
         InFormat::McpMemory => mcp_memory::read(input, sink),
@@ -189,6 +192,32 @@ pub fn read(
         InFormat::Locomo => locomo::read(input, sink),
         InFormat::Markdown => markdown::read(input, doc, sink),
     }
+}
+
+/// The UTF-8 byte-order mark some editors put at the start of a text file.
+pub const BOM: &[u8] = b"\xef\xbb\xbf";
+
+/// `input` without a leading byte-order mark. Reads the first bytes one buffer at a time (a
+/// mark may arrive split); bytes that only began like a mark are given back in front.
+pub fn without_bom(input: &mut dyn BufRead) -> std::io::Result<impl BufRead + '_> {
+    let mut head = Vec::with_capacity(BOM.len());
+    while head.len() < BOM.len() {
+        let buf = input.fill_buf()?;
+        if buf.is_empty() {
+            break;
+        }
+        let expected = &BOM[head.len()..];
+        let n = buf.len().min(expected.len());
+        if buf[..n] != expected[..n] {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+        input.consume(n);
+    }
+    if head == BOM {
+        head.clear();
+    }
+    Ok(std::io::Read::chain(std::io::Cursor::new(head), input))
 }
 
 /// Parses a timestamp a source may carry: RFC 3339 (`2024-05-01T10:00:00Z`, offsets, fractions),
@@ -251,5 +280,93 @@ impl<'de> serde::de::DeserializeSeed<'de> for LineValue<'_> {
         // The parser has read up to the element's first byte, so the count is its line's.
         let line = self.0.get() + 1;
         Ok((line, serde::Deserialize::deserialize(d)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One small, valid source of each format, with `\n` line ends.
+    const SAMPLES: [(InFormat, &str); 5] = [
+        (
+            InFormat::Mnemograph,
+            "{\"type\":\"header\",\"format\":\"mnemograph\",\"version\":1,\"exported_at\":\"2024-01-01T00:00:00Z\"}\n\
+             {\"type\":\"memory\",\"id\":\"m_a\",\"content\":\"first\"}\n\
+             {\"type\":\"memory\",\"id\":\"m_b\",\"content\":\"second\"}\n\
+             {\"type\":\"relation\",\"from\":\"m_b\",\"to\":\"m_a\",\"kind\":\"follows\"}\n",
+        ),
+        (
+            InFormat::McpMemory,
+            "{\"type\":\"entity\",\"name\":\"Ada\",\"entityType\":\"person\",\"observations\":[\"wrote\",\"counted\"]}\n\
+             {\"type\":\"entity\",\"name\":\"Engine\",\"entityType\":\"machine\",\"observations\":[]}\n\
+             {\"type\":\"relation\",\"from\":\"Ada\",\"to\":\"Engine\",\"relationType\":\"programmed\"}\n",
+        ),
+        (
+            InFormat::MemoryGraph,
+            "{\n  \"format_version\": \"2.0\",\n  \"memories\": [\n    {\"id\": \"a\", \"type\": \"fact\", \"title\": \"T\", \"content\": \"one\"},\n    {\"id\": \"b\", \"content\": \"two\"}\n  ],\n  \"relationships\": [\n    {\"from_memory_id\": \"a\", \"to_memory_id\": \"b\", \"type\": \"RELATES_TO\"}\n  ]\n}\n",
+        ),
+        (
+            InFormat::Locomo,
+            "[\n  {\n    \"sample_id\": \"c1\",\n    \"conversation\": {\n      \"speaker_a\": \"A\",\n      \"speaker_b\": \"B\",\n      \"session_1_date_time\": \"1:56 pm on 8 May, 2023\",\n      \"session_1\": [\n        {\"speaker\": \"A\", \"dia_id\": \"D1:1\", \"text\": \"Haha\"},\n        {\"speaker\": \"B\", \"dia_id\": \"D1:2\", \"text\": \"lol\"}\n      ]\n    }\n  }\n]\n",
+        ),
+        (
+            InFormat::Markdown,
+            "# Deploys\n\nWe deploy on Tuesdays.\nNever on Fridays.\n\n## Rollback\n\n```sh\nrollback --to previous\n```\n\nUse the previous tag.\n",
+        ),
+    ];
+
+    fn read_all(format: InFormat, input: &mut dyn BufRead) -> Vec<Item> {
+        let mut items = Vec::new();
+        read(format, input, "notes/a.md", &mut |i| {
+            items.push(i);
+            Ok(Flow::Continue)
+        })
+        .unwrap_or_else(|e| panic!("{format:?}: {e}"));
+        items
+    }
+
+    /// Reads through a one-byte buffer, so a mark at the start arrives split over reads.
+    fn read_slowly(format: InFormat, bytes: &[u8]) -> Vec<Item> {
+        read_all(format, &mut std::io::BufReader::with_capacity(1, bytes))
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped_by_every_reader_and_by_detection() {
+        for (format, text) in SAMPLES {
+            let plain = read_all(format, &mut text.as_bytes());
+            assert!(plain.len() >= 2, "{format:?}: {plain:?}");
+            assert!(plain.iter().all(Result::is_ok), "{format:?}: {plain:?}");
+            let marked = format!("\u{feff}{text}");
+            assert_eq!(
+                read_all(format, &mut marked.as_bytes()),
+                plain,
+                "{format:?}"
+            );
+            assert_eq!(read_slowly(format, marked.as_bytes()), plain, "{format:?}");
+            assert_eq!(detect::detect(marked.as_bytes(), None), Some(format));
+        }
+        // A file that only starts like a mark keeps its bytes.
+        let start = b"\xef\xbbx y";
+        let items = read_slowly(InFormat::Markdown, start);
+        let kept = String::from_utf8_lossy(start);
+        assert!(
+            items
+                .iter()
+                .any(|i| matches!(i, Ok((_, Record::Memory(m))) if m.content.contains(&*kept))),
+            "{items:?}"
+        );
+    }
+
+    #[test]
+    fn crlf_line_ends_read_like_lf() {
+        for (format, text) in SAMPLES {
+            let plain = read_all(format, &mut text.as_bytes());
+            let crlf = text.replace('\n', "\r\n");
+            assert_eq!(read_all(format, &mut crlf.as_bytes()), plain, "{format:?}");
+            assert_eq!(detect::detect(crlf.as_bytes(), None), Some(format));
+            let both = format!("\u{feff}{crlf}");
+            assert_eq!(read_all(format, &mut both.as_bytes()), plain, "{format:?}");
+        }
     }
 }

@@ -142,15 +142,30 @@ pub fn save(conn: &Connection, m: &Memory) -> Result<()> {
     Ok(())
 }
 
-/// The live memory of `namespace` whose content hashes to `hash`.
-pub fn by_hash(conn: &Connection, namespace: &str, hash: &[u8]) -> Result<Option<Memory>> {
-    let sql = format!(
-        "SELECT {COLS} FROM memories WHERE namespace = ?1 AND content_hash = ?2 \
-         AND deleted_at IS NULL LIMIT 1"
-    );
+/// The condition of [`unnamed_twin`]. Served by the (namespace, content_hash) index; the other
+/// columns only filter its few rows (`+kind` keeps the planner off the (namespace, kind) index,
+/// which would scan every memory of that kind).
+const TWIN_WHERE: &str = "namespace = ?1 AND content_hash = ?2 AND deleted_at IS NULL \
+    AND name IS NULL AND +kind = ?3 AND valid_from IS ?4 AND valid_until IS ?5 LIMIT 1";
+
+/// The live unnamed memory of `namespace` that a new unnamed one with this content hash, kind
+/// and validity would repeat (the identity of unnamed memories). Named memories are never
+/// returned: a name is an identity of its own.
+pub fn unnamed_twin(
+    conn: &Connection,
+    namespace: &str,
+    hash: &[u8],
+    kind: &str,
+    valid_from: Option<Millis>,
+    valid_until: Option<Millis>,
+) -> Result<Option<Memory>> {
+    let sql = format!("SELECT {COLS} FROM memories WHERE {TWIN_WHERE}");
     Ok(conn
         .prepare_cached(&sql)?
-        .query_row(params![namespace, hash], from_row)
+        .query_row(
+            params![namespace, hash, kind, valid_from, valid_until],
+            from_row,
+        )
         .optional()?)
 }
 
@@ -335,4 +350,55 @@ pub fn stats(conn: &Connection) -> Result<Stats> {
         database_bytes: 0,
         ..Stats::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::store::Store;
+
+    fn new(name: Option<&str>, kind: &str, valid_from: Option<Millis>) -> NewMemory {
+        NewMemory {
+            namespace: "default".into(),
+            kind: kind.into(),
+            name: name.map(str::to_owned),
+            content: "ok".into(),
+            tags: Vec::new(),
+            importance: 0.5,
+            metadata: serde_json::json!({}),
+            valid_from,
+            valid_until: None,
+        }
+    }
+
+    #[test]
+    fn the_unnamed_twin_matches_content_kind_and_validity_through_the_hash_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&Config::for_db(dir.path().join("m.db"))).unwrap();
+        let hash = content_hash("ok");
+        store
+            .write(|tx| {
+                insert(tx, "m_named", &new(Some("n"), "note", None), 1)?;
+                let twin = |kind: &str, from| unnamed_twin(tx, "default", &hash, kind, from, None);
+                assert!(twin("note", None)?.is_none(), "a named memory is no twin");
+                insert(tx, "m_plain", &new(None, "note", None), 1)?;
+                assert_eq!(twin("note", None)?.map(|m| m.id), Some("m_plain".into()));
+                assert!(twin("episode", None)?.is_none());
+                assert!(twin("note", Some(5))?.is_none());
+                insert(tx, "m_dated", &new(None, "note", Some(5)), 1)?;
+                assert_eq!(twin("note", Some(5))?.map(|m| m.id), Some("m_dated".into()));
+                let plan: Vec<String> = tx
+                    .prepare(&format!(
+                        "EXPLAIN QUERY PLAN SELECT key FROM memories WHERE {TWIN_WHERE}"
+                    ))?
+                    .query_map(params!["default", hash, "note", 5, None::<i64>], |r| {
+                        r.get::<_, String>(3)
+                    })?
+                    .collect::<rusqlite::Result<_>>()?;
+                assert!(plan.iter().any(|p| p.contains("memories_hash")), "{plan:?}");
+                Ok(())
+            })
+            .unwrap();
+    }
 }

@@ -3,10 +3,13 @@
 //! `server/discover`).
 
 mod bad_input;
+mod cli;
 mod concurrency;
 mod durability;
+mod identity;
 mod protocol;
 mod queries;
+mod roots;
 mod support;
 mod tasks;
 mod tools;

@@ -6,7 +6,9 @@ use std::collections::{HashMap, HashSet};
 
 use rusqlite::Connection;
 
-use crate::engine::write::{DEFAULT_WEIGHT, RememberItem, snapshot};
+use crate::engine::write::{
+    DEFAULT_WEIGHT, RememberItem, existing_identity, same_memory, snapshot,
+};
 use crate::engine::{Engine, validate};
 use crate::error::{Error, Result};
 use crate::formats::{MemoryRecord, Ref, RelationRecord};
@@ -61,8 +63,9 @@ fn valid_id(id: &str, prefix: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// Finds the stored memory a record stands for: by import identity, by kept id, by name (the
-/// identity of named records), else by content.
+/// Finds the stored memory a record stands for: by import identity, by kept id, then as
+/// `remember` does (a named record by its name, an unnamed one by content, kind and validity
+/// among unnamed memories), except that an unnamed record with its own source id is new.
 fn classify(c: &Connection, rec: &MemoryRecord, new: &NewMemory) -> Result<Found> {
     let ns = &new.namespace;
     if let Some(ext) = &rec.ext
@@ -76,24 +79,28 @@ fn classify(c: &Connection, rec: &MemoryRecord, new: &NewMemory) -> Result<Found
     {
         return Ok(Found::Present(m.key));
     }
-    if let Some(name) = &new.name {
-        return match memories::by_name(c, ns, name, false)? {
-            Some(m) if rec.merge_by_name => Ok(Found::Merge(Box::new(m))),
-            Some(m) if m.content == new.content => Ok(Found::Present(m.key)),
-            Some(m) => Err(Error::Conflict {
-                reason: format!(
-                    "name {name:?} is taken in namespace {ns:?} by {} with other content",
-                    m.id
-                ),
-                hint: "rename one of them, or import into another namespace".into(),
-            }),
-            None => Ok(Found::New),
-        };
+    if foreign_identity(rec) && new.name.is_none() {
+        // Not imported before (above): a source's own record, even if another says the same.
+        return Ok(Found::New);
     }
-    match memories::by_hash(c, ns, &memories::content_hash(&new.content))? {
-        Some(m) => Ok(Found::Present(m.key)),
-        None => Ok(Found::New),
+    match (existing_identity(c, new)?, &new.name) {
+        (None, _) => Ok(Found::New),
+        (Some(m), Some(_)) if rec.merge_by_name => Ok(Found::Merge(Box::new(m))),
+        (Some(m), Some(name)) if !same_memory(&m, new) => Err(Error::Conflict {
+            reason: format!(
+                "name {name:?} is taken in namespace {ns:?} by {} with other content, kind or validity",
+                m.id
+            ),
+            hint: "rename one of them, or import into another namespace".into(),
+        }),
+        (Some(m), _) => Ok(Found::Present(m.key)),
     }
+}
+
+/// Whether a record carries an identity from its source other than a mnemograph id (a
+/// MemoryGraph memory's id, a LoCoMo turn): such records are told apart by that id alone.
+fn foreign_identity(rec: &MemoryRecord) -> bool {
+    rec.ext.is_some() && rec.id.is_none()
 }
 
 /// Where a relation end points: the memory a source id became, a stored id, or a name.
@@ -440,7 +447,8 @@ impl Engine {
     }
 
     /// What a batch would do, written nowhere. `seen` carries what earlier batches of the same
-    /// dry run would have added (identities: ext, name, content hash).
+    /// dry run would have added (identities: ext, id, name, unnamed content with kind and
+    /// validity).
     pub(super) fn dry_batch(
         &self,
         items: &[Item],
@@ -458,9 +466,15 @@ impl Engine {
                             rec.ext.as_ref().map(|e| format!("ext:{ns}:{e}")),
                             rec.id.as_ref().map(|e| format!("id:{e}")),
                             new.name.as_ref().map(|n| format!("name:{ns}:{n}")),
-                            new.name.is_none().then(|| {
+                            (new.name.is_none() && !foreign_identity(rec)).then(|| {
                                 let h = memories::content_hash(&new.content);
-                                format!("hash:{ns}:{}", hex(&h))
+                                format!(
+                                    "hash:{ns}:{}:{:?}:{:?}:{}",
+                                    new.kind,
+                                    new.valid_from,
+                                    new.valid_until,
+                                    hex(&h)
+                                )
                             }),
                         ]
                         .into_iter()

@@ -245,8 +245,12 @@ fn count_items(f: &SourceFile, src: &Source, format: Option<InFormat>) -> Option
     if last != b'\n' {
         n += 1;
     }
-    // The header line of an export is not an item.
-    Some(n.saturating_sub(u64::from(head.starts_with(b"{\"type\":\"header\""))))
+    // The header line of an export is not an item (its keys come in any order).
+    let head = head.strip_prefix(formats::BOM).unwrap_or(&head);
+    let first = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let header =
+        serde_json::from_slice::<serde_json::Value>(first).is_ok_and(|v| v["type"] == "header");
+    Some(n.saturating_sub(u64::from(header)))
 }
 
 fn open<'s>(f: &SourceFile, src: &'s Source) -> Result<Box<dyn BufRead + 's>> {

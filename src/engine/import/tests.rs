@@ -548,12 +548,10 @@ fn locomo_transcripts_become_linked_episodes_once() {
     let req = request(Source::Path("locomo.json".into()));
     let report = e.import(&req, &Progressing::default()).unwrap();
     assert_eq!(report.formats, vec!["locomo"]);
-    // Two turns of the published file repeat another turn's dia_id: same identity, kept once.
-    assert_eq!(
-        report.memories_added + report.memories_existing,
-        5_882 + 272
-    );
-    assert_eq!(report.memories_existing, 2, "{report:?}");
+    // Every turn is a memory of its own, also the two that repeat an earlier turn's words
+    // ("John: Take care, bye!" in conv-47, "Jolene: See you!" in conv-48).
+    assert_eq!(report.memories_added, 5_882 + 272, "{report:?}");
+    assert_eq!(report.memories_existing, 0, "{report:?}");
     assert_eq!(report.errors, 0, "{:?}", report.first_errors);
     // Each turn is part of its session, and every turn but a session's first follows another.
     assert_eq!(report.relations_added, 5_882 + 5_882 - 272);
@@ -604,4 +602,202 @@ fn a_file_that_vanishes_mid_import_is_reported_and_the_rest_kept() {
         1_500 + 2,
         "a.jsonl whole, c.md's document and chunk"
     );
+}
+
+#[test]
+fn imports_identify_records_as_remember_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    e.remember(&[RememberItem {
+        content: "ok".into(),
+        ..RememberItem::default()
+    }])
+    .unwrap()
+    .remove(0)
+    .unwrap();
+    let text = concat!(
+        "{\"type\":\"memory\",\"content\":\"ok\"}\n",
+        "{\"type\":\"memory\",\"content\":\"ok\",\"kind\":\"episode\"}\n",
+        "{\"type\":\"memory\",\"content\":\"ok\",\"valid_from\":\"2024-01-01T00:00:00Z\"}\n",
+        "{\"type\":\"memory\",\"content\":\"ok\",\"name\":\"turn-1\"}\n",
+        "{\"type\":\"memory\",\"content\":\"ok\",\"name\":\"turn-2\"}\n",
+        "{\"type\":\"memory\",\"content\":\"ok\",\"kind\":\"episode\"}\n",
+    );
+    let mut req = request(Source::Inline(text.into()));
+    req.dry_run = true;
+    let dry = e.import(&req, &Progressing::default()).unwrap();
+    req.dry_run = false;
+    let real = e.import(&req, &Progressing::default()).unwrap();
+    for r in [&dry, &real] {
+        assert_eq!(r.errors, 0, "{:?}", r.first_errors);
+        assert_eq!((r.memories_added, r.memories_existing), (4, 2), "{r:?}");
+    }
+    assert_eq!(e.stats().unwrap().memories, 5);
+    let again = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!((again.memories_added, again.memories_existing), (0, 6));
+
+    // Records with their own source ids are distinct even when their content is the same.
+    let mg = r#"{"format_version": "2.0", "memories": [
+        {"id": "a", "type": "chat", "content": "lol"},
+        {"id": "b", "type": "chat", "content": "lol"}], "relationships": []}"#;
+    let mut req = request(Source::Inline(mg.into()));
+    req.namespace = Some("mg".into());
+    let first = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!(first.formats, vec!["memorygraph"]);
+    assert_eq!((first.memories_added, first.memories_existing), (2, 0));
+    let second = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!((second.memories_added, second.memories_existing), (0, 2));
+}
+
+/// Remembers the last progress reported.
+#[derive(Default)]
+struct Last(Mutex<WorkProgress>);
+
+impl Control for Last {
+    fn report(&self, p: &WorkProgress) {
+        *self.0.lock().unwrap() = *p;
+    }
+    fn is_cancelled(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn files_with_a_byte_order_mark_and_crlf_line_ends_import_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    let a = engine_in(dir.path(), "a.db");
+    seed(&a);
+    let exported = export_jsonl(&a, false).replace('\n', "\r\n");
+    std::fs::write(dir.path().join("bom.jsonl"), format!("\u{feff}{exported}")).unwrap();
+    let mcp = "\u{feff}{\"type\":\"entity\",\"name\":\"Ada\",\"entityType\":\"person\",\"observations\":[\"wrote\"]}\r\n";
+    std::fs::write(dir.path().join("mcp.jsonl"), mcp).unwrap();
+    std::fs::write(
+        dir.path().join("note.md"),
+        "\u{feff}# Title\r\n\r\nBody text.\r\n",
+    )
+    .unwrap();
+    for (file, added, items) in [("bom.jsonl", 3, 4), ("mcp.jsonl", 1, 1), ("note.md", 2, 0)] {
+        let last = Last::default();
+        let mut req = request(Source::Path(file.into()));
+        req.namespace = Some(file.replace('.', "-"));
+        let r = e.import(&req, &last).unwrap();
+        assert_eq!(r.errors, 0, "{file}: {:?}", r.first_errors);
+        assert_eq!(r.memories_added, added, "{file}: {r:?}");
+        assert_eq!(last.0.lock().unwrap().total, items, "{file}");
+    }
+    let title = e
+        .get(
+            &[MemoryRef::Name {
+                namespace: "note-md".into(),
+                name: "note.md".into(),
+            }],
+            false,
+        )
+        .unwrap();
+    assert_eq!(title[0].memory.content, "Document note.md: Title");
+}
+
+fn jsonl_request() -> ExportRequest {
+    ExportRequest {
+        namespaces: None,
+        format: OutFormat::Jsonl,
+        subgraph: None,
+        vectors: false,
+        history: false,
+    }
+}
+
+fn partial_files(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".partial-"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn an_export_never_replaces_a_file_that_appears_just_before_it_is_put_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    seed(&e);
+    crate::engine::export::BEFORE_PUBLISH.with(|h| {
+        *h.borrow_mut() = Some(Box::new(|target: &std::path::Path| {
+            std::fs::write(target, "someone else's").unwrap();
+        }));
+    });
+    let res = e.export_to(
+        &jsonl_request(),
+        &ExportTarget::Path("late.jsonl".into()),
+        &Progressing::default(),
+    );
+    crate::engine::export::BEFORE_PUBLISH.with(|h| *h.borrow_mut() = None);
+    let err = res.expect_err("the file appeared: the export must fail");
+    assert!(err.to_string().contains("exists"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("late.jsonl")).unwrap(),
+        "someone else's"
+    );
+    assert_eq!(partial_files(dir.path()), Vec::<String>::new());
+    // Without a competitor the same export goes through.
+    let out = e
+        .export_to(
+            &jsonl_request(),
+            &ExportTarget::Path("mine.jsonl".into()),
+            &Progressing::default(),
+        )
+        .unwrap();
+    assert_eq!(out.counts.memories, 3);
+    assert_eq!(partial_files(dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn partial_files_of_dead_exports_are_removed_and_others_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    seed(&e);
+    let dead = {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        child.id()
+    };
+    let me = std::process::id();
+    let now = std::time::SystemTime::now();
+    let hour_ago = now - std::time::Duration::from_secs(3_600);
+    let days_ago = now - std::time::Duration::from_secs(3 * 86_400);
+    let files = [
+        // A dead export's leftover: removed.
+        (format!("a.jsonl.partial-{dead}"), hour_ago, false),
+        // Fresh: maybe another host's export still writing it.
+        (format!("b.jsonl.partial-{dead}"), now, true),
+        // A live process's, untouched for an hour: kept.
+        (format!("c.jsonl.partial-{me}"), hour_ago, true),
+        // Untouched for days: removed whoever wrote it.
+        (format!("d.jsonl.partial-{me}"), days_ago, false),
+        // Not our naming.
+        (format!("e.jsonl.partial-x{dead}"), days_ago, true),
+        (format!("f.partial-{dead}.txt"), days_ago, true),
+        (format!(".partial-{dead}"), days_ago, true),
+    ];
+    for (name, modified, _) in &files {
+        let path = dir.path().join(name);
+        std::fs::write(&path, "partial").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(*modified)
+            .unwrap();
+    }
+    e.export_to(
+        &jsonl_request(),
+        &ExportTarget::Path("out.jsonl".into()),
+        &Progressing::default(),
+    )
+    .unwrap();
+    for (name, _, kept) in &files {
+        assert_eq!(dir.path().join(name).exists(), *kept, "{name}");
+    }
 }
