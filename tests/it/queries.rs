@@ -203,7 +203,13 @@ async fn hybrid_recall_finds_meaning_and_explains_itself() {
             )
             .await;
         assert_eq!(v["hits"][0]["id"], json!(ids[1]), "{v}");
-        let stats = s.ok("stats", json!({})).await;
+        // The background job stores the vectors within a tick or so.
+        let mut stats = s.ok("stats", json!({})).await;
+        let waited = std::time::Instant::now();
+        while stats["vectors"] != 3 && waited.elapsed() < std::time::Duration::from_secs(20) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            stats = s.ok("stats", json!({})).await;
+        }
         assert_eq!(stats["embedding_model"], "minilm-static-256", "{stats}");
         assert_eq!(stats["vectors"], 3, "{stats}");
         s.stop().await;

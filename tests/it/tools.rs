@@ -83,13 +83,13 @@ async fn remember_recall_round_trip_and_idempotent_remember() {
             .await;
         assert_eq!(several.len(), 3, "{several:?}");
 
-        // The same content in the same namespace is stored once.
+        // The same unnamed content, kind and validity in the same namespace is stored once.
         let again = s
             .ok(
                 "remember",
                 json!({"memories": [
-                    {"content": "Alice drinks espresso every morning", "namespace": "rt"},
-                    {"content": "Alice drinks espresso every morning", "namespace": "elsewhere"}
+                    {"content": "Alice drinks espresso every morning", "namespace": "rt", "kind": "fact"},
+                    {"content": "Alice drinks espresso every morning", "namespace": "elsewhere", "kind": "fact"}
                 ]}),
             )
             .await;
