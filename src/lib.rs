@@ -9,6 +9,7 @@ pub mod error;
 pub mod formats;
 pub mod graph;
 pub mod index;
+mod lock;
 pub mod mcp;
 pub mod model;
 pub mod store;

@@ -1,18 +1,22 @@
 //! The engine's copy of the relation graph: loaded from SQLite in one snapshot, then kept in step
 //! by replaying the change log before each use (so a traversal sees every committed write).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::graph::MemoryGraph;
+use crate::lock;
 use crate::model::MemoryKey;
 use crate::store::changes::{self, ChangeOp};
 use crate::store::relations;
 
 /// The loaded graph and the change-log position it reflects.
 pub(crate) struct GraphState {
-    pub(crate) graph: MemoryGraph,
+    /// Shared with the walks running on it: a change copies it when a walk still holds it, so a
+    /// walk never holds the lock and never sees a change half-way.
+    pub(crate) graph: Arc<MemoryGraph>,
     pub(crate) seq: i64,
     /// When the graph last changed (the compact adjacency is rebuilt once it has been quiet).
     pub(crate) changed_at: Instant,
@@ -21,18 +25,14 @@ pub(crate) struct GraphState {
 /// How long the graph must be unchanged before its compact adjacency is rebuilt.
 const FREEZE_AFTER_QUIET: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Read access to a loaded graph (holds the read lock).
-pub(crate) struct GraphView<'a>(std::sync::RwLockReadGuard<'a, Option<GraphState>>);
+/// A snapshot of the loaded graph: the graph as of the call, immutable, held without a lock.
+pub(crate) struct GraphView(Arc<MemoryGraph>);
 
-impl std::ops::Deref for GraphView<'_> {
+impl std::ops::Deref for GraphView {
     type Target = MemoryGraph;
 
     fn deref(&self) -> &MemoryGraph {
-        &self
-            .0
-            .as_ref()
-            .expect("a view is only made of a loaded graph")
-            .graph
+        &self.0
     }
 }
 
@@ -43,6 +43,11 @@ pub struct GraphStats {
     pub relations: usize,
     pub bytes_per_relation: f64,
     pub load_ms: f64,
+}
+
+/// A graph a panic may have left half-changed is dropped and loaded again.
+fn unload(state: &mut Option<GraphState>) {
+    *state = None;
 }
 
 impl Engine {
@@ -69,16 +74,13 @@ impl Engine {
             }
             graph.freeze();
             Ok(GraphState {
-                graph,
+                graph: Arc::new(graph),
                 seq,
                 changed_at: Instant::now(),
             })
         })?;
         let ms = started.elapsed().as_secs_f64() * 1e3;
-        *self
-            .graph_load_ms
-            .lock()
-            .map_err(|_| Error::Internal("graph stats lock poisoned".into()))? = ms;
+        *lock::lock(&self.graph_load_ms) = ms;
         tracing::info!(
             nodes = state.graph.node_count(),
             relations = state.graph.edge_count(),
@@ -88,79 +90,83 @@ impl Engine {
         Ok(state)
     }
 
+    /// True when the graph is in memory (walks need not load it first).
+    pub(crate) fn graph_loaded(&self) -> bool {
+        lock::read_or_reset(&self.graph, unload).is_some()
+    }
+
     /// Loads the graph when not loaded yet, then applies the change log up to now.
     pub fn sync_graph(&self) -> Result<()> {
+        self.synced_graph().map(drop)
+    }
+
+    /// Rebuilds the compact adjacency of a graph that has been quiet for a while (background
+    /// job). Built on a snapshot without holding the lock; installed only if nothing changed
+    /// and no walk still holds the old snapshot (else a later tick tries again).
+    pub(crate) fn freeze_graph_if_quiet(&self) -> Result<()> {
+        let snapshot = {
+            let guard = lock::read_or_reset(&self.graph, unload);
+            match guard.as_ref() {
+                Some(s) if !s.graph.is_frozen() && s.changed_at.elapsed() >= FREEZE_AFTER_QUIET => {
+                    Arc::clone(&s.graph)
+                }
+                _ => return Ok(()),
+            }
+        };
+        let started = Instant::now();
+        let compact = snapshot.build_compact();
+        drop(snapshot);
+        let mut guard = lock::write_or_reset(&self.graph, unload);
+        let installed = guard
+            .as_mut()
+            .and_then(|s| Arc::get_mut(&mut s.graph))
+            .is_some_and(|g| g.install_compact(compact));
+        tracing::debug!(
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            installed,
+            "graph adjacency compacted"
+        );
+        Ok(())
+    }
+
+    /// A snapshot of the graph with every write committed before the call.
+    pub(crate) fn synced_graph(&self) -> Result<GraphView> {
         let target = self.store.read(changes::max_seq)?;
         {
-            let guard = self
-                .graph
-                .read()
-                .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
-            if guard.as_ref().is_some_and(|s| s.seq >= target) {
-                return Ok(());
+            let guard = lock::read_or_reset(&self.graph, unload);
+            if let Some(s) = guard.as_ref()
+                && s.seq >= target
+            {
+                return Ok(GraphView(Arc::clone(&s.graph)));
             }
         }
-        let mut guard = self
-            .graph
-            .write()
-            .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
+        let mut guard = lock::write_or_reset(&self.graph, unload);
         let state = match guard.as_mut() {
             Some(s) => s,
             None => guard.insert(self.load_graph()?),
         };
-        if state.seq >= target {
-            return Ok(());
-        }
-        self.store.snapshot(|c| {
-            let target = changes::max_seq(c)?;
-            for change in changes::since(c, state.seq, target)? {
-                apply(c, &mut state.graph, change)?;
+        if state.seq < target {
+            let seq = state.seq;
+            let graph = &mut state.graph;
+            let (target, changed) = self.store.snapshot(|c| {
+                let target = changes::max_seq(c)?;
+                let pending = changes::since(c, seq, target)?;
+                let changed = !pending.is_empty();
+                if changed {
+                    // Copies the graph only when a walk still holds this version.
+                    let g = Arc::make_mut(graph);
+                    for change in pending {
+                        apply(c, g, change)?;
+                    }
+                }
+                Ok((target, changed))
+            })?;
+            if changed {
+                state.changed_at = Instant::now();
             }
             state.seq = target;
-            state.changed_at = Instant::now();
-            Ok(())
-        })
-    }
-
-    /// Rebuilds the compact adjacency of a graph that has been quiet for a while (background job).
-    pub(crate) fn freeze_graph_if_quiet(&self) -> Result<()> {
-        let quiet = {
-            let guard = self
-                .graph
-                .read()
-                .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
-            guard.as_ref().is_some_and(|s| {
-                !s.graph.is_frozen() && s.changed_at.elapsed() >= FREEZE_AFTER_QUIET
-            })
-        };
-        if quiet {
-            let mut guard = self
-                .graph
-                .write()
-                .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
-            if let Some(s) = guard.as_mut() {
-                let started = Instant::now();
-                s.graph.freeze();
-                tracing::debug!(
-                    ms = started.elapsed().as_secs_f64() * 1e3,
-                    "graph adjacency compacted"
-                );
-            }
         }
-        Ok(())
-    }
-
-    /// A read view of the graph, synced with every write committed before the call.
-    pub(crate) fn synced_graph(&self) -> Result<GraphView<'_>> {
-        self.sync_graph()?;
-        let guard = self
-            .graph
-            .read()
-            .map_err(|_| Error::Internal("graph lock poisoned".into()))?;
-        if guard.is_none() {
-            return Err(Error::Internal("graph not loaded".into()));
-        }
-        Ok(GraphView(guard))
+        Ok(GraphView(Arc::clone(&state.graph)))
     }
 
     /// Runs `f` on the graph, synced with every write committed before the call.
@@ -171,10 +177,7 @@ impl Engine {
 
     /// Nodes, relations and memory of the in-memory graph.
     pub fn graph_stats(&self) -> Result<GraphStats> {
-        let load_ms = *self
-            .graph_load_ms
-            .lock()
-            .map_err(|_| Error::Internal("graph stats lock poisoned".into()))?;
+        let load_ms = *lock::lock(&self.graph_load_ms);
         self.with_graph(|g| GraphStats {
             nodes: g.node_count(),
             relations: g.edge_count(),

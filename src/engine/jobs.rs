@@ -6,6 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
+use crate::lock;
 use crate::model::{MemoryKey, Millis};
 use crate::store::memories;
 
@@ -54,17 +55,12 @@ impl Engine {
     }
 
     pub(crate) fn note_touched(&self, keys: impl Iterator<Item = MemoryKey>, now: Millis) {
-        if let Ok(mut t) = self.touched.lock() {
-            t.extend(keys.map(|k| (k, now)));
-        }
+        lock::lock(&self.touched).extend(keys.map(|k| (k, now)));
     }
 
     /// Writes recorded accesses to the database.
     pub(crate) fn flush_touched(&self) {
-        let batch = match self.touched.lock() {
-            Ok(mut t) => std::mem::take(&mut *t),
-            Err(_) => return,
-        };
+        let batch = std::mem::take(&mut *lock::lock(&self.touched));
         if batch.is_empty() {
             return;
         }
@@ -133,12 +129,7 @@ fn run(weak: Weak<Engine>) {
             jobs.push(Job::SyncVectors);
         }
         jobs.push(Job::FreezeGraph);
-        if engine
-            .touched
-            .lock()
-            .map(|t| !t.is_empty())
-            .unwrap_or(false)
-        {
+        if !lock::lock(&engine.touched).is_empty() {
             jobs.push(Job::FlushAccess);
         }
         if engine.text.holds_writer() && last_index.elapsed() > WRITER_IDLE {

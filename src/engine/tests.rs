@@ -810,3 +810,75 @@ mod semantic {
         assert_eq!(ids(&p.hits), before);
     }
 }
+
+fn knows(from: &str, to: &str) -> RelateItem {
+    RelateItem {
+        from: from.into(),
+        to: to.into(),
+        kind: "knows".into(),
+        weight: Some(0.5),
+        metadata: None,
+        namespace: None,
+    }
+}
+
+#[test]
+fn a_walk_holds_a_snapshot_and_never_blocks_writers_or_other_graph_reads() {
+    let (_d, e) = temp_engine();
+    let a = remember_one(&e, item("node a"));
+    let b = remember_one(&e, item("node b"));
+    let c = remember_one(&e, item("node c"));
+    e.relate(&[knows(&a, &b)]).unwrap().remove(0).unwrap();
+    let e = Arc::new(e);
+    // A long walk in progress: it holds its snapshot of the graph the whole time.
+    let walk = e.synced_graph().unwrap();
+    assert_eq!(walk.edge_count(), 1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let other = Arc::clone(&e);
+    let (a2, c2) = (a.clone(), c.clone());
+    std::thread::spawn(move || {
+        other.relate(&[knows(&a2, &c2)]).unwrap().remove(0).unwrap();
+        let edges = other.with_graph(|g| g.edge_count()).unwrap();
+        let _ = tx.send(edges);
+    });
+    let edges = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("a write and a graph read finish while a walk runs");
+    assert_eq!(edges, 2, "the next graph read sees the write");
+    assert_eq!(walk.edge_count(), 1, "the walk's snapshot is unchanged");
+}
+
+#[test]
+fn a_panic_in_a_write_or_a_graph_change_leaves_the_engine_working() {
+    let (_d, e) = temp_engine();
+    let a = remember_one(&e, item("node a"));
+    let b = remember_one(&e, item("node b"));
+    e.relate(&[knows(&a, &b)]).unwrap().remove(0).unwrap();
+    e.sync_graph().unwrap();
+    // A panic inside a write transaction.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        e.store
+            .write(|_| -> crate::error::Result<()> { panic!("forced") })
+    }));
+    assert!(panicked.is_err());
+    // A panic while the graph is being changed.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _g = e.graph.write();
+        panic!("forced");
+    }));
+    assert!(panicked.is_err());
+    // The same for the vector state and the writer of every other lock.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _v = e.vectors.write();
+        panic!("forced");
+    }));
+    assert!(panicked.is_err());
+    let c = remember_one(&e, item("node c written after the panics"));
+    e.relate(&[knows(&a, &c)]).unwrap().remove(0).unwrap();
+    assert_eq!(
+        e.with_graph(|g| g.edge_count()).unwrap(),
+        2,
+        "graph reloaded"
+    );
+    assert_eq!(recall_ids(&e, "panics"), [c]);
+}

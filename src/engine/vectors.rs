@@ -3,8 +3,8 @@
 //! reads, dumped again by the background job.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
 use rayon::prelude::*;
@@ -13,6 +13,7 @@ use crate::embed::{Embedder, check_output};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::index::vector::{LoadState, Scope, VectorIndex, unit_similarity};
+use crate::lock;
 use crate::model::MemoryKey;
 use crate::store::vectors::{self, Unembedded};
 use crate::store::{changes, memories};
@@ -125,7 +126,7 @@ impl Engine {
     }
 
     pub(crate) fn vectors_loaded(&self) -> bool {
-        self.vectors.read().is_ok_and(|g| g.is_some())
+        lock::read_or_reset(&self.vectors, unload).is_some()
     }
 
     /// Loads the vector index from its dump (or an empty one to be rebuilt) when not loaded yet.
@@ -150,7 +151,7 @@ impl Engine {
         }
         // Loading can take a second at 100k vectors: hold only the sync lock meanwhile, so
         // readers that do not wait see "not loaded" at once instead of blocking on the RwLock.
-        let _one_loader = self.vector_sync.lock().map_err(poisoned)?;
+        let _one_loader = lock::lock(&self.vector_sync);
         if self.vectors_loaded() {
             return Ok(true);
         }
@@ -170,7 +171,7 @@ impl Engine {
             }
         }
         let dumped_seq = index.seq();
-        *self.vectors.write().map_err(poisoned)? = Some(VectorState {
+        *lock::write_or_reset(&self.vectors, unload) = Some(VectorState {
             index,
             dumped_seq,
             dumped_at: Instant::now(),
@@ -192,9 +193,7 @@ impl Engine {
     /// True when the index moved since its last dump or lags the change log's `head` (cheap
     /// check for the background loop, which reads the head once for every index).
     pub(crate) fn vectors_behind(&self, head: Option<i64>) -> bool {
-        let Ok(guard) = self.vectors.read() else {
-            return false;
-        };
+        let guard = lock::read_or_reset(&self.vectors, unload);
         let Some(state) = guard.as_ref() else {
             return false;
         };
@@ -203,10 +202,7 @@ impl Engine {
     }
 
     fn vector_seq(&self) -> Result<i64> {
-        Ok(self
-            .vectors
-            .read()
-            .map_err(poisoned)?
+        Ok(lock::read_or_reset(&self.vectors, unload)
             .as_ref()
             .map_or(0, |s| s.index.seq()))
     }
@@ -232,9 +228,9 @@ impl Engine {
                         return Ok(VectorSync::Behind(lag));
                     }
                 }
-                self.vector_sync.lock().map_err(poisoned)?
+                lock::lock(&self.vector_sync)
             }
-            Err(std::sync::TryLockError::Poisoned(_)) => return Err(poisoned(())),
+            Err(std::sync::TryLockError::Poisoned(_)) => lock::lock(&self.vector_sync),
         };
         let target = self.store.read(changes::max_seq)?;
         let mut seq = self.vector_seq()?;
@@ -356,7 +352,7 @@ impl Engine {
     }
 
     fn with_vector_index<T>(&self, f: impl FnOnce(&VectorIndex) -> T) -> Result<T> {
-        let guard = self.vectors.read().map_err(poisoned)?;
+        let guard = lock::read_or_reset(&self.vectors, unload);
         let state = guard
             .as_ref()
             .ok_or_else(|| Error::Internal("vector index not loaded".into()))?;
@@ -388,10 +384,7 @@ impl Engine {
         if let VectorSync::Behind(_) = sync {
             self.mark_dirty();
         }
-        let overlay = self
-            .vector_overlay
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let overlay = lock::read_or_reset(&self.vector_overlay, reset_overlay);
         let n_over = overlay.items.len();
         let found = self.with_vector_index(|ix| ix.search(&q[0], k + n_over, scope))?;
         let mut hits: Vec<(MemoryKey, f32)> = found
@@ -427,10 +420,7 @@ impl Engine {
         let head = self.store.read(changes::max_seq)?;
         let applied = self.vector_seq()?;
         let from = {
-            let mut overlay = self
-                .vector_overlay
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut overlay = lock::write_or_reset(&self.vector_overlay, reset_overlay);
             overlay.items.retain(|_, (seq, _)| *seq > applied);
             if overlay.head < applied {
                 overlay.head = applied;
@@ -472,10 +462,7 @@ impl Engine {
         let fresh = embed_parallel(e, &texts)?;
         let mut computed: std::collections::HashMap<MemoryKey, Vec<f32>> =
             todo.iter().map(|m| m.key).zip(fresh).collect();
-        let mut overlay = self
-            .vector_overlay
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut overlay = lock::write_or_reset(&self.vector_overlay, reset_overlay);
         for (key, seq) in changed {
             let vector = if live.contains_key(&key) {
                 have.remove(&key)
@@ -500,7 +487,7 @@ impl Engine {
         // Under the read lock, so searches go on while the files are written; only the
         // bookkeeping takes the write lock.
         let (seq, started) = {
-            let guard = self.vectors.read().map_err(poisoned)?;
+            let guard = lock::read_or_reset(&self.vectors, unload);
             let Some(state) = guard.as_ref() else {
                 return Ok(());
             };
@@ -525,7 +512,7 @@ impl Engine {
                 None => return Ok(()), // vectors were staged meanwhile
             }
         };
-        let mut guard = self.vectors.write().map_err(poisoned)?;
+        let mut guard = lock::write_or_reset(&self.vectors, unload);
         if let Some(state) = guard.as_mut() {
             state.dumped_seq = state.dumped_seq.max(seq);
             state.dumped_at = Instant::now();
@@ -545,7 +532,7 @@ impl Engine {
             return Ok(0);
         };
         {
-            let mut guard = self.vectors.write().map_err(poisoned)?;
+            let mut guard = lock::write_or_reset(&self.vectors, unload);
             *guard = Some(VectorState {
                 index: VectorIndex::new(e.model_id(), e.dim()),
                 dumped_seq: -1,
@@ -562,8 +549,14 @@ impl Engine {
 /// How often a changing vector index is written to disk.
 const DUMP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
-fn poisoned<T>(_: T) -> Error {
-    Error::Internal("vector index lock poisoned".into())
+/// A vector state a panic may have left half-changed is dropped and loaded again.
+fn unload(state: &mut Option<VectorState>) {
+    *state = None;
+}
+
+/// An overlay a panic may have left half-changed is emptied; reads then fill it again.
+fn reset_overlay(overlay: &mut VectorOverlay) {
+    *overlay = VectorOverlay::default();
 }
 
 #[cfg(test)]
@@ -606,7 +599,7 @@ mod tests {
             .remove(0)
             .unwrap()
             .id;
-        assert_eq!(vector_ids(&e, "kitten napping"), [first.clone()]);
+        assert_eq!(vector_ids(&e, "kitten napping"), [first.as_str()]);
         // The background job is busy catching up (it holds the catch-up lock) from now on.
         let busy = e.vector_sync.lock().unwrap();
         let (done, finished) = std::sync::mpsc::channel();

@@ -6,6 +6,7 @@ pub mod paths;
 pub mod traverse;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use petgraph::Direction as PetDirection;
 use petgraph::stable_graph::{EdgeIndex, NodeIndex, StableDiGraph};
@@ -49,8 +50,9 @@ pub enum Direction {
     Both,
 }
 
-/// Adjacency of all live relations between live memories.
-#[derive(Default)]
+/// Adjacency of all live relations between live memories. Cloning copies the petgraph graph and
+/// shares the compact adjacency.
+#[derive(Default, Clone)]
 pub struct MemoryGraph {
     g: StableDiGraph<Key, EdgeData, u32>,
     /// Node of each memory key (keys are dense row ids); `NONE` where the memory has no node.
@@ -58,7 +60,16 @@ pub struct MemoryGraph {
     kinds: Vec<String>,
     kind_ids: HashMap<String, KindId>,
     /// Compact adjacency for walks; `None` after any change until [`MemoryGraph::freeze`].
-    frozen: Option<frozen::Frozen>,
+    frozen: Option<Arc<frozen::Frozen>>,
+    /// Counts changes, so a compact adjacency built from a copy is only installed unchanged.
+    version: u64,
+}
+
+/// A compact adjacency built from one state of a graph, to install later without holding the
+/// graph meanwhile (see [`MemoryGraph::build_compact`]).
+pub struct Compact {
+    frozen: Arc<frozen::Frozen>,
+    version: u64,
 }
 
 impl MemoryGraph {
@@ -70,6 +81,7 @@ impl MemoryGraph {
             kinds: Vec::new(),
             kind_ids: HashMap::new(),
             frozen: None,
+            version: 0,
         }
     }
 
@@ -164,14 +176,14 @@ impl MemoryGraph {
         };
         let (a, b) = (self.node(src), self.node(dst));
         self.g.add_edge(a, b, data);
-        self.frozen = None;
+        self.changed();
     }
 
     fn insert_edge_unchecked(&mut self, row: &EdgeRow) {
         let data = self.data(row);
         let (a, b) = (self.node(row.src), self.node(row.dst));
         self.g.add_edge(a, b, data);
-        self.frozen = None;
+        self.changed();
     }
 
     fn find(&self, relation: i64, src: Key, dst: Key) -> Option<EdgeIndex<u32>> {
@@ -188,7 +200,7 @@ impl MemoryGraph {
             Some(e) => {
                 let data = self.data(row);
                 self.g[e] = data;
-                self.frozen = None;
+                self.changed();
             }
             None => self.insert_edge_unchecked(row),
         }
@@ -198,7 +210,7 @@ impl MemoryGraph {
     pub fn remove_edge(&mut self, relation: i64, src: Key, dst: Key) {
         if let Some(e) = self.find(relation, src, dst) {
             self.g.remove_edge(e);
-            self.frozen = None;
+            self.changed();
             self.drop_if_isolated(src);
             self.drop_if_isolated(dst);
         }
@@ -209,7 +221,7 @@ impl MemoryGraph {
             && self.g.neighbors_undirected(n).next().is_none()
         {
             self.g.remove_node(n);
-            self.frozen = None;
+            self.changed();
             self.nodes[key as usize] = NONE;
         }
     }
@@ -220,7 +232,7 @@ impl MemoryGraph {
             self.nodes[key as usize] = NONE;
             let neighbours: Vec<Key> = self.g.neighbors_undirected(n).map(|m| self.g[m]).collect();
             self.g.remove_node(n);
-            self.frozen = None;
+            self.changed();
             for k in neighbours {
                 self.drop_if_isolated(k);
             }
@@ -361,8 +373,33 @@ impl MemoryGraph {
     /// that are read more than written; cheap to skip.
     pub fn freeze(&mut self) {
         if self.frozen.is_none() {
-            self.frozen = Some(frozen::Frozen::build(&self.g, self.node_bound()));
+            let c = self.build_compact();
+            self.install_compact(c);
         }
+    }
+
+    /// Builds the compact adjacency of the graph as it is now, without changing it.
+    pub fn build_compact(&self) -> Compact {
+        Compact {
+            frozen: Arc::new(frozen::Frozen::build(&self.g, self.node_bound())),
+            version: self.version,
+        }
+    }
+
+    /// Installs a compact adjacency built by [`MemoryGraph::build_compact`]; false (and nothing
+    /// installed) when the graph changed since.
+    pub fn install_compact(&mut self, c: Compact) -> bool {
+        if c.version != self.version {
+            return false;
+        }
+        self.frozen = Some(c.frozen);
+        true
+    }
+
+    /// Drops the compact adjacency after a change.
+    fn changed(&mut self) {
+        self.frozen = None;
+        self.version += 1;
     }
 
     /// True while the compact adjacency is current.

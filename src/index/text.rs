@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Mutex, MutexGuard, RwLock};
 
 use tantivy::collector::TopDocs;
 use tantivy::directory::MmapDirectory;
@@ -27,6 +27,7 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Te
 
 use crate::error::Result;
 use crate::index::tokenize::WordTokenizer;
+use crate::lock;
 use crate::model::{LogPosition, MemoryKey, Millis, NamespaceScope, RecallQuery};
 
 /// Bumped whenever the schema, the analyzer or the payload changes; an index of another version
@@ -324,11 +325,7 @@ impl TextIndex {
     /// holds tantivy's writer lock. A writer left behind by a panic is dropped (its uncommitted
     /// changes with it) and taken anew: the committed index is intact either way.
     fn writer_guard(&self) -> Result<Option<MutexGuard<'_, Option<IndexWriter>>>> {
-        let mut guard = self.writer.lock().unwrap_or_else(|poisoned| {
-            let mut g = poisoned.into_inner();
-            *g = None;
-            g
-        });
+        let mut guard = lock::lock_or_reset(&self.writer, |w| *w = None);
         if guard.is_none() {
             match self.index.writer_with_num_threads(1, self.writer_bytes) {
                 Ok(w) => *guard = Some(w),
@@ -357,7 +354,7 @@ impl TextIndex {
         drop(guard);
         self.reader.reload()?;
         self.reader_seq.store(0, Ordering::Release);
-        *self.overlay.write().unwrap_or_else(PoisonError::into_inner) = None;
+        *lock::write_or_reset(&self.overlay, |o| *o = None) = None;
         Ok(true)
     }
 
@@ -365,11 +362,7 @@ impl TextIndex {
     /// segments holding deleted documents are merged, which purges them: BM25 statistics then
     /// count only live memories, exactly as in an index rebuilt from the database.
     pub fn release_writer(&self) {
-        let taken = self
-            .writer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let taken = lock::lock_or_reset(&self.writer, |w| *w = None).take();
         let Some(mut writer) = taken else { return };
         match self.index.searchable_segment_metas() {
             Ok(metas) => {
@@ -396,10 +389,7 @@ impl TextIndex {
 
     /// True while this process holds the writer.
     pub fn holds_writer(&self) -> bool {
-        self.writer
-            .lock()
-            .map(|g| g.is_some())
-            .unwrap_or_else(|p| p.into_inner().is_some())
+        lock::lock_or_reset(&self.writer, |w| *w = None).is_some()
     }
 
     /// Number of indexed memories.
@@ -412,7 +402,7 @@ impl TextIndex {
     /// the index catches up).
     pub fn position(&self) -> Result<TextPosition> {
         let committed = self.reader_seq();
-        let mut guard = self.overlay.write().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = lock::write_or_reset(&self.overlay, |o| *o = None);
         let Some(overlay) = guard.as_mut() else {
             return Ok(TextPosition {
                 committed,
@@ -463,11 +453,11 @@ impl TextIndex {
     /// memory's newest change. The overlay must already hold everything from the committed
     /// position to where these changes start (see [`TextIndex::position`]).
     pub fn extend_overlay(&self, ops: Vec<(i64, TextOp)>, head: i64) -> Result<()> {
-        let mut guard = self.overlay.write().unwrap_or_else(PoisonError::into_inner);
-        if guard.is_none() {
-            *guard = Some(Overlay::new(self.index.schema())?);
-        }
-        let overlay = guard.as_mut().expect("made above");
+        let mut guard = lock::write_or_reset(&self.overlay, |o| *o = None);
+        let overlay = match guard.as_mut() {
+            Some(o) => o,
+            None => guard.insert(Overlay::new(self.index.schema())?),
+        };
         let mut counter = TokenCounter::new();
         let res = (|| -> Result<()> {
             for (seq, op) in &ops {
@@ -626,7 +616,7 @@ impl TextIndex {
             return Ok(Vec::new());
         };
         let searcher = self.reader.searcher();
-        let guard = self.overlay.read().unwrap_or_else(PoisonError::into_inner);
+        let guard = lock::read_or_reset(&self.overlay, |o| *o = None);
         let overlay = guard.as_ref().filter(|o| !o.keys.is_empty());
         let Some(overlay) = overlay else {
             let stats = LiveStatistics::new(&searcher, self.fields);

@@ -19,6 +19,7 @@ use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::lock;
 
 pub use schema::{OLDEST_SUPPORTED_SCHEMA, SCHEMA_VERSION};
 
@@ -75,19 +76,14 @@ impl Store {
     /// Runs `f` on a read connection (a consistent snapshot for the duration of `f` when it opens
     /// a transaction; otherwise each statement sees the latest commit).
     pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let conn = self
-            .readers
-            .lock()
-            .map_err(|_| Error::Internal("reader pool poisoned".into()))?
-            .pop();
+        let conn = lock::lock(&self.readers).pop();
         let conn = match conn {
             Some(c) => c,
             None => open_connection(&self.path, self.busy_timeout)?,
         };
         let res = f(&conn);
-        if let Ok(mut pool) = self.readers.lock()
-            && pool.len() < MAX_IDLE_READERS
-        {
+        let mut pool = lock::lock(&self.readers);
+        if pool.len() < MAX_IDLE_READERS {
             pool.push(conn);
         }
         res
@@ -104,12 +100,15 @@ impl Store {
     }
 
     /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`, so concurrent writers queue on the
-    /// busy timeout instead of failing); commits when `f` succeeds, rolls back otherwise.
+    /// busy timeout instead of failing); commits when `f` succeeds, rolls back otherwise. A panic
+    /// in `f` rolls back too (the transaction is dropped while unwinding), and the next write
+    /// goes on with the same connection.
     pub fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = self
-            .writer
-            .lock()
-            .map_err(|_| Error::Internal("writer connection poisoned".into()))?;
+        let mut conn = lock::lock(&self.writer);
+        if !conn.is_autocommit() {
+            // Only when a rollback while unwinding failed: never start inside a stale transaction.
+            conn.execute_batch("ROLLBACK")?;
+        }
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let out = f(&tx)?;
         tx.commit()?;
@@ -236,6 +235,23 @@ mod tests {
                 assert!(failed.is_err());
                 Ok(())
             })
+            .unwrap();
+        assert_eq!(store.read(changes::max_seq).unwrap(), 1);
+    }
+
+    #[test]
+    fn a_write_that_panics_is_rolled_back_and_the_next_write_succeeds() {
+        let (_dir, store) = temp_store();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            store.write(|tx| -> Result<()> {
+                changes::log_relation(tx, 1)?;
+                panic!("forced");
+            })
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(store.read(changes::max_seq).unwrap(), 0, "rolled back");
+        store
+            .write(|tx| changes::log_relation(tx, 2).map(drop))
             .unwrap();
         assert_eq!(store.read(changes::max_seq).unwrap(), 1);
     }

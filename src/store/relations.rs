@@ -232,6 +232,12 @@ pub fn count(conn: &Connection) -> Result<usize> {
     Ok(conn.query_row("SELECT count(*) FROM relations", [], |r| r.get::<_, i64>(0))? as usize)
 }
 
+/// An upper bound of the number of relations, read in O(log n) (the largest key).
+pub fn approximate_count(conn: &Connection) -> Result<usize> {
+    let max: Option<i64> = conn.query_row("SELECT max(key) FROM relations", [], |r| r.get(0))?;
+    Ok(max.unwrap_or(0).max(0) as usize)
+}
+
 /// Keys of forgotten memories.
 pub fn forgotten_memory_keys(conn: &Connection) -> Result<Vec<i64>> {
     let mut stmt = conn.prepare("SELECT key FROM memories WHERE deleted_at IS NOT NULL")?;
