@@ -137,7 +137,10 @@ fn report(samples: &[Duration], written: usize, warned: usize, last_ms: f64) -> 
     };
     let p99 = ms(0.99);
     let mut out = String::new();
-    let _ = writeln!(out, "# Recall in a reading process while {WRITERS} processes write\n");
+    let _ = writeln!(
+        out,
+        "# Recall in a reading process while {WRITERS} processes write\n"
+    );
     let _ = writeln!(out, "Machine: {}", fixture::machine());
     let _ = writeln!(
         out,

@@ -95,11 +95,25 @@ pub(super) fn import(
     let caught_up = if dry_run {
         Ok(())
     } else {
-        catch_up_text(engine)
+        catch_up_text(engine).and_then(|()| write_vector_file(engine))
     };
     let clean = res?;
     caught_up?;
     Ok(clean)
+}
+
+/// Writes the compact vector file from the stored vectors, so the next process searches by
+/// meaning from its first call (its HNSW graph is built in the background meanwhile).
+fn write_vector_file(engine: &Engine) -> anyhow::Result<()> {
+    let started = Instant::now();
+    if let Some(n) = engine.write_flat_from_store()? {
+        writeln!(
+            std::io::stdout().lock(),
+            "vector file: {n} vectors written in {:.1} s",
+            started.elapsed().as_secs_f64()
+        )?;
+    }
+    Ok(())
 }
 
 /// Indexes the text of what the import wrote, saying so on stderr (it takes seconds at 100,000

@@ -100,21 +100,26 @@ fn sample_reach(
 
 impl Engine {
     /// When the relation graph is not in memory yet and loading it is not quick, the cost of
-    /// loading it (the walk itself comes on top): the call then becomes a task at once, and the
-    /// task waits for the graph instead of the caller.
-    fn unloaded_graph(&self) -> Result<Option<Estimate>> {
+    /// loading it and of the walk at its bound: a large call then becomes a task at once, and
+    /// the task waits for the graph instead of the caller.
+    ///
+    /// Without the graph the walk cannot be sampled: it is taken at its bound, `max_nodes` nodes
+    /// (at most one per relation) at `per_node` µs each.
+    fn unloaded_graph(&self, max_nodes: usize, per_node: f64) -> Result<Option<Estimate>> {
         if self.graph_loaded() {
             return Ok(None);
         }
         let relations = self
             .store
             .read(crate::store::relations::approximate_count)?;
-        let ms = relations as f64 * LOAD_US / 1e3;
-        Ok((ms >= LOAD_INLINE_MS).then(|| Estimate {
+        let load_ms = relations as f64 * LOAD_US / 1e3;
+        let reach = max_nodes.min(relations + 1) as f64;
+        let ms = load_ms + reach * per_node / 1e3;
+        Ok((load_ms >= LOAD_INLINE_MS).then(|| Estimate {
             ms,
-            reach: 0.0,
+            reach,
             basis: format!(
-                "the relation graph (~{relations} relations) is loading; ~{ms:.0} ms before the walk starts"
+                "the relation graph (~{relations} relations) is loading (~{load_ms:.0} ms); then up to {reach:.0} nodes × {per_node:.1} µs"
             ),
         }))
     }
@@ -125,7 +130,16 @@ impl Engine {
         req: &TraverseRequest,
         seeds: &[MemoryKey],
     ) -> Result<Estimate> {
-        if let Some(loading) = self.unloaded_graph()? {
+        let mut per_node = WALK_US;
+        if req.focus.is_some() {
+            per_node += FOCUS_US;
+        }
+        match req.shape {
+            Shape::Paths => per_node += PATHS_US,
+            Shape::Subgraph => per_node += SUBGRAPH_US,
+            Shape::Nodes => {}
+        }
+        if let Some(loading) = self.unloaded_graph(req.max_nodes, per_node)? {
             return Ok(loading);
         }
         let view = self.synced_graph()?;
@@ -139,15 +153,6 @@ impl Engine {
         });
         let (reach, basis) =
             sample_reach(graph, &keys, req.direction, kinds, req.depth, req.max_nodes);
-        let mut per_node = WALK_US;
-        if req.focus.is_some() {
-            per_node += FOCUS_US;
-        }
-        match req.shape {
-            Shape::Paths => per_node += PATHS_US,
-            Shape::Subgraph => per_node += SUBGRAPH_US,
-            Shape::Nodes => {}
-        }
         let ms = reach * per_node / 1e3 + req.limit as f64 * 0.02;
         Ok(Estimate {
             ms,
@@ -168,7 +173,7 @@ impl Engine {
             .read(|c| crate::engine::write::lookup(c, from, false))?
             .map(|m| m.key.0);
         if key.is_some()
-            && let Some(loading) = self.unloaded_graph()?
+            && let Some(loading) = self.unloaded_graph(usize::MAX, DIJKSTRA_US * (k + 1) as f64)?
         {
             return Ok(loading);
         }

@@ -129,6 +129,28 @@ impl Engine {
         Ok(())
     }
 
+    /// [`Engine::synced_graph`] for work that can be cancelled: while another thread (the
+    /// background job) loads the graph, waits for it checking `cancelled` every 10 ms, so a
+    /// task cancelled meanwhile ends at once.
+    pub(crate) fn synced_graph_or_cancelled(
+        &self,
+        cancelled: impl Fn() -> bool,
+    ) -> Result<GraphView> {
+        while !self.graph_loaded() {
+            if cancelled() {
+                return Err(crate::error::Error::Cancelled);
+            }
+            match self.graph_loading.try_lock() {
+                // Nobody loads it: this call does.
+                Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => break,
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
+        }
+        self.synced_graph()
+    }
+
     /// A snapshot of the graph with every write committed before the call.
     pub(crate) fn synced_graph(&self) -> Result<GraphView> {
         let target = self.store.read(changes::max_seq)?;
@@ -138,6 +160,18 @@ impl Engine {
                 && s.seq >= target
             {
                 return Ok(GraphView(Arc::clone(&s.graph)));
+            }
+        }
+        if !self.graph_loaded() {
+            // Loaded outside the lock (a second or so at a million relations), so calls that
+            // only ask whether it is loaded, or could use an older snapshot, never wait for it.
+            let _one_loader = lock::lock(&self.graph_loading);
+            if !self.graph_loaded() {
+                let loaded = self.load_graph()?;
+                let mut guard = lock::write_or_reset(&self.graph, unload);
+                if guard.is_none() {
+                    *guard = Some(loaded);
+                }
             }
         }
         let mut guard = lock::write_or_reset(&self.graph, unload);

@@ -4,6 +4,7 @@
 
 mod estimate;
 pub mod export;
+mod flat;
 mod graph;
 pub mod import;
 mod jobs;
@@ -49,6 +50,8 @@ pub struct Engine {
     /// The relation graph, loaded on first use (or by the background job at start).
     graph: RwLock<Option<graph::GraphState>>,
     graph_load_ms: Mutex<f64>,
+    /// Held while the graph loads, so two callers do not both load it.
+    graph_loading: Mutex<()>,
     /// The embedding provider (None: recall is text-only).
     embedder: Option<Arc<dyn Embedder>>,
     /// The vector index, loaded on first use (or by the background job at start).
@@ -57,6 +60,8 @@ pub struct Engine {
     vector_sync: Mutex<()>,
     /// Memories changed after what the vector index applied, searched beside it by reads.
     vector_overlay: RwLock<vectors::VectorOverlay>,
+    /// The compact vector file searched while the index loads, and when it was last written.
+    flat: Mutex<flat::FlatState>,
     /// Set while the background job loads the vector index; reads then answer by text instead
     /// of waiting.
     vectors_loading: AtomicBool,
@@ -93,10 +98,12 @@ impl Engine {
             touched: Mutex::new(Vec::new()),
             graph: RwLock::new(None),
             graph_load_ms: Mutex::new(0.0),
+            graph_loading: Mutex::new(()),
             embedder,
             vectors: RwLock::new(None),
             vector_sync: Mutex::new(()),
             vector_overlay: RwLock::new(vectors::VectorOverlay::default()),
+            flat: Mutex::new(flat::FlatState::default()),
             vectors_loading: AtomicBool::new(false),
             bulk: std::sync::atomic::AtomicUsize::new(0),
             background: AtomicBool::new(false),

@@ -240,6 +240,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
+    use crate::engine::tests::copy_db;
     use crate::engine::{Engine, RememberItem};
     use crate::model::{MemoryPatch, MemoryRef, RecallMode, RecallQuery};
 
@@ -275,21 +276,6 @@ mod tests {
 
     fn ids(e: &Engine, q: &str) -> Vec<String> {
         hits(e, q).into_iter().map(|(id, _)| id).collect()
-    }
-
-    /// Copies the database file (the engine on it is closed, so the log is checkpointed).
-    fn copy_db(from: &std::path::Path, to: &std::path::Path) {
-        std::fs::copy(from, to).unwrap();
-        for ext in ["-wal", "-shm"] {
-            let mut f = from.as_os_str().to_owned();
-            f.push(ext);
-            let mut t = to.as_os_str().to_owned();
-            t.push(ext);
-            let _ = std::fs::remove_file(&t);
-            if std::path::Path::new(&f).exists() {
-                std::fs::copy(&f, &t).unwrap();
-            }
-        }
     }
 
     // Restoring a backup of the database beside a newer text index used to go unnoticed: the

@@ -4,6 +4,21 @@ use super::*;
 use crate::error::Error;
 use crate::model::{MemoryPatch, MemoryRef, NamespaceScope, RecallMode, RecallQuery};
 
+/// Copies the database file (the engine on it is closed, so the log is checkpointed).
+pub(crate) fn copy_db(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::copy(from, to).unwrap();
+    for ext in ["-wal", "-shm"] {
+        let mut f = from.as_os_str().to_owned();
+        f.push(ext);
+        let mut t = to.as_os_str().to_owned();
+        t.push(ext);
+        let _ = std::fs::remove_file(&t);
+        if std::path::Path::new(&f).exists() {
+            std::fs::copy(&f, &t).unwrap();
+        }
+    }
+}
+
 fn temp_engine() -> (tempfile::TempDir, Engine) {
     let dir = tempfile::tempdir().expect("temp dir");
     let engine = Engine::open(Config::for_db(dir.path().join("memory.db"))).expect("open");

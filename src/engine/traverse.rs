@@ -337,7 +337,7 @@ impl Engine {
             ..req.clone()
         };
         let seeds = self.check_traverse(&check)?;
-        let view = self.synced_graph()?;
+        let view = self.synced_graph_or_cancelled(|| ctl.is_cancelled())?;
         let graph: &MemoryGraph = &view;
         let spec = walk_spec(graph, req, Order::Breadth);
         let mut visitor = watch(ctl);
@@ -351,7 +351,7 @@ impl Engine {
 
     pub fn traverse(&self, req: &TraverseRequest, ctl: &dyn Control) -> Result<TraverseResult> {
         let seeds = self.check_traverse(req)?;
-        let view = self.synced_graph()?;
+        let view = self.synced_graph_or_cancelled(|| ctl.is_cancelled())?;
         let graph: &MemoryGraph = &view;
         let order = if req.shape == Shape::Paths {
             Order::BestFirst
@@ -535,7 +535,7 @@ impl Engine {
                 .ok_or_else(|| Error::not_found("memory", format!("{to:?}"), "check `to`"))?;
             Ok((a, b))
         })?;
-        let view = self.synced_graph()?;
+        let view = self.synced_graph_or_cancelled(|| ctl.is_cancelled())?;
         let graph: &MemoryGraph = &view;
         let pspec = PathSpec {
             direction: spec.direction,

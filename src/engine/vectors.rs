@@ -48,6 +48,8 @@ pub(crate) struct VectorState {
 /// of its newest change and its vector (`None`: forgotten, or not to be found by vector).
 #[derive(Default)]
 pub(crate) struct VectorOverlay {
+    /// The change-log position of what the overlay lies on (the index, or the compact file).
+    base: i64,
     /// The change-log position the overlay is complete up to (with the index beneath it).
     head: i64,
     items: HashMap<u64, (i64, Option<Vec<f32>>)>,
@@ -156,7 +158,26 @@ impl Engine {
             return Ok(true);
         }
         let started = Instant::now();
-        let (index, state) = VectorIndex::load(&self.cfg.vector_index_dir(), e.model_id(), e.dim());
+        let dir = self.cfg.vector_index_dir();
+        let (mut index, state) = VectorIndex::load(&dir, e.model_id(), e.dim());
+        let state = match state {
+            LoadState::Loaded => {
+                // A dump must prove it belongs to this database and this history (a restored
+                // backup, or another database put in its place, has other memories under the
+                // same keys).
+                let follows = match index.origin() {
+                    Some(origin) => self.store.read(|c| changes::follows(c, origin))?,
+                    None => false,
+                };
+                if follows {
+                    LoadState::Loaded
+                } else {
+                    index = VectorIndex::new(e.model_id(), e.dim());
+                    LoadState::Rebuilt("the dump does not belong to this database's history".into())
+                }
+            }
+            other => other,
+        };
         match &state {
             LoadState::Loaded => tracing::info!(
                 vectors = index.len(),
@@ -176,6 +197,7 @@ impl Engine {
             dumped_seq,
             dumped_at: Instant::now(),
         });
+        self.drop_flat();
         Ok(true)
     }
 
@@ -351,6 +373,23 @@ impl Engine {
         Ok(todo.iter().map(|m| m.key.0 as u64).zip(vecs).collect())
     }
 
+    /// The change-log position the loaded index applied (`None`: not loaded).
+    pub(crate) fn loaded_vector_seq(&self) -> Option<i64> {
+        lock::read_or_reset(&self.vectors, unload)
+            .as_ref()
+            .map(|s| s.index.seq())
+    }
+
+    /// `f` on the loaded index (`None`: not loaded).
+    pub(crate) fn with_loaded_vector_index<T>(
+        &self,
+        f: impl FnOnce(&VectorIndex) -> T,
+    ) -> Option<T> {
+        lock::read_or_reset(&self.vectors, unload)
+            .as_ref()
+            .map(|s| f(&s.index))
+    }
+
     fn with_vector_index<T>(&self, f: impl FnOnce(&VectorIndex) -> T) -> Result<T> {
         let guard = lock::read_or_reset(&self.vectors, unload);
         let state = guard
@@ -375,18 +414,33 @@ impl Engine {
                 reason: "no embedder is configured".into(),
             });
         };
-        if !self.ensure_vectors(false)? {
-            return Ok((Vec::new(), VectorSync::Loading));
-        }
+        // While the index loads, the compact file answers (exactly, by a scan).
+        let flat = if self.ensure_vectors(false)? {
+            None
+        } else {
+            match self.flat_for_read()? {
+                Some(f) => Some(f),
+                None => return Ok((Vec::new(), VectorSync::Loading)),
+            }
+        };
         let q = e.embed(&[query])?;
         check_output(e.model_id(), e.dim(), 1, &q)?;
-        let sync = self.prepare_vector_read(e.as_ref())?;
+        // Without a background job the read catches the index up itself (`None`).
+        let applied = match &flat {
+            Some(f) => Some(f.position().seq),
+            None if self.has_background() => Some(self.vector_seq()?),
+            None => None,
+        };
+        let sync = self.prepare_vector_read(e.as_ref(), applied)?;
         if let VectorSync::Behind(_) = sync {
             self.mark_dirty();
         }
         let overlay = lock::read_or_reset(&self.vector_overlay, reset_overlay);
         let n_over = overlay.items.len();
-        let found = self.with_vector_index(|ix| ix.search(&q[0], k + n_over, scope))?;
+        let found = match &flat {
+            Some(f) => f.search(&q[0], k + n_over, scope),
+            None => self.with_vector_index(|ix| ix.search(&q[0], k + n_over, scope))?,
+        };
         let mut hits: Vec<(MemoryKey, f32)> = found
             .into_iter()
             .filter(|(key, _)| !overlay.items.contains_key(key))
@@ -411,17 +465,21 @@ impl Engine {
     /// writing: their stored vectors, or vectors computed now for those not embedded yet, go
     /// into the overlay. A backlog over [`READ_CATCH_UP`] entries is left to the background
     /// job (`Behind`).
-    fn prepare_vector_read(&self, e: &dyn Embedder) -> Result<VectorSync> {
-        if !self.has_background() {
+    fn prepare_vector_read(&self, e: &dyn Embedder, applied: Option<i64>) -> Result<VectorSync> {
+        let Some(applied) = applied else {
             // Nobody else keeps the index current in this process (a command, a library user):
             // the read applies the change log to it, as the background job would.
             return self.sync_vectors(Some(READ_CATCH_UP));
-        }
+        };
         let head = self.store.read(changes::max_seq)?;
-        let applied = self.vector_seq()?;
         let from = {
             let mut overlay = lock::write_or_reset(&self.vector_overlay, reset_overlay);
+            if applied < overlay.base {
+                // Lies on an older base than before (the index loaded behind the compact file).
+                *overlay = VectorOverlay::default();
+            }
             overlay.items.retain(|_, (seq, _)| *seq > applied);
+            overlay.base = applied;
             if overlay.head < applied {
                 overlay.head = applied;
             }
@@ -484,6 +542,10 @@ impl Engine {
     /// Writes the index to disk when it moved since the last dump and `force` or enough time
     /// has passed; compacts it first when replacements left many dead slots.
     pub(crate) fn dump_vectors_if_due(&self, force: bool) -> Result<()> {
+        // The compact file first: it does not wait for staged vectors to reach the graph.
+        if let Err(e) = self.write_flat_if_due(force) {
+            tracing::warn!(error = %e, "could not write the compact vector file");
+        }
         // Under the read lock, so searches go on while the files are written; only the
         // bookkeeping takes the write lock.
         let (seq, started) = {
@@ -507,7 +569,11 @@ impl Engine {
                 state.index.compact();
             }
             let started = Instant::now();
-            match state.index.dump(&self.cfg.vector_index_dir())? {
+            let position_of = |seq| self.store.read(|c| changes::position_at(c, seq));
+            match state
+                .index
+                .dump_with(&self.cfg.vector_index_dir(), position_of)?
+            {
                 Some(seq) => (seq, started),
                 None => return Ok(()), // vectors were staged meanwhile
             }
@@ -625,5 +691,111 @@ mod tests {
         drop(busy);
         assert_eq!(found.first(), Some(&fresh));
         assert!(!gone.iter().any(|id| *id != fresh), "{gone:?}");
+    }
+
+    fn remember(e: &Engine, content: &str) -> String {
+        e.remember(&[RememberItem {
+            content: content.into(),
+            ..RememberItem::default()
+        }])
+        .unwrap()
+        .remove(0)
+        .unwrap()
+        .id
+    }
+
+    fn vector_hits(e: &Engine, q: &str) -> (Vec<(String, f32)>, Vec<String>) {
+        let page = e
+            .recall(&RecallQuery {
+                text: q.into(),
+                limit: 5,
+                mode: RecallMode::Vector,
+                ..RecallQuery::default()
+            })
+            .unwrap();
+        let hits = page
+            .hits
+            .into_iter()
+            .map(|h| (h.memory.id, h.score))
+            .collect();
+        (hits, page.warnings)
+    }
+
+    // A fresh process used to answer by text only (with a warning) until its HNSW graph was
+    // loaded from the dump, which takes about a second at 100,000 vectors: hosts that start a
+    // server per call never got a search by meaning.
+    #[test]
+    fn a_fresh_process_searches_the_compact_file_while_the_index_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config::for_db(dir.path().join("memory.db"));
+        let kitten = {
+            let e = Engine::open(cfg.clone()).unwrap();
+            let kitten = remember(&e, "A kitten napping in a sunny window");
+            remember(&e, "The quarterly tax filing is due in April");
+            remember(&e, "A rocket launch was postponed by the wind");
+            assert_eq!(vector_ids(&e, "sleepy cat")[0], kitten);
+            kitten
+        }; // closing writes the dump and the compact file
+        let files: Vec<String> = std::fs::read_dir(cfg.vector_index_dir())
+            .unwrap()
+            .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            files.iter().any(|f| f == crate::index::flat::FILE_NAME),
+            "{files:?}"
+        );
+        let e = Engine::open(cfg).unwrap();
+        // As while the background job loads the index from its dump.
+        e.vectors_loading
+            .store(true, std::sync::atomic::Ordering::Release);
+        let (hits, warnings) = vector_hits(&e, "sleepy cat");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(hits[0].0, kitten, "{hits:?}");
+        assert!(!e.vectors_loaded(), "answered without the index");
+        // A memory written after the file is found too (scored beside the file).
+        let puppy = remember(&e, "A puppy chewing on an old shoe");
+        let (hits, _) = vector_hits(&e, "dog biting footwear");
+        assert_eq!(hits[0].0, puppy, "{hits:?}");
+    }
+
+    // A vector dump made by a newer history than the restored database's named other memories'
+    // vectors under the same keys: a search found a memory by what another one said.
+    #[test]
+    fn a_vector_dump_of_another_history_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("memory.db");
+        let backup = dir.path().join("backup.db");
+        let cfg = Config::for_db(db.clone());
+        let alpha = {
+            let e = Engine::open(cfg.clone()).unwrap();
+            let alpha = remember(&e, "A kitten napping in a sunny window");
+            remember(&e, "The quarterly tax filing is due in April");
+            vector_ids(&e, "cat");
+            alpha
+        };
+        crate::engine::tests::copy_db(&db, &backup);
+        {
+            let e = Engine::open(cfg.clone()).unwrap();
+            let patch = crate::model::MemoryPatch {
+                content: Some("A rocket launch was postponed by the wind".into()),
+                ..crate::model::MemoryPatch::default()
+            };
+            e.update(&MemoryRef::Id(alpha.clone()), &patch, "test")
+                .unwrap();
+            let (hits, _) = vector_hits(&e, "rocket launch postponed");
+            assert_eq!(hits[0].0, alpha);
+        }
+        crate::engine::tests::copy_db(&backup, &db);
+        for loading in [false, true] {
+            let e = Engine::open(cfg.clone()).unwrap();
+            e.vectors_loading
+                .store(loading, std::sync::atomic::Ordering::Release);
+            let (hits, _) = vector_hits(&e, "rocket launch postponed by the wind");
+            let alpha_score = hits.iter().find(|h| h.0 == alpha).map_or(0.0, |h| h.1);
+            assert!(
+                alpha_score < 0.8,
+                "the restored kitten memory is not found by the rocket text: {hits:?}"
+            );
+        }
     }
 }

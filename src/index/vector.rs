@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::model::LogPosition;
 
 /// Links per point in the upper layers (twice as many in layer 0). hnsw_rs exits the process
 /// (after printing to stdout) above 256.
@@ -547,6 +548,8 @@ pub struct VectorIndex {
     /// Serialises upsert, remove, compact and dump.
     writer: Mutex<()>,
     state: RwLock<State>,
+    /// The position recorded in the dump it was loaded from.
+    origin: Option<LogPosition>,
 }
 
 impl fmt::Debug for VectorIndex {
@@ -575,17 +578,25 @@ impl VectorIndex {
             seq: AtomicI64::new(seq),
             writer: Mutex::new(()),
             state: RwLock::new(state),
+            origin: None,
         }
+    }
+
+    /// The change-log position recorded in the dump this index was loaded from (`None`: not
+    /// loaded from a dump, or from one that did not record it).
+    pub fn origin(&self) -> Option<&LogPosition> {
+        self.origin.as_ref()
     }
 
     /// Loads the dump in `dir` when it is there, whole, and of this model and dimension;
     /// otherwise an empty index and the reason. Never fails and never prints.
     pub fn load(dir: &Path, model: &str, dim: usize) -> (VectorIndex, LoadState) {
         match read_dump(dir, model, dim) {
-            Ok(Some((state, seq))) => (
-                VectorIndex::with_state(model, dim, seq, state),
-                LoadState::Loaded,
-            ),
+            Ok(Some((state, seq, origin))) => {
+                let mut index = VectorIndex::with_state(model, dim, seq, state);
+                index.origin = origin;
+                (index, LoadState::Loaded)
+            }
             Ok(None) => (VectorIndex::new(model, dim), LoadState::Missing),
             Err(why) => (VectorIndex::new(model, dim), LoadState::Rebuilt(why)),
         }
@@ -602,12 +613,23 @@ impl VectorIndex {
     /// Returns the change-log position written, or `None` (writing nothing) while vectors are
     /// staged: they are not in the graph, so a dump would lose them from graph searches.
     pub fn dump(&self, dir: &Path) -> Result<Option<i64>> {
+        self.dump_with(dir, |_| Ok(None))
+    }
+
+    /// [`VectorIndex::dump`], recording the change-log position `position_of` gives for the
+    /// sequence dumped (the database and history the dump belongs to; see [`VectorIndex::origin`]).
+    pub fn dump_with(
+        &self,
+        dir: &Path,
+        position_of: impl FnOnce(i64) -> Result<Option<LogPosition>>,
+    ) -> Result<Option<i64>> {
         let _writer = self.writer();
         let st = self.read();
         if !st.staged.is_empty() {
             return Ok(None);
         }
         let seq = self.seq();
+        let position = position_of(seq)?;
         fs::create_dir_all(dir)?;
         let generation = fresh_generation(dir);
         let names = DumpNames::new(&generation);
@@ -632,6 +654,7 @@ impl VectorIndex {
             max_nb_connection: MAX_NB_CONNECTION,
             ef_construction: EF_CONSTRUCTION,
             files,
+            position,
         };
         drop(st);
         let temp = dir.join(META_TEMP);
@@ -647,6 +670,20 @@ impl VectorIndex {
         }
         remove_stale_files(dir, &names);
         Ok(Some(seq))
+    }
+
+    /// A compact copy of every live vector (graph and staged), recorded as of `position`.
+    pub fn flat(&self, position: LogPosition) -> crate::index::flat::FlatVectors {
+        let st = self.read();
+        let dim = self.dim;
+        let live = st
+            .keys
+            .iter()
+            .zip(&st.live)
+            .zip(st.vectors.chunks_exact(dim))
+            .filter(|((_, live), _)| **live)
+            .map(|((key, _), v)| (*key, v));
+        crate::index::flat::FlatVectors::new(&self.model, dim, position, live)
     }
 
     /// Identifier of the model whose vectors this index holds.
@@ -921,6 +958,9 @@ struct Meta {
     max_nb_connection: usize,
     ef_construction: usize,
     files: Vec<FileMeta>,
+    /// The change-log position of `seq` (absent in dumps of older versions).
+    #[serde(default)]
+    position: Option<LogPosition>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -1102,7 +1142,7 @@ fn read_dump(
     dir: &Path,
     model: &str,
     dim: usize,
-) -> std::result::Result<Option<(State, i64)>, String> {
+) -> std::result::Result<Option<(State, i64, Option<LogPosition>)>, String> {
     let bytes = match fs::read(dir.join(META_FILE)) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -1173,7 +1213,7 @@ fn read_dump(
         slot_of,
         staged: Vec::new(),
     };
-    Ok(Some((state, meta.seq)))
+    Ok(Some((state, meta.seq, meta.position)))
 }
 
 fn check_file(dir: &Path, f: &FileMeta) -> std::result::Result<(), String> {

@@ -273,8 +273,10 @@ async fn deep_walk_becomes_a_task_with_growing_progress_and_survives_restart() {
     else {
         panic!("a deep focused walk must become a task");
     };
+    // The handle comes at once even on a fresh server whose graph is still loading (the task
+    // waits for it); the limit only guards against the call doing the walk inline.
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(10),
         "the handle comes back fast"
     );
     let id = created.task.task_id.clone();
@@ -286,9 +288,11 @@ async fn deep_walk_becomes_a_task_with_growing_progress_and_survives_restart() {
         .expect("decision in _meta");
     assert_eq!(decision["plan"], "task", "{decision}");
     let (done, counts) = poll_until_terminal(&c, &id, Duration::from_secs(120)).await;
-    assert!(counts.len() >= 2, "polled while working: {counts:?}");
+    // Zero while a fresh server loads the graph (the task waits for it), then growing.
+    let walking: Vec<u64> = counts.iter().copied().skip_while(|&n| n == 0).collect();
+    assert!(walking.len() >= 2, "polled while working: {counts:?}");
     assert!(
-        counts.windows(2).all(|w| w[1] > w[0]),
+        walking.windows(2).all(|w| w[1] > w[0]),
         "visited counts strictly increase: {counts:?}"
     );
     assert_eq!(done.task.task.status, TaskStatus::Completed);
@@ -345,6 +349,19 @@ async fn deep_walk_becomes_a_task_with_growing_progress_and_survives_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shallow_lookup_is_inline() {
     let c = connect(fixture(), true, true, "agent-a", &[]).await;
+    // While a fresh server loads its million relations, a graph call may become a task (the
+    // task waits for the graph, not the caller); once loaded, a shallow lookup is inline.
+    let warm = c
+        .call(
+            "traverse",
+            json!({"names": ["n2"], "namespace": "graph", "depth": 1}),
+            None,
+        )
+        .await
+        .unwrap();
+    if let CallToolResponse::Task(t) = warm {
+        poll_until_terminal(&c, &t.task.task_id, Duration::from_secs(120)).await;
+    }
     let CallToolResponse::Complete(r) = c
         .call(
             "traverse",
