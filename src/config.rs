@@ -288,16 +288,18 @@ mod tests {
         assert!(refused("/").unwrap().contains("filesystem root"));
         assert!(refused("/proc/self").unwrap().contains("pseudo-filesystem"));
         assert!(refused("/etc/ssh").unwrap().contains("system folder"));
+        // Folders below a temporary folder or root's home folder (built from their parts).
+        let below = |top: &str, sub: &str| format!("{top}/{sub}");
         for p in [
-            "/home/ada/notes",
-            "/home/ada/.local/share/mnemograph",
-            "/var/lib/mnemograph",
-            "/srv/memory",
-            "/tmp/x",
-            "/data",
-            "/root/notes",
+            "/home/ada/notes".to_owned(),
+            "/home/ada/.local/share/mnemograph".to_owned(),
+            "/var/lib/mnemograph".to_owned(),
+            "/srv/memory".to_owned(),
+            below("/tmp", "x"),
+            "/data".to_owned(),
+            below("/root", "notes"),
         ] {
-            assert_eq!(refused(p), None, "{p} may be a root");
+            assert_eq!(refused(&p), None, "{p} may be a root");
         }
         // Without a known home folder only the other rules apply.
         assert_eq!(root_refusal(Path::new("/home/ada"), None), None);

@@ -1,0 +1,262 @@
+//! Recall quality on RealMem (long user–assistant histories with questions asked inside them):
+//! each persona's sessions are replayed in file order, every turn stored as a memory named by its
+//! turn id (`<session_uuid>:<i>`, content `speaker: text`) in the persona's namespace; at each
+//! question turn the question is recalled first (so only earlier turns can be found), then stored.
+//! Scored against the evidence turns: recall@5, recall@10 and NDCG@10 over all questions, for
+//! text and hybrid ranking, with recall latency p50/p99.
+//!
+//! Evidence mapping as in the data set's reference loader: the answer turn after a question lists
+//! the memories used; each equals an extracted memory of its session, whose source turn is the
+//! turn with the same (whitespace-normalised) text nearest `source_turn − 1`, else that index.
+//! Evidence at or after the question is dropped.
+//!
+//! The data (Apache-2.0, not shipped here) is the ten `*_dialogues_256k.json` files of RealMem
+//! (github.com/AvatarMemory/RealMemBench). Run:
+//! `cargo run --release --example realmem -- path/to/realmem/`
+
+use std::collections::{HashMap, HashSet};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use mnemograph::engine::RememberItem;
+use mnemograph::model::{NamespaceScope, RecallMode, RecallQuery};
+use mnemograph::{Config, Engine};
+use serde_json::Value;
+
+/// Prints one line of the report on stdout.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+const K: usize = 10;
+/// Turns longer than this are cut (the server's content limit is 64 KiB).
+const MAX_CONTENT: usize = 60_000;
+
+/// Scores of one ranking mode.
+#[derive(Default)]
+struct Score {
+    r5: f64,
+    r10: f64,
+    ndcg: f64,
+    n: usize,
+    times_ms: Vec<f64>,
+}
+
+fn main() -> ExitCode {
+    let Some(dir) = std::env::args().nth(1) else {
+        let _ = writeln_err("usage: realmem PATH/TO/realmem/");
+        return ExitCode::from(2);
+    };
+    match run(&dir) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln_err(&format!("error: {e:#}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn writeln_err(s: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    writeln!(std::io::stderr(), "{s}")
+}
+
+fn norm(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The evidence turn index of an extracted memory within its session.
+fn evidence_turn(session: &Value, memory: &Value) -> usize {
+    let turns = session["dialogue_turns"].as_array().map_or(&[][..], |v| v);
+    let last = turns.len().saturating_sub(1) as i64;
+    let guess = (memory["source_turn"].as_i64().unwrap_or(1) - 1).clamp(0, last.max(0)) as usize;
+    let snap = norm(memory["source_content_snapshot"].as_str().unwrap_or(""));
+    if snap.is_empty() {
+        return guess;
+    }
+    turns
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| norm(t["content"].as_str().unwrap_or("")) == snap)
+        .map(|(i, _)| i)
+        .min_by_key(|i| i.abs_diff(guess))
+        .unwrap_or(guess)
+}
+
+/// Evidence turn ids of the question at `i` of `session` (listed on the next turn).
+fn evidence(by_uuid: &HashMap<&str, &Value>, session: &Value, i: usize) -> Vec<String> {
+    let answer = &session["dialogue_turns"][i + 1];
+    let mut ev: Vec<String> = Vec::new();
+    for m in answer["memory_used"].as_array().map_or(&[][..], |v| v) {
+        let Some(src) = m["session_uuid"].as_str().and_then(|u| by_uuid.get(u)) else {
+            continue;
+        };
+        let found = src["extracted_memory"]
+            .as_array()
+            .and_then(|ms| ms.iter().find(|e| e["content"] == m["content"]));
+        if let Some(e) = found {
+            let id = format!(
+                "{}:{}",
+                src["session_uuid"].as_str().unwrap_or(""),
+                evidence_turn(src, e)
+            );
+            if !ev.contains(&id) {
+                ev.push(id);
+            }
+        }
+    }
+    ev
+}
+
+fn cut(s: &str) -> String {
+    if s.len() <= MAX_CONTENT {
+        return s.to_owned();
+    }
+    let mut end = MAX_CONTENT;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+fn run(dir: &str) -> anyhow::Result<()> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with("_dialogues_256k.json"))
+        })
+        .collect();
+    files.sort();
+    anyhow::ensure!(!files.is_empty(), "no *_dialogues_256k.json in {dir}");
+    let tmp = tempfile::tempdir()?;
+    let engine = Engine::open(Config::for_db(tmp.path().join("realmem.db")))?;
+    let modes = [
+        ("text (BM25)", RecallMode::Text),
+        ("hybrid (default)", RecallMode::Hybrid),
+    ];
+    let mut scores: Vec<Score> = modes.iter().map(|_| Score::default()).collect();
+    let (mut n_turns, mut n_questions) = (0usize, 0usize);
+    let started = Instant::now();
+    for (p, path) in files.iter().enumerate() {
+        let data: Value = serde_json::from_slice(&std::fs::read(path)?)?;
+        let sessions = data["dialogues"].as_array().map_or(&[][..], |v| v);
+        let by_uuid: HashMap<&str, &Value> = sessions
+            .iter()
+            .filter_map(|s| Some((s["session_uuid"].as_str()?, s)))
+            .collect();
+        let namespace = format!("persona{p}");
+        // Turn id → replay position, to drop evidence at or after its question.
+        let mut position: HashMap<String, usize> = HashMap::new();
+        let mut pending: Vec<RememberItem> = Vec::new();
+        let mut questions: Vec<(String, usize, Vec<String>)> = Vec::new();
+        for s in sessions {
+            let uuid = s["session_uuid"].as_str().unwrap_or("");
+            for (i, t) in s["dialogue_turns"]
+                .as_array()
+                .map_or(&[][..], |v| v)
+                .iter()
+                .enumerate()
+            {
+                let id = format!("{uuid}:{i}");
+                if t["is_query"].as_bool() == Some(true) {
+                    questions.push((
+                        t["content"].as_str().unwrap_or("").to_owned(),
+                        position.len(),
+                        evidence(&by_uuid, s, i),
+                    ));
+                }
+                position.insert(id.clone(), position.len());
+                pending.push(RememberItem {
+                    content: cut(&format!(
+                        "{}: {}",
+                        t["speaker"].as_str().unwrap_or(""),
+                        t["content"].as_str().unwrap_or("")
+                    )),
+                    name: Some(id),
+                    kind: Some("turn".into()),
+                    namespace: Some(namespace.clone()),
+                    ..RememberItem::default()
+                });
+            }
+        }
+        // Replay: store the turns before each question, ask it, go on.
+        let mut stored = 0usize;
+        for (text, at, ev) in &questions {
+            if *at > stored {
+                for r in engine.remember(&pending[stored..*at])? {
+                    r?;
+                }
+                stored = *at;
+            }
+            let ev: HashSet<&String> = ev
+                .iter()
+                .filter(|e| position.get(*e).is_some_and(|p| p < at))
+                .collect();
+            if ev.is_empty() {
+                continue;
+            }
+            n_questions += 1;
+            for ((_, mode), score) in modes.iter().zip(&mut scores) {
+                let t = Instant::now();
+                let page = engine.recall(&RecallQuery {
+                    text: text.clone(),
+                    namespaces: NamespaceScope::Only(vec![namespace.clone()]),
+                    limit: K,
+                    mode: *mode,
+                    ..RecallQuery::default()
+                });
+                score.times_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                let ranked: Vec<String> = match page {
+                    Ok(p) => p.hits.into_iter().filter_map(|h| h.memory.name).collect(),
+                    Err(_) => Vec::new(),
+                };
+                let hit = |k: usize| ranked.iter().take(k).filter(|r| ev.contains(r)).count();
+                score.r5 += hit(5) as f64 / ev.len() as f64;
+                score.r10 += hit(K) as f64 / ev.len() as f64;
+                let dcg: f64 = ranked
+                    .iter()
+                    .take(K)
+                    .enumerate()
+                    .filter(|(_, r)| ev.contains(r))
+                    .map(|(i, _)| 1.0 / ((i + 2) as f64).log2())
+                    .sum();
+                let ideal: f64 = (0..ev.len().min(K))
+                    .map(|i| 1.0 / ((i + 2) as f64).log2())
+                    .sum();
+                score.ndcg += dcg / ideal;
+                score.n += 1;
+            }
+        }
+        for r in engine.remember(&pending[stored..])? {
+            r?;
+        }
+        n_turns += pending.len();
+    }
+    say!("# Recall quality on RealMem\n");
+    say!(
+        "{} personas, {n_turns} turns, {n_questions} questions with evidence before them; replayed in {:.0} s.\n",
+        files.len(),
+        started.elapsed().as_secs_f64()
+    );
+    say!("| ranking | R@5 | R@10 | NDCG@10 | p50 | p99 |");
+    say!("|---|---:|---:|---:|---:|---:|");
+    for ((name, _), s) in modes.iter().zip(&mut scores) {
+        s.times_ms.sort_by(f64::total_cmp);
+        let q = |f: f64| s.times_ms[((s.times_ms.len() as f64 * f).ceil() as usize).max(1) - 1];
+        let n = s.n.max(1) as f64;
+        say!(
+            "| {name} | {:.3} | {:.3} | {:.3} | {:.2} ms | {:.2} ms |",
+            s.r5 / n,
+            s.r10 / n,
+            s.ndcg / n,
+            q(0.5),
+            q(0.99)
+        );
+    }
+    Ok(())
+}
