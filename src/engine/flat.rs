@@ -101,19 +101,16 @@ impl Engine {
     /// Rewrites the file from the loaded index when the index moved past it and `force` or
     /// enough time has passed.
     pub(crate) fn write_flat_if_due(&self, force: bool) -> Result<()> {
-        {
+        let written = {
             let state = lock::lock_or_reset(&self.flat, |s| *s = FlatState::default());
             if !force && state.written_at.elapsed() < WRITE_EVERY {
                 return Ok(());
             }
-        }
-        let Some(seq) = self.loaded_vector_seq() else {
+            state.written_seq
+        };
+        let Some(seq) = self.loaded_vector_seq().filter(|seq| *seq > written) else {
             return Ok(());
         };
-        let written = lock::lock_or_reset(&self.flat, |s| *s = FlatState::default()).written_seq;
-        if seq <= written {
-            return Ok(());
-        }
         let Some(position) = self.store.read(|c| changes::position_at(c, seq))? else {
             return Ok(());
         };
@@ -127,10 +124,14 @@ impl Engine {
             ms = started.elapsed().as_secs_f64() * 1e3,
             "compact vector file written"
         );
+        self.flat_written(seq);
+        Ok(())
+    }
+
+    fn flat_written(&self, seq: i64) {
         let mut state = lock::lock_or_reset(&self.flat, |s| *s = FlatState::default());
         state.written_seq = state.written_seq.max(seq);
         state.written_at = Instant::now();
-        Ok(())
     }
 
     /// Writes the file from the stored vectors, for a process that wrote vectors without the
@@ -168,9 +169,7 @@ impl Engine {
             stored.iter().map(|(k, v)| (*k, v.as_slice())),
         );
         flat.write(&self.cfg.vector_index_dir())?;
-        let mut state = lock::lock_or_reset(&self.flat, |s| *s = FlatState::default());
-        state.written_seq = state.written_seq.max(seq);
-        state.written_at = Instant::now();
+        self.flat_written(seq);
         Ok(Some(flat.len()))
     }
 }

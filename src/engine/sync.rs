@@ -36,6 +36,18 @@ fn doc_of(m: Memory) -> TextDoc {
     }
 }
 
+/// The index operations for the memories changed in `(after, up_to]`, each with the position
+/// of the memory's newest change: its document when live, a delete otherwise.
+fn changed_ops(changed: Vec<(i64, MemoryKey, Option<Memory>)>) -> Vec<(i64, TextOp)> {
+    changed
+        .into_iter()
+        .map(|(seq, k, m)| match m {
+            Some(m) if m.deleted_at.is_none() => (seq, TextOp::Upsert(doc_of(m))),
+            _ => (seq, TextOp::Delete(k)),
+        })
+        .collect()
+}
+
 impl Engine {
     /// Change-log entries the committed text index has not applied yet.
     pub fn text_lag(&self) -> Result<i64> {
@@ -49,11 +61,7 @@ impl Engine {
     /// change-log entries a search still cannot see (0 but for a long backlog that another
     /// process is indexing, or an import of this process that the background job indexes).
     pub(crate) fn prepare_text_read(&self) -> Result<i64> {
-        let head = self.store.read(changes::max_seq)?;
-        let committed = self.text.refresh()?;
-        if head < committed {
-            self.text_history_changed(head, committed)?;
-        }
+        let (head, _) = self.text_positions()?;
         let pos = self.text.position()?;
         if head <= pos.searchable {
             return Ok(0);
@@ -76,22 +84,10 @@ impl Engine {
             }
         }
         let from = pos.searchable;
-        let ops = self.store.read(|c| {
-            let changed = changes::memories_changed_at(c, from, head)?;
-            let keys: Vec<MemoryKey> = changed.iter().map(|(k, _)| *k).collect();
-            let mut rows: std::collections::HashMap<MemoryKey, Memory> =
-                memories::by_keys(c, &keys)?
-                    .into_iter()
-                    .map(|m| (m.key, m))
-                    .collect();
-            Ok(changed
-                .into_iter()
-                .map(|(k, seq)| match rows.remove(&k) {
-                    Some(m) if m.deleted_at.is_none() => (seq, TextOp::Upsert(doc_of(m))),
-                    _ => (seq, TextOp::Delete(k)),
-                })
-                .collect::<Vec<_>>())
-        })?;
+        let ops = changed_ops(
+            self.store
+                .read(|c| changes::memories_changed_with_rows(c, from, head))?,
+        );
         self.text.extend_overlay(ops, head)?;
         Ok(0)
     }
@@ -99,11 +95,8 @@ impl Engine {
     /// Commits what the change log has and the index lacks, when this process can take the index
     /// writer right now (background job); otherwise leaves it to the process that holds it.
     pub(crate) fn index_pending_text(&self) -> Result<()> {
-        let head = self.store.read(changes::max_seq)?;
-        let committed = self.text.refresh()?;
-        if head < committed {
-            self.text_history_changed(head, committed)?;
-        } else if head == committed {
+        let (head, committed) = self.text_positions()?;
+        if head == committed {
             return Ok(());
         }
         self.text.update(|base| self.text_ops(base, head))?;
@@ -116,11 +109,8 @@ impl Engine {
     /// For one-shot commands and rebuilds; a serving process's reads use
     /// [`Engine::prepare_text_read`], which never waits.
     pub fn sync_text(&self) -> Result<()> {
-        let target = self.store.read(changes::max_seq)?;
-        let committed = self.text.refresh()?;
-        if target < committed {
-            self.text_history_changed(target, committed)?;
-        } else if committed >= target {
+        let (target, committed) = self.text_positions()?;
+        if committed >= target {
             return Ok(());
         }
         let deadline = Instant::now() + WAIT_FOR_OTHER_WRITER;
@@ -160,6 +150,18 @@ impl Engine {
             "the text index was built from another history of this database (a restored backup?) or from another database; rebuilding it"
         );
         self.clear_text_waiting()
+    }
+
+    /// The change log's head and the committed index position, after rebuilding an index the
+    /// head is behind (see [`Engine::text_history_changed`]).
+    fn text_positions(&self) -> Result<(i64, i64)> {
+        let head = self.store.read(changes::max_seq)?;
+        let committed = self.text.refresh()?;
+        if head < committed {
+            self.text_history_changed(head, committed)?;
+            return Ok((head, self.text.reader_seq()));
+        }
+        Ok((head, committed))
     }
 
     /// The change log ends before what the index applied: the database was replaced by an older
@@ -210,20 +212,8 @@ impl Engine {
                     );
                 }
             } else {
-                let keys = changes::memories_changed(conn, base, target)?;
-                let found = memories::by_keys(conn, &keys)?;
-                let mut live = std::collections::HashSet::new();
-                for m in found {
-                    if m.deleted_at.is_none() {
-                        live.insert(m.key);
-                        ops.push(TextOp::Upsert(doc_of(m)));
-                    }
-                }
-                ops.extend(
-                    keys.into_iter()
-                        .filter(|k| !live.contains(k))
-                        .map(TextOp::Delete),
-                );
+                let changed = changes::memories_changed_with_rows(conn, base, target)?;
+                ops = changed_ops(changed).into_iter().map(|(_, op)| op).collect();
             }
             Ok((ops, position))
         })
@@ -240,20 +230,13 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
+    use crate::engine::Engine;
     use crate::engine::tests::copy_db;
-    use crate::engine::{Engine, RememberItem};
+    use crate::engine::tests::remember_text as remember;
     use crate::model::{MemoryPatch, MemoryRef, RecallMode, RecallQuery};
 
     fn open(path: &std::path::Path) -> Engine {
         Engine::open_with(Config::for_db(path), None).expect("open")
-    }
-
-    fn remember(e: &Engine, content: &str) -> String {
-        let item = RememberItem {
-            content: content.into(),
-            ..RememberItem::default()
-        };
-        e.remember(&[item]).unwrap().remove(0).unwrap().id
     }
 
     fn text(q: &str) -> RecallQuery {

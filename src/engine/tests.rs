@@ -19,6 +19,11 @@ pub(crate) fn copy_db(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
+/// Remembers one memory of `content` (defaults otherwise); its id.
+pub(crate) fn remember_text(e: &Engine, content: &str) -> String {
+    remember_one(e, item(content))
+}
+
 fn temp_engine() -> (tempfile::TempDir, Engine) {
     let dir = tempfile::tempdir().expect("temp dir");
     let engine = Engine::open(Config::for_db(dir.path().join("memory.db"))).expect("open");

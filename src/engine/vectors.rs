@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use crate::embed::{Embedder, check_output};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::index::vector::{LoadState, Scope, VectorIndex, unit_similarity};
+use crate::index::vector::{LoadState, Scope, ScopeFilter, VectorIndex, unit_similarity};
 use crate::lock;
 use crate::model::MemoryKey;
 use crate::store::vectors::{self, Unembedded};
@@ -53,36 +53,6 @@ pub(crate) struct VectorOverlay {
     /// The change-log position the overlay is complete up to (with the index beneath it).
     head: i64,
     items: HashMap<u64, (i64, Option<Vec<f32>>)>,
-}
-
-/// Whether a key is in a search's scope, for candidates scored outside the index.
-enum ScopeTest<'a> {
-    All,
-    Keys(HashSet<u64>),
-    Few(&'a [u64]),
-    Predicate(&'a (dyn Fn(u64) -> bool + Sync)),
-}
-
-impl<'a> ScopeTest<'a> {
-    fn new(scope: &Scope<'a>, n_tested: usize) -> ScopeTest<'a> {
-        match *scope {
-            Scope::All => ScopeTest::All,
-            Scope::Keys(keys) if keys.len().saturating_mul(n_tested) <= 100_000 => {
-                ScopeTest::Few(keys)
-            }
-            Scope::Keys(keys) => ScopeTest::Keys(keys.iter().copied().collect()),
-            Scope::Predicate(accept) => ScopeTest::Predicate(accept),
-        }
-    }
-
-    fn accepts(&self, key: u64) -> bool {
-        match self {
-            ScopeTest::All => true,
-            ScopeTest::Keys(set) => set.contains(&key),
-            ScopeTest::Few(keys) => keys.contains(&key),
-            ScopeTest::Predicate(accept) => accept(key),
-        }
-    }
 }
 
 /// How far the vector index is behind after a sync.
@@ -305,12 +275,7 @@ impl Engine {
         let (live, gone, mut have) = self.store.read(|c| {
             let keys = changes::memories_changed(c, after, up_to)?;
             let found = memories::by_keys(c, &keys)?;
-            let live_keys: Vec<MemoryKey> = found
-                .iter()
-                .filter(|m| m.deleted_at.is_none())
-                .map(|m| m.key)
-                .collect();
-            let have = vectors::current(c, model, &live_keys)?;
+            let (live_keys, have) = vectors::current_of_live(c, model, &found)?;
             let live: Vec<Unembedded> = found
                 .into_iter()
                 .filter(|m| m.deleted_at.is_none())
@@ -321,8 +286,7 @@ impl Engine {
                     content: m.content,
                 })
                 .collect();
-            let live_set: std::collections::HashSet<MemoryKey> =
-                live_keys.iter().copied().collect();
+            let live_set: HashSet<MemoryKey> = live_keys.iter().copied().collect();
             let gone: Vec<u64> = keys
                 .iter()
                 .filter(|k| !live_set.contains(k))
@@ -447,7 +411,7 @@ impl Engine {
             .map(|(key, s)| (MemoryKey(key as i64), s))
             .collect();
         if n_over > 0 {
-            let wanted = ScopeTest::new(&scope, n_over);
+            let wanted = ScopeFilter::new(&scope, n_over);
             hits.extend(overlay.items.iter().filter_map(|(&key, (_, v))| {
                 let v = v.as_ref()?;
                 wanted
@@ -492,25 +456,22 @@ impl Engine {
             return Ok(VectorSync::Behind(head - from));
         }
         let model = e.model_id();
-        let (changed, rows, mut have) = self.store.read(|c| {
-            let changed = changes::memories_changed_at(c, from, head)?;
-            let keys: Vec<MemoryKey> = changed.iter().map(|(k, _)| *k).collect();
-            let rows = memories::by_keys(c, &keys)?;
-            let live: Vec<MemoryKey> = rows
+        let (changed, mut have) = self.store.read(|c| {
+            let changed = changes::memories_changed_with_rows(c, from, head)?;
+            let live: Vec<MemoryKey> = changed
                 .iter()
-                .filter(|m| m.deleted_at.is_none())
-                .map(|m| m.key)
+                .filter(|(_, _, m)| m.as_ref().is_some_and(|m| m.deleted_at.is_none()))
+                .map(|(_, k, _)| *k)
                 .collect();
             let have = vectors::current(c, model, &live)?;
-            Ok((changed, rows, have))
+            Ok((changed, have))
         })?;
-        let live: std::collections::HashMap<MemoryKey, crate::model::Memory> = rows
-            .into_iter()
-            .filter(|m| m.deleted_at.is_none())
-            .map(|m| (m.key, m))
-            .collect();
-        let todo: Vec<&crate::model::Memory> = live
-            .values()
+        let is_live =
+            |m: &Option<crate::model::Memory>| m.as_ref().is_some_and(|m| m.deleted_at.is_none());
+        let todo: Vec<&crate::model::Memory> = changed
+            .iter()
+            .filter(|(_, _, m)| is_live(m))
+            .filter_map(|(_, _, m)| m.as_ref())
             .filter(|m| !have.contains_key(&m.key))
             .collect();
         let texts: Vec<String> = todo
@@ -518,11 +479,12 @@ impl Engine {
             .map(|m| embed_text(m.name.as_deref(), &m.content))
             .collect();
         let fresh = embed_parallel(e, &texts)?;
-        let mut computed: std::collections::HashMap<MemoryKey, Vec<f32>> =
+        let mut computed: HashMap<MemoryKey, Vec<f32>> =
             todo.iter().map(|m| m.key).zip(fresh).collect();
         let mut overlay = lock::write_or_reset(&self.vector_overlay, reset_overlay);
-        for (key, seq) in changed {
-            let vector = if live.contains_key(&key) {
+        for (seq, key, m) in &changed {
+            let (seq, key) = (*seq, *key);
+            let vector = if is_live(m) {
                 have.remove(&key)
                     .map(|v| v.vec)
                     .or_else(|| computed.remove(&key))
@@ -631,6 +593,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::config::Config;
+    use crate::engine::tests::remember_text as remember;
     use crate::engine::{Engine, RememberItem};
     use crate::model::{MemoryRef, RecallMode, RecallQuery};
 
@@ -691,17 +654,6 @@ mod tests {
         drop(busy);
         assert_eq!(found.first(), Some(&fresh));
         assert!(!gone.iter().any(|id| *id != fresh), "{gone:?}");
-    }
-
-    fn remember(e: &Engine, content: &str) -> String {
-        e.remember(&[RememberItem {
-            content: content.into(),
-            ..RememberItem::default()
-        }])
-        .unwrap()
-        .remove(0)
-        .unwrap()
-        .id
     }
 
     fn vector_hits(e: &Engine, q: &str) -> (Vec<(String, f32)>, Vec<String>) {

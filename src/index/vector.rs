@@ -19,7 +19,7 @@
 //! where hnsw_rs is called; none of them can be caught once printed, so none may be reached.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Write};
@@ -134,6 +134,22 @@ pub fn unit_similarity(a: &[f32], b: &[f32]) -> f32 {
     similarity(distance(dot(a, b)))
 }
 
+/// The `k` best of `(key, dot product)` pairs, best first (ties by key), scored as searches
+/// score them (for candidates scored outside the index).
+pub(crate) fn best_of(k: usize, dots: impl Iterator<Item = (u64, f32)>) -> Vec<(u64, f32)> {
+    let mut top = TopK::new(k);
+    for (key, dot) in dots {
+        top.push(Hit {
+            score: similarity(distance(dot)),
+            key,
+        });
+    }
+    top.into_sorted()
+        .into_iter()
+        .map(|h| (h.key, h.score))
+        .collect()
+}
+
 type Graph = Hnsw<'static, f32, UnitDot>;
 
 /// An empty graph. "Extend candidates" (widening an insertion's candidate list through its
@@ -183,6 +199,37 @@ impl fmt::Debug for Scope<'_> {
             Scope::All => f.write_str("All"),
             Scope::Keys(keys) => write!(f, "Keys({} keys)", keys.len()),
             Scope::Predicate(_) => f.write_str("Predicate"),
+        }
+    }
+}
+
+/// Whether a key is in a search's scope, for candidates scored outside the index.
+pub(crate) enum ScopeFilter<'a> {
+    All,
+    Keys(HashSet<u64>),
+    Few(&'a [u64]),
+    Predicate(&'a (dyn Fn(u64) -> bool + Sync)),
+}
+
+impl<'a> ScopeFilter<'a> {
+    /// A filter for `n_tested` keys to come (a short key list is searched, a long one hashed).
+    pub(crate) fn new(scope: &Scope<'a>, n_tested: usize) -> ScopeFilter<'a> {
+        match *scope {
+            Scope::All => ScopeFilter::All,
+            Scope::Keys(keys) if keys.len().saturating_mul(n_tested) <= 100_000 => {
+                ScopeFilter::Few(keys)
+            }
+            Scope::Keys(keys) => ScopeFilter::Keys(keys.iter().copied().collect()),
+            Scope::Predicate(accept) => ScopeFilter::Predicate(accept),
+        }
+    }
+
+    pub(crate) fn accepts(&self, key: u64) -> bool {
+        match self {
+            ScopeFilter::All => true,
+            ScopeFilter::Keys(set) => set.contains(&key),
+            ScopeFilter::Few(keys) => keys.contains(&key),
+            ScopeFilter::Predicate(accept) => accept(key),
         }
     }
 }

@@ -135,6 +135,26 @@ pub fn memories_changed(conn: &Connection, after: i64, up_to: i64) -> Result<Vec
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// The memories changed in `(after, up_to]`, each with the position of its newest change and
+/// its row (`None` when the row is gone).
+pub fn memories_changed_with_rows(
+    conn: &Connection,
+    after: i64,
+    up_to: i64,
+) -> Result<Vec<(i64, MemoryKey, Option<crate::model::Memory>)>> {
+    let changed = memories_changed_at(conn, after, up_to)?;
+    let keys: Vec<MemoryKey> = changed.iter().map(|(k, _)| *k).collect();
+    let mut rows: std::collections::HashMap<MemoryKey, crate::model::Memory> =
+        crate::store::memories::by_keys(conn, &keys)?
+            .into_iter()
+            .map(|m| (m.key, m))
+            .collect();
+    Ok(changed
+        .into_iter()
+        .map(|(k, seq)| (seq, k, rows.remove(&k)))
+        .collect())
+}
+
 /// Memories touched after `after` up to and including `up_to`, each once with the position of its
 /// newest entry there.
 pub fn memories_changed_at(

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use rusqlite::{Connection, params};
 
 use crate::error::Result;
-use crate::model::MemoryKey;
+use crate::model::{Memory, MemoryKey};
 
 /// A stored vector and the memory version it belongs to.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,6 +79,21 @@ pub fn current(
         }
     }
     Ok(out)
+}
+
+/// The live memories among `rows` (their keys) and their current vectors.
+pub fn current_of_live(
+    conn: &Connection,
+    model: &str,
+    rows: &[Memory],
+) -> Result<(Vec<MemoryKey>, HashMap<MemoryKey, StoredVector>)> {
+    let live: Vec<MemoryKey> = rows
+        .iter()
+        .filter(|m| m.deleted_at.is_none())
+        .map(|m| m.key)
+        .collect();
+    let have = current(conn, model, &live)?;
+    Ok((live, have))
 }
 
 /// Up to `n` current vectors of live memories with keys above `after`, in key order.
