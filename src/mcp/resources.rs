@@ -24,7 +24,7 @@ pub(super) async fn read(
     let not_found = || {
         McpError::resource_not_found(
             format!("no memory at {uri}; use memory://{{namespace}}/{{id}} with an id from recall"),
-            None,
+            Some(serde_json::json!({ "uri": uri })),
         )
     };
     let Some((namespace, id)) = uri

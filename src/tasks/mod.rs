@@ -72,9 +72,10 @@ pub enum Answer {
     Task(Box<TaskRow>),
 }
 
-/// The shortened form of an id for logs (ids never appear whole there).
+/// The shortened form of an id for logs (ids never appear whole there): its first 8 characters
+/// (ids come from clients too, so they may be any text).
 pub fn short_id(id: &str) -> &str {
-    &id[..id.len().min(8)]
+    id.char_indices().nth(8).map_or(id, |(end, _)| &id[..end])
 }
 
 /// One-line human summary of progress: "visited 48,211 nodes · depth 3/5 · frontier 9,804",
@@ -693,5 +694,14 @@ mod tests {
         assert_eq!(group(1_000_000), "1,000,000");
         assert_eq!(group(999), "999");
         assert_eq!(short_id("0123456789abcdef"), "01234567");
+    }
+
+    #[test]
+    fn short_ids_cut_between_characters() {
+        assert_eq!(short_id("aéééé"), "aéééé");
+        assert_eq!(short_id("ééééééééé"), "éééééééé");
+        assert_eq!(short_id("日本語のタスク番号です"), "日本語のタスク番");
+        assert_eq!(short_id("🦦🦦🦦🦦🦦🦦🦦🦦🦦"), "🦦🦦🦦🦦🦦🦦🦦🦦");
+        assert_eq!(short_id(""), "");
     }
 }

@@ -11,3 +11,4 @@ mod support;
 mod tasks;
 mod tools;
 mod transfer;
+mod wire;

@@ -218,6 +218,11 @@ async fn memories_are_resources() {
                         e.message.contains(&bad),
                         "{era:?}: the error does not name {bad}: {e:?}"
                     );
+                    assert_eq!(
+                        e.data.as_ref().map(|d| d["uri"].clone()),
+                        Some(json!(bad)),
+                        "{era:?}: the error's data carries the uri: {e:?}"
+                    );
                 }
                 Err(e) => panic!("{era:?}: {bad}: not a JSON-RPC error: {e}"),
             }
