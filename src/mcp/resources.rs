@@ -38,7 +38,7 @@ pub(super) async fn read(
     let wanted = id.clone();
     let found = tokio::task::spawn_blocking(move || engine.get(&[MemoryRef::Id(wanted)], false))
         .await
-        .map_err(|e| McpError::internal_error(format!("resource worker panicked: {e}"), None))?;
+        .map_err(|e| errors::worker_failed("resources/read", e))?;
     let detail = match found {
         Ok(mut d) if d.len() == 1 => d.remove(0),
         Ok(_) => return Err(not_found()),

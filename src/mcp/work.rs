@@ -36,14 +36,7 @@ pub fn is_long(tool: &str, args: &Value) -> bool {
 }
 
 pub fn parse<T: serde::de::DeserializeOwned>(tool: &str, args: &Value) -> Result<T> {
-    serde_path_to_error::deserialize(args).map_err(|e| {
-        let path = e.path().to_string();
-        Error::invalid(
-            if path == "." { tool.to_owned() } else { path },
-            e.into_inner().to_string(),
-            "see the tool's input schema",
-        )
-    })
+    serde_path_to_error::deserialize(args).map_err(|e| crate::mcp::errors::bad_arguments(tool, e))
 }
 
 fn direction(d: Option<dto::DirectionInput>) -> Direction {

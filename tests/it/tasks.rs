@@ -545,12 +545,16 @@ async fn bad_traversals_get_clear_errors() {
         ),
         (json!({"namespace": "graph"}), "ids"),
     ] {
-        let err = c
+        let CallToolResponse::Complete(r) = c
             .call("traverse", args.clone(), None)
             .await
-            .expect_err("invalid");
-        assert_eq!(rpc_code(&err), Some(-32602), "{args}");
-        assert!(err.to_string().contains(field), "{args}: {err}");
+            .expect("bad arguments are a tool result")
+        else {
+            panic!("{args}: answered inline");
+        };
+        assert_eq!(r.is_error, Some(true), "{args}: {r:?}");
+        let text = format!("{:?}", r.content);
+        assert!(text.contains(field), "{args}: {text}");
     }
     let CallToolResponse::Complete(r) = c
         .call(
@@ -592,5 +596,38 @@ async fn a_read_task_of_a_killed_process_is_rerun_by_the_next_one() {
             .as_array()
             .map(Vec::len),
         Some(20)
+    );
+}
+
+/// A call that fails on its input while it runs (an inline export over the size limit) answers
+/// the same way inline and as a task: a tool result with `isError`, the task `completed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_failing_on_its_input_is_an_error_result_inline_and_as_a_task() {
+    let db = fixture();
+    for (modern, tasks) in [(false, false), (true, false)] {
+        let c = connect(db, modern, tasks, "agent-g", &[]).await;
+        let CallToolResponse::Complete(r) = c
+            .call("export", json!({}), None)
+            .await
+            .expect("a tool result")
+        else {
+            panic!("modern={modern}: inline for a client without tasks");
+        };
+        assert_eq!(r.is_error, Some(true), "{r:?}");
+        assert!(format!("{:?}", r.content).contains("too big"), "{r:?}");
+    }
+    let c = connect(db, true, true, "agent-g", &[]).await;
+    let CallToolResponse::Task(created) = c.call("export", json!({}), None).await.unwrap() else {
+        panic!("exporting 200,000 memories is a task");
+    };
+    let (done, _) = poll_until_terminal(&c, &created.task.task_id, Duration::from_secs(60)).await;
+    assert_eq!(done.task.task.status, TaskStatus::Completed);
+    let wire = serde_json::to_value(&done).unwrap();
+    assert_eq!(wire["result"]["isError"], true, "{wire}");
+    assert!(
+        wire["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("too big")),
+        "{wire}"
     );
 }
