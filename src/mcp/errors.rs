@@ -1,7 +1,8 @@
 //! The one place where library errors become MCP answers. In a tool call, user errors — invalid
 //! arguments (naming the field, the JSON path for schema errors), unknown ids, conflicts — are tool
 //! results with `isError` and a message that says what to do, so the model can correct itself (MCP
-//! 2025-11-25, SEP-1303). Internal errors are logged and answered `internal_error`.
+//! 2025-11-25, SEP-1303); so are faults the operator can remedy (a full disk, a damaged
+//! database), with what to do. Other internal errors are logged and answered `internal_error`.
 //! JSON-RPC errors are left for requests that are not a call of a known tool, and tasks/* rules.
 
 use rmcp::ErrorData as McpError;
@@ -35,7 +36,10 @@ pub(super) fn tool_failure(e: Error) -> ToolFailure {
         ));
     }
     tracing::error!(error = %e, "tool call failed");
-    ToolFailure::Protocol(McpError::internal_error(SEE_THE_LOG, None))
+    match e.advice() {
+        Some(advice) => ToolFailure::Result(error_result(advice)),
+        None => ToolFailure::Protocol(McpError::internal_error(SEE_THE_LOG, None)),
+    }
 }
 
 /// The answer of a failed tool call.
@@ -47,13 +51,13 @@ pub(super) fn tool_answer(e: Error) -> Result<CallToolResult, McpError> {
 }
 
 /// Maps an error for a non-tool request (resources, tasks/*): user errors are `invalid_params`,
-/// others point to the log.
+/// faults the operator can remedy say so, others point to the log.
 pub(super) fn request_error(e: Error) -> McpError {
     if e.is_user_error() {
         return McpError::invalid_params(e.to_string(), None);
     }
     tracing::error!(error = %e, "request failed");
-    McpError::internal_error(SEE_THE_LOG, None)
+    McpError::internal_error(e.advice().unwrap_or_else(|| SEE_THE_LOG.to_owned()), None)
 }
 
 /// Blocking work that did not finish (it panicked): logged, answered as an internal error.
@@ -101,5 +105,13 @@ mod tests {
             "give 1 to 100",
         )));
         assert_eq!(text, "invalid `limit`: is 500. give 1 to 100");
+    }
+
+    #[test]
+    fn a_full_disk_says_what_to_do() {
+        let text = result_text(tool_failure(Error::Io(std::io::Error::from_raw_os_error(
+            28,
+        ))));
+        assert!(text.contains("free disk space"), "{text}");
     }
 }

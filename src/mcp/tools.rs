@@ -252,11 +252,14 @@ fn res_len(res: &CallToolResult) -> usize {
         .map_or(0, Vec::len)
 }
 
+/// The error text of one item of a batch; a fault the operator can remedy (a full disk, a damaged
+/// database) says what to do.
 fn item_error(e: Error) -> Option<String> {
-    if !e.is_user_error() {
-        tracing::error!(error = %e, "item failed");
+    if e.is_user_error() {
+        return Some(e.to_string());
     }
-    Some(e.to_string())
+    tracing::error!(error = %e, "item failed");
+    Some(e.advice().unwrap_or_else(|| e.to_string()))
 }
 
 /// Runs one tool call to its answer: failures the caller can act on are tool results with

@@ -249,7 +249,8 @@ fn random_task_id() -> String {
 }
 
 fn error_json(e: &Error) -> Value {
-    json!({"user": e.is_user_error(), "message": e.to_string()})
+    let message = e.advice().unwrap_or_else(|| e.to_string());
+    json!({"user": e.is_user_error(), "message": message})
 }
 
 impl Tasks {

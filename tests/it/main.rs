@@ -5,6 +5,7 @@
 mod bad_input;
 mod concurrency;
 mod durability;
+mod faults;
 mod fuzz;
 mod protocol;
 mod queries;
