@@ -32,6 +32,11 @@ fn case(what: &'static str, tool: &'static str, args: Value, want: Want) -> Case
     }
 }
 
+/// `n` distinct names.
+fn many(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("someone-{i}")).collect()
+}
+
 fn cases(known_id: &str) -> Vec<Case> {
     use Want::{Protocol, ToolError};
     let huge = "x".repeat(64 * 1024 + 1);
@@ -254,6 +259,24 @@ fn cases(known_id: &str) -> Vec<Case> {
             ToolError(&["nobody-here", "people"]),
         ),
         case("get of nothing", "get", json!({}), ToolError(&["ids"])),
+        case(
+            "get of 101 names",
+            "get",
+            json!({"names": many(101)}),
+            ToolError(&["`names`", "101", "100"]),
+        ),
+        case(
+            "get of 101 ids",
+            "get",
+            json!({"ids": many(101)}),
+            ToolError(&["`ids`", "101", "100"]),
+        ),
+        case(
+            "get of 60 ids and 60 names",
+            "get",
+            json!({"ids": many(60), "names": many(60)}),
+            ToolError(&["names", "120", "100"]),
+        ),
         case(
             "unknown update id",
             "update",
