@@ -642,6 +642,59 @@ impl Tasks {
     }
 }
 
+/// What [`cancel_for_operator`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperatorCancel {
+    /// The task had ended already (in this state); nothing changed.
+    AlreadyEnded(TaskState),
+    /// No live process held the task: it is now cancelled.
+    Cancelled,
+    /// A live process runs it and was asked to stop it (it does within a heartbeat).
+    Requested,
+}
+
+/// Cancels task `row` for an operator (`mnemograph tasks cancel`). A task no live process holds
+/// (heartbeat older than `stale_after`: its process is gone) would wait for a server to adopt it
+/// before the request was seen, so it is ended here at once — taken over the way an orphan is
+/// adopted (one conditional update: a process that adopted it first keeps it), then marked
+/// cancelled. A live one is asked to stop.
+pub fn cancel_for_operator(
+    engine: &Engine,
+    row: &TaskRow,
+    stale_after: Duration,
+) -> Result<OperatorCancel> {
+    if row.status.is_terminal() {
+        return Ok(OperatorCancel::AlreadyEnded(row.status));
+    }
+    let now = now_millis();
+    let stale_before = now - stale_after.as_millis() as i64;
+    if row.heartbeat_at < stale_before {
+        let me = random_task_id();
+        if engine.task_adopt(&row.id, &row.boot_id, &me, stale_before, now)? {
+            let last = row
+                .status_message
+                .as_deref()
+                .unwrap_or("no progress recorded");
+            let message = format!("cancelled by an operator; no process was running it · {last}");
+            if engine.task_finish(
+                &row.id,
+                &me,
+                TaskState::Cancelled,
+                &message,
+                &row.progress,
+                None,
+                None,
+                now_millis(),
+            )? {
+                tracing::info!(task = short_id(&row.id), "orphaned task cancelled");
+                return Ok(OperatorCancel::Cancelled);
+            }
+        }
+    }
+    engine.task_request_cancel(&row.id, now_millis())?;
+    Ok(OperatorCancel::Requested)
+}
+
 /// Where inline progress goes (the front end turns it into notifications).
 pub type ProgressSink = Arc<dyn Fn(WorkProgress) + Send + Sync>;
 
@@ -704,5 +757,61 @@ mod tests {
         assert_eq!(short_id("日本語のタスク番号です"), "日本語のタスク番");
         assert_eq!(short_id("🦦🦦🦦🦦🦦🦦🦦🦦🦦"), "🦦🦦🦦🦦🦦🦦🦦🦦");
         assert_eq!(short_id(""), "");
+    }
+
+    fn working_row(id: &str, heartbeat_at: Millis) -> TaskRow {
+        TaskRow {
+            id: id.into(),
+            owner: "me".into(),
+            tool: "traverse".into(),
+            arguments: json!({}),
+            status: TaskState::Working,
+            status_message: Some("visited 5 nodes · frontier 1".into()),
+            progress: json!({"visited": 5}),
+            result: None,
+            error: None,
+            created_at: heartbeat_at,
+            updated_at: heartbeat_at,
+            ttl_ms: Some(60_000),
+            poll_interval_ms: None,
+            checkpoint: None,
+            boot_id: "elsewhere".into(),
+            heartbeat_at,
+            cancel_requested: false,
+        }
+    }
+
+    #[test]
+    fn an_operator_ends_an_orphan_and_asks_a_live_task_to_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(crate::Config::for_db(dir.path().join("m.db"))).unwrap();
+        let stale = Duration::from_secs(3);
+        let orphan = working_row("orphan", now_millis() - 10_000);
+        let live = working_row("live", now_millis());
+        engine.task_insert(&orphan).unwrap();
+        engine.task_insert(&live).unwrap();
+        assert_eq!(
+            cancel_for_operator(&engine, &orphan, stale).unwrap(),
+            OperatorCancel::Cancelled
+        );
+        let row = engine.task_get("orphan").unwrap().unwrap();
+        assert_eq!(row.status, TaskState::Cancelled);
+        assert_eq!(
+            row.status_message.as_deref(),
+            Some(
+                "cancelled by an operator; no process was running it · visited 5 nodes · frontier 1"
+            )
+        );
+        assert_eq!(
+            cancel_for_operator(&engine, &row, stale).unwrap(),
+            OperatorCancel::AlreadyEnded(TaskState::Cancelled)
+        );
+        assert_eq!(
+            cancel_for_operator(&engine, &live, stale).unwrap(),
+            OperatorCancel::Requested
+        );
+        let row = engine.task_get("live").unwrap().unwrap();
+        assert_eq!(row.status, TaskState::Working);
+        assert!(row.cancel_requested);
     }
 }

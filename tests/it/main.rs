@@ -3,6 +3,7 @@
 //! `server/discover`).
 
 mod bad_input;
+mod cli;
 mod concurrency;
 mod durability;
 mod faults;
