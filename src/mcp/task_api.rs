@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 use crate::mcp::errors::{bad_arguments, request_error, tool_answer, worker_failed};
 use crate::mcp::work;
 use crate::model::{TaskRow, TaskState, format_time};
-use crate::tasks::{Answer, Capability, TaskView, Tasks, decide, short_id, status_message};
+use crate::tasks::{
+    Answer, Capability, TaskView, Tasks, decide, short_id, status_message, work_done,
+};
 
 /// `_meta` key of the decision on a tool result or task handle.
 const DECISION_KEY: &str = "mnemograph/decision";
@@ -100,6 +102,7 @@ pub(crate) async fn call_long(
         if let Some(asked) = asked {
             args["max_nodes"] = json!(asked.min(work::INLINE_WORK_LIMIT as u64));
         }
+        args["_inline_limit"] = json!(true);
     }
     if cap != Capability::Tasks && tool == "import" {
         // A client that cannot poll gets a bounded import; repeating the call goes on.
@@ -129,7 +132,7 @@ pub(crate) async fn call_long(
             let peer = ctx.peer.clone();
             let fw = tokio::spawn(async move {
                 while let Some(p) = rx.recv().await {
-                    let n = ProgressNotificationParam::new(token.clone(), p.visited as f64)
+                    let n = ProgressNotificationParam::new(token.clone(), work_done(&p) as f64)
                         .with_message(status_message(&p));
                     if let Err(e) = peer.notify_progress(n).await {
                         tracing::debug!(error = %e, "progress notification not sent");

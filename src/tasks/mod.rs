@@ -35,6 +35,11 @@ pub trait Executor: Send + Sync + 'static {
     fn resumable(&self, _tool: &str) -> bool {
         false
     }
+    /// What the progress of `tool` counts (graph walks by default), so that a task's status
+    /// reads right before the work has reported anything.
+    fn work_kind(&self, _tool: &str) -> WorkKind {
+        WorkKind::Walk
+    }
 }
 
 /// Settings of the task runner.
@@ -112,6 +117,15 @@ pub fn status_message(p: &WorkProgress) -> String {
     s
 }
 
+/// How much work is done, as one number that only grows (the `progress` of notifications): a
+/// walk's nodes visited plus the memories scored against its focus; an import's or export's items.
+pub fn work_done(p: &WorkProgress) -> u64 {
+    match p.kind {
+        WorkKind::Walk => p.visited + p.done,
+        WorkKind::Import | WorkKind::Export => p.done,
+    }
+}
+
 /// Machine-readable counters of progress.
 pub fn progress_json(p: &WorkProgress) -> Value {
     match p.kind {
@@ -147,14 +161,17 @@ struct Live {
 }
 
 impl Live {
-    fn new(task_id: Option<String>, resume: Option<Value>) -> Live {
+    fn new(task_id: Option<String>, resume: Option<Value>, kind: WorkKind) -> Live {
         let id = std::sync::OnceLock::new();
         if let Some(t) = task_id {
             let _ = id.set(t);
         }
         Live {
             ctl: Arc::new(Progressing::default()),
-            extra: Mutex::new(WorkProgress::default()),
+            extra: Mutex::new(WorkProgress {
+                kind,
+                ..WorkProgress::default()
+            }),
             task_id: id,
             resume,
             checkpoint: Mutex::new(None),
@@ -290,7 +307,7 @@ impl Tasks {
         ttl_ms: Option<u64>,
         on_progress: Option<ProgressSink>,
     ) -> Result<Answer> {
-        let live = Arc::new(Live::new(None, None));
+        let live = Arc::new(Live::new(None, None, self.executor.work_kind(tool)));
         let mut handle = self.spawn_work(tool, &args, &live);
         let handle = match plan {
             Plan::Inline => {
@@ -616,22 +633,26 @@ impl Tasks {
             return Ok(()); // another process took it
         }
         if row.cancel_requested {
-            let live = Live::new(None, None);
+            let live = Live::new(None, None, self.executor.work_kind(&row.tool));
             self.finish(&row.id, &live, Err(Error::Cancelled)).await;
             return Ok(());
         }
         if self.executor.resumable(&row.tool) {
             tracing::info!(task = short_id(&row.id), tool = %row.tool, "resuming a task whose process stopped, from its last checkpoint");
-            let live = Arc::new(Live::new(Some(row.id.clone()), row.checkpoint.clone()));
+            let live = Arc::new(Live::new(
+                Some(row.id.clone()),
+                row.checkpoint.clone(),
+                self.executor.work_kind(&row.tool),
+            ));
             let handle = self.spawn_work(&row.tool, &row.arguments, &live);
             self.track(row.id, live, handle);
         } else if self.executor.rerunnable(&row.tool) {
             tracing::info!(task = short_id(&row.id), tool = %row.tool, "re-running a task whose process stopped");
-            let live = Arc::new(Live::new(None, None));
+            let live = Arc::new(Live::new(None, None, self.executor.work_kind(&row.tool)));
             let handle = self.spawn_work(&row.tool, &row.arguments, &live);
             self.track(row.id, live, handle);
         } else {
-            let live = Live::new(None, None);
+            let live = Live::new(None, None, self.executor.work_kind(&row.tool));
             let err = Error::Internal(
                 "the process running this task stopped before it finished; run the call again"
                     .into(),
@@ -705,8 +726,8 @@ fn spawn_forwarder(live: Arc<Live>, f: ProgressSink) -> tokio::task::JoinHandle<
         loop {
             tick.tick().await;
             let p = live.progress();
-            if p.visited > last {
-                last = p.visited;
+            if work_done(&p) > last {
+                last = work_done(&p);
                 f(p);
             }
         }
@@ -813,5 +834,65 @@ mod tests {
         let row = engine.task_get("live").unwrap().unwrap();
         assert_eq!(row.status, TaskState::Working);
         assert!(row.cancel_requested);
+    }
+
+    /// Work that reports nothing and runs until it is cancelled (or for 10 s at most, so that a
+    /// failed test ends).
+    struct Silent(WorkKind);
+
+    impl Executor for Silent {
+        fn execute(&self, _: &Engine, _: &str, _: &Value, ctl: &dyn Control) -> Result<Value> {
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while !ctl.is_cancelled() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(Error::Cancelled)
+        }
+
+        fn rerunnable(&self, _: &str) -> bool {
+            false
+        }
+
+        fn work_kind(&self, _: &str) -> WorkKind {
+            self.0
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_reads_as_its_kind_of_work_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine =
+            Arc::new(Engine::open(crate::Config::for_db(dir.path().join("m.db"))).unwrap());
+        for (kind, tool, wording) in [
+            (WorkKind::Import, "import", "imported 0 items"),
+            (WorkKind::Export, "export", "exported 0 items"),
+            (WorkKind::Walk, "traverse", "visited 0 nodes"),
+        ] {
+            let tasks = Tasks::new(
+                Arc::clone(&engine),
+                TaskConfig::default(),
+                Arc::new(Silent(kind)),
+            );
+            let answer = tasks
+                .run("me", tool, json!({}), Plan::Task, None, None)
+                .await
+                .unwrap();
+            let Answer::Task(row) = answer else {
+                panic!("a task was asked for");
+            };
+            let first = row.status_message.clone().unwrap_or_default();
+            assert!(first.starts_with(wording), "{tool}: {first}");
+            let view = tasks.get("me", &row.id).unwrap().unwrap();
+            let live = view.status_message().unwrap_or_default();
+            assert!(live.starts_with(wording), "{tool}: {live}");
+            assert_eq!(
+                view.progress_json(),
+                progress_json(&WorkProgress {
+                    kind,
+                    ..WorkProgress::default()
+                })
+            );
+            assert!(tasks.cancel(Some("me"), &row.id).unwrap());
+        }
     }
 }

@@ -23,6 +23,19 @@ use serde_json::{Value, json};
 
 use crate::support::BIN;
 
+/// `n` with thousands separators, as status messages show it.
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 const MEMORIES: usize = 200_000;
 const RELATIONS: usize = 1_000_000;
 const BATCH: usize = 10_000;
@@ -231,12 +244,11 @@ fn deep_walk() -> Value {
     json!({"names": ["n1"], "namespace": "graph", "depth": 7, "direction": "both", "max_nodes": 1_000_000, "focus": "billing invoice tea", "limit": 20})
 }
 
+/// Work done so far: nodes the walk visited plus memories scored against the focus.
 fn visited(t: &GetTaskResult) -> u64 {
-    t.meta
-        .as_ref()
-        .and_then(|m| m.0.get("mnemograph/progress"))
-        .and_then(|p| p["visited"].as_u64())
-        .unwrap_or(0)
+    let p = t.meta.as_ref().and_then(|m| m.0.get("mnemograph/progress"));
+    let n = |k: &str| p.and_then(|p| p[k].as_u64()).unwrap_or(0);
+    n("visited") + n("done")
 }
 
 pub(crate) async fn poll_until_terminal(
@@ -289,7 +301,7 @@ async fn deep_walk_becomes_a_task_with_growing_progress_and_survives_restart() {
     assert!(counts.len() >= 2, "polled while working: {counts:?}");
     assert!(
         counts.windows(2).all(|w| w[1] > w[0]),
-        "visited counts strictly increase: {counts:?}"
+        "work done (nodes visited, then memories scored) strictly increases: {counts:?}"
     );
     assert_eq!(done.task.task.status, TaskStatus::Completed);
     let result = serde_json::to_value(&done).unwrap();
@@ -302,8 +314,23 @@ async fn deep_walk_becomes_a_task_with_growing_progress_and_survives_restart() {
         .as_u64()
         .unwrap();
     assert!(reached > 50_000, "reached {reached}");
+    // The walk and the scoring are counted apart: no node is counted twice.
+    let walked = result["result"]["structuredContent"]["visited"]
+        .as_u64()
+        .unwrap();
+    assert!(walked <= reached, "visited {walked} of {reached} reached");
+    let progress = &done.meta.as_ref().unwrap().0["mnemograph/progress"];
+    assert_eq!(progress["visited"].as_u64(), Some(walked), "{progress}");
+    assert_eq!(progress["done"].as_u64(), Some(reached), "{progress}");
     let message = done.task.task.status_message.clone().unwrap_or_default();
-    assert!(message.contains("visited"), "{message}");
+    assert!(
+        message.contains(&format!("visited {} nodes", group(walked))),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("scored {0} / {0}", group(reached))),
+        "{message}"
+    );
 
     // The tasks tool lists it.
     let CallToolResponse::Complete(listed) = c.call("tasks", json!({}), None).await.unwrap() else {
@@ -389,7 +416,11 @@ async fn clients_without_tasks_get_bounded_inline_answers_with_progress() {
         };
         let out = r.structured_content.unwrap();
         assert_eq!(out["truncated"], true, "{out}");
-        assert!(out["hint"].as_str().unwrap().contains("narrow"), "{out}");
+        // What helps this client: max_nodes is capped for it, so raising it does not.
+        let hint = out["hint"].as_str().unwrap();
+        assert!(hint.contains("narrow") && hint.contains("depth"), "{out}");
+        assert!(hint.contains("tasks"), "{out}");
+        assert!(!hint.contains("raise max_nodes"), "{out}");
         assert!(out["reached"].as_u64().unwrap() <= 10_000);
         // The client hands notifications to its handler on its own schedule, so only their
         // arrival is checked here; their order against the response is checked on the wire below.
