@@ -149,7 +149,18 @@ pub(crate) async fn call_long(
         }) as crate::tasks::ProgressSink
     });
     let ttl = ctx.meta.0.0.get(TTL_KEY).and_then(Value::as_u64);
-    let answer = tasks.run(&owner, tool, args, plan, ttl, on_progress).await;
+    // A client's `notifications/cancelled` stops the work while it is answered inline.
+    let answer = tasks
+        .run(
+            &owner,
+            tool,
+            args,
+            plan,
+            ttl,
+            on_progress,
+            ctx.ct.cancelled(),
+        )
+        .await;
     if let Some(fw) = forwarder {
         let _ = fw.await; // every sender is gone once `run` returned: the loop ends after the last send
     }

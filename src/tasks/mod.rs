@@ -297,7 +297,10 @@ impl Tasks {
     }
 
     /// Runs one call according to `plan`. `on_progress` is called (from async context) while
-    /// an inline answer is being computed, and never after this returns.
+    /// an inline answer is being computed, and never after this returns. When `cancelled`
+    /// completes while the call is still to be answered inline (the client cancelled the
+    /// request), the work is stopped; once it is a task, only `tasks/cancel` stops it.
+    #[allow(clippy::too_many_arguments)]
     pub async fn run(
         self: &Arc<Self>,
         owner: &str,
@@ -306,36 +309,52 @@ impl Tasks {
         plan: Plan,
         ttl_ms: Option<u64>,
         on_progress: Option<ProgressSink>,
+        cancelled: impl Future<Output = ()> + Send,
     ) -> Result<Answer> {
         let live = Arc::new(Live::new(None, None, self.executor.work_kind(tool)));
         let mut handle = self.spawn_work(tool, &args, &live);
-        let handle = match plan {
-            Plan::Inline => {
-                let out = self.with_progress(handle, &live, on_progress).await;
+        if plan != Plan::Task {
+            /// How the inline phase ended.
+            enum Ended {
+                Done(Result<Value>),
+                OverBudget,
+                Cancelled,
+            }
+            let budget = (plan == Plan::Race).then_some(self.cfg.inline_budget);
+            let forward = on_progress
+                .clone()
+                .map(|f| spawn_forwarder(Arc::clone(&live), f));
+            let ended = tokio::select! {
+                out = async {
+                    match budget {
+                        None => Some(flatten((&mut handle).await)),
+                        Some(b) => tokio::time::timeout(b, &mut handle).await.ok().map(flatten),
+                    }
+                } => out.map_or(Ended::OverBudget, Ended::Done),
+                () = cancelled => Ended::Cancelled,
+            };
+            let out = match ended {
+                Ended::Done(out) => Some(out),
+                Ended::OverBudget => None,
+                Ended::Cancelled => {
+                    live.ctl.cancelled.store(true, Ordering::Relaxed);
+                    let out = flatten((&mut handle).await);
+                    tracing::info!(tool, "inline call stopped: the client cancelled it");
+                    Some(out)
+                }
+            };
+            if let Some(fw) = forward {
+                fw.abort();
+                let _ = fw.await;
+            }
+            if let Some(out) = out {
+                // The last word on progress, also for work too quick for the forwarder to see.
+                if let Some(f) = &on_progress {
+                    f(live.progress());
+                }
                 return Ok(Answer::Inline(out));
             }
-            Plan::Task => handle,
-            Plan::Race => {
-                let budget = self.cfg.inline_budget;
-                let forward = on_progress
-                    .clone()
-                    .map(|f| spawn_forwarder(Arc::clone(&live), f));
-                let raced = tokio::time::timeout(budget, &mut handle).await;
-                if let Some(fw) = forward {
-                    fw.abort();
-                    let _ = fw.await;
-                }
-                match raced {
-                    Ok(joined) => {
-                        if let Some(f) = &on_progress {
-                            f(live.progress());
-                        }
-                        return Ok(Answer::Inline(flatten(joined)));
-                    }
-                    Err(_) => handle,
-                }
-            }
-        };
+        }
         // Becomes a task: the row is committed before the handle is returned.
         let now = now_millis();
         let row = TaskRow {
@@ -386,27 +405,6 @@ impl Tasks {
             }))
             .unwrap_or_else(|_| Err(Error::Internal(format!("{tool} panicked"))))
         })
-    }
-
-    async fn with_progress(
-        &self,
-        handle: tokio::task::JoinHandle<Result<Value>>,
-        live: &Arc<Live>,
-        on_progress: Option<ProgressSink>,
-    ) -> Result<Value> {
-        let forward = on_progress
-            .clone()
-            .map(|f| spawn_forwarder(Arc::clone(live), f));
-        let out = flatten(handle.await);
-        if let Some(fw) = forward {
-            fw.abort();
-            let _ = fw.await;
-        }
-        // The last word on progress, also for work too quick for the forwarder to see.
-        if let Some(f) = &on_progress {
-            f(live.progress());
-        }
-        out
     }
 
     /// Keeps a task's row in step with its work until the work ends.
@@ -874,7 +872,15 @@ mod tests {
                 Arc::new(Silent(kind)),
             );
             let answer = tasks
-                .run("me", tool, json!({}), Plan::Task, None, None)
+                .run(
+                    "me",
+                    tool,
+                    json!({}),
+                    Plan::Task,
+                    None,
+                    None,
+                    std::future::pending(),
+                )
                 .await
                 .unwrap();
             let Answer::Task(row) = answer else {

@@ -482,6 +482,11 @@ impl Raw {
         tail(&self.log)
     }
 
+    /// The whole server log so far.
+    pub(crate) fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// Closes stdin and waits for the server to exit; returns the messages not yet read.
     pub(crate) async fn close(mut self) -> Vec<Value> {
         drop(self.stdin.take());

@@ -21,7 +21,7 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::support::BIN;
+use crate::support::{BIN, Era, Raw};
 
 /// `n` with thousands separators, as status messages show it.
 fn group(n: u64) -> String {
@@ -661,4 +661,56 @@ async fn a_call_failing_on_its_input_is_an_error_result_inline_and_as_a_task() {
             .is_some_and(|t| t.contains("too big")),
         "{wire}"
     );
+}
+
+/// `notifications/cancelled` for an inline call stops its work: an export to a file is abandoned
+/// (no file), and the server goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cancelling_an_inline_call_stops_its_work() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let root = out_dir.path().to_str().unwrap().to_owned();
+    let target = out_dir.path().join("everything.jsonl");
+    let mut raw = Raw::spawn(fixture(), &["--import-root", &root]);
+    raw.start_session(Era::Initialize).await;
+    let call = raw.request(
+        json!("export-1"),
+        "tools/call",
+        json!({"name": "export", "arguments": {"path": target.to_str().unwrap()}}),
+    );
+    raw.send(&call).await;
+    let started = Instant::now();
+    while !raw.log_text().contains("inline or task") {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the export never started\n{}",
+            raw.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    raw.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "export-1", "reason": "the user changed their mind"}}),
+    )
+    .await;
+    while !raw.log_text().contains("stopped: the client cancelled it") {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the export was not stopped\n{}",
+            raw.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let listed: Vec<_> = std::fs::read_dir(out_dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(listed.is_empty(), "nothing is left behind: {listed:?}");
+    let stats = raw
+        .call("tools/call", json!({"name": "stats", "arguments": {}}))
+        .await;
+    assert!(
+        stats["result"]["structuredContent"]["memories"].as_u64() > Some(0),
+        "{stats}"
+    );
+    raw.close().await;
 }
