@@ -53,6 +53,67 @@ impl Error {
         )
     }
 
+    /// The disk holding the database or its indexes is full (SQLite's `SQLITE_FULL`, `ENOSPC`).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Error::Sqlite(e) => {
+                e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) || io_full_in(e)
+            }
+            Error::Io(e) => io_full(e),
+            Error::Tantivy(tantivy::TantivyError::IoError(e)) => io_full(e),
+            Error::Tantivy(e) => io_full_in(e) || e.to_string().contains(ENOSPC_TEXT),
+            _ => false,
+        }
+    }
+
+    /// The database file is damaged or is not a database (`SQLITE_CORRUPT`, `SQLITE_NOTADB`).
+    pub fn is_corrupt_database(&self) -> bool {
+        matches!(
+            self,
+            Error::Sqlite(e) if matches!(
+                e.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+            )
+        )
+    }
+
+    /// The text index's writer has stopped: one of its worker threads failed on a write (tantivy
+    /// keeps only a message, not the cause; most often the disk was full), and every later write
+    /// through it fails the same way until the process restarts.
+    pub fn is_text_index_stopped(&self) -> bool {
+        matches!(
+            self,
+            Error::Tantivy(tantivy::TantivyError::ErrorInThread(_))
+        )
+    }
+
+    /// For a fault of the server that the operator can remedy (a full disk, a damaged database, a
+    /// text index stopped by a failed write): what happened and what to do, fit to show a client.
+    /// `None` for other faults.
+    pub fn advice(&self) -> Option<String> {
+        if self.is_disk_full() {
+            // A text index writer that failed may stay stopped until the process restarts.
+            let restart = if matches!(self, Error::Tantivy(_)) {
+                " (if searches still fail then, restart the server: the text index catches up from the database when it starts)"
+            } else {
+                ""
+            };
+            Some(format!(
+                "the disk holding the memory database or its indexes is full ({self}): free disk space, then try again{restart}; what this call was writing was not stored"
+            ))
+        } else if self.is_corrupt_database() {
+            Some(format!(
+                "the memory database file is damaged or is not a mnemograph database ({self}): run `mnemograph doctor` to check it, and restore it from a backup if it reports damage"
+            ))
+        } else if self.is_text_index_stopped() {
+            Some(format!(
+                "the text index stopped after a write to it failed, most often because the disk was full ({self}): check that the disk has free space, then restart the server (the index catches up from the database when it starts); memories can still be read by id with `get`"
+            ))
+        } else {
+            None
+        }
+    }
+
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(
         field: impl Into<String>,
@@ -76,5 +137,94 @@ impl Error {
     }
 }
 
+/// How the OS describes `ENOSPC` inside messages that keep no error value.
+const ENOSPC_TEXT: &str = "(os error 28)";
+
+fn io_full(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(28)
+}
+
+/// Whether an `ENOSPC` lies anywhere in `e`'s chain of sources.
+fn io_full_in(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.downcast_ref::<std::io::Error>().is_some_and(io_full) {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
 /// Result of every fallible library call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real SQLite error: `sql` run on a connection to `path`.
+    fn sqlite_error(path: &std::path::Path, setup: &str, sql: &str) -> Error {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        if let Err(e) = conn.execute_batch(setup) {
+            return e.into();
+        }
+        conn.execute_batch(sql)
+            .expect_err("the statement must fail")
+            .into()
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_recognised() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory.db");
+        std::fs::write(&path, vec![0xA5u8; 64 * 1024]).unwrap();
+        let e = sqlite_error(&path, "SELECT 1", "SELECT count(*) FROM sqlite_master");
+        assert!(e.is_corrupt_database(), "{e:?}");
+        assert!(!e.is_disk_full(), "{e:?}");
+        assert!(!e.is_user_error());
+        let advice = e.advice().expect("advice for a damaged database");
+        assert!(advice.contains("mnemograph doctor"), "{advice}");
+        assert!(advice.contains("backup"), "{advice}");
+    }
+
+    #[test]
+    fn a_full_database_is_recognised() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory.db");
+        // SQLite answers SQLITE_FULL when the file may not grow: the disk-full path of a real
+        // database, without filling a disk.
+        let e = sqlite_error(
+            &path,
+            "CREATE TABLE t (b BLOB); PRAGMA max_page_count = 3;",
+            "INSERT INTO t VALUES (zeroblob(1000000))",
+        );
+        assert!(e.is_disk_full(), "{e:?}");
+        assert!(!e.is_corrupt_database(), "{e:?}");
+        let advice = e.advice().expect("advice for a full disk");
+        assert!(advice.contains("free disk space"), "{advice}");
+    }
+
+    #[test]
+    fn other_sources_of_the_same_faults_are_recognised() {
+        let enospc = std::io::Error::from_raw_os_error(28);
+        assert!(Error::Io(enospc).is_disk_full());
+        let tantivy = tantivy::TantivyError::from(std::io::Error::from_raw_os_error(28));
+        assert!(Error::Tantivy(tantivy).is_disk_full());
+        let corrupt = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT),
+            Some("database disk image is malformed".into()),
+        );
+        assert!(Error::Sqlite(corrupt).is_corrupt_database());
+        let stopped = Error::Tantivy(tantivy::TantivyError::ErrorInThread(
+            "An index writer was killed.".into(),
+        ));
+        assert!(stopped.is_text_index_stopped() && !stopped.is_disk_full());
+        let advice = stopped.advice().expect("advice for a stopped text index");
+        assert!(advice.contains("restart the server"), "{advice}");
+        let other = Error::Io(std::io::Error::other("boom"));
+        assert!(!other.is_disk_full() && !other.is_corrupt_database());
+        assert_eq!(other.advice(), None);
+        assert_eq!(Error::invalid("x", "y", "z").advice(), None);
+    }
+}

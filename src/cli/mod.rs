@@ -228,7 +228,8 @@ enum TasksAction {
     },
     /// One task with its result or error.
     Show { id: String },
-    /// Stop a running task (any process running it stops within a heartbeat).
+    /// Stop a running task: the process running it stops it within a heartbeat; a task whose
+    /// process is gone is marked cancelled at once.
     Cancel { id: String },
 }
 
@@ -689,20 +690,21 @@ fn tasks_command(engine: Engine, action: TasksAction) -> anyhow::Result<ExitCode
                 writeln!(out, "no task {id}")?;
                 return Ok(ExitCode::from(EXIT_FAILURE));
             };
-            if t.status.is_terminal() {
-                writeln!(
+            let short = crate::tasks::short_id(&t.id);
+            let stale_after = crate::tasks::TaskConfig::default().stale_after;
+            match crate::tasks::cancel_for_operator(&engine, &t, stale_after)? {
+                crate::tasks::OperatorCancel::AlreadyEnded(status) => {
+                    writeln!(out, "task {short}… already {}", status.as_str())?;
+                }
+                crate::tasks::OperatorCancel::Cancelled => writeln!(
                     out,
-                    "task {}… already {}",
-                    crate::tasks::short_id(&t.id),
-                    t.status.as_str()
-                )?;
-            } else {
-                engine.task_request_cancel(&t.id, crate::model::now_millis())?;
-                writeln!(
+                    "task {short}… cancelled: no process was running it (its process stopped; no heartbeat for {} s)",
+                    (crate::model::now_millis() - t.heartbeat_at) / 1000
+                )?,
+                crate::tasks::OperatorCancel::Requested => writeln!(
                     out,
-                    "cancellation requested for {}…; the process running it stops it within a second",
-                    crate::tasks::short_id(&t.id)
-                )?;
+                    "cancellation requested for {short}…; the process running it stops it within a second"
+                )?,
             }
             Ok(ExitCode::SUCCESS)
         }

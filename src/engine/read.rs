@@ -55,10 +55,24 @@ impl Engine {
             ));
         }
         if refs.len() > MAX_GET {
+            // Blame the field the caller used: ids come first, then names.
+            let names = refs
+                .iter()
+                .filter(|r| matches!(r, MemoryRef::Name { .. }))
+                .count();
+            let ids = refs.len() - names;
+            let (field, reason) = match (ids, names) {
+                (_, 0) => ("ids", format!("has {ids} entries")),
+                (0, _) => ("names", format!("has {names} entries")),
+                _ => (
+                    "names",
+                    format!("has {names} entries, {} together with `ids`", refs.len()),
+                ),
+            };
             return Err(Error::invalid(
-                "ids",
-                format!("has {} entries", refs.len()),
-                format!("ask for at most {MAX_GET}"),
+                field,
+                reason,
+                format!("ask for at most {MAX_GET} memories per call, ids and names together"),
             ));
         }
         let details = self.store.read(|c| {

@@ -389,8 +389,8 @@ impl Engine {
                             self.text.relevance(&terms, &m.content, m.name.as_deref());
                     }
                 }
+                // Scoring is counted apart from the walk: `visited` stays the walk's count.
                 progress.done += chunk.len() as u64;
-                progress.visited += chunk.len() as u64;
                 ctl.report(&progress);
             }
             order.sort_by(|&a, &b| {
@@ -635,4 +635,88 @@ fn subgraph_edges(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::Config;
+    use crate::engine::{RelateItem, RememberItem};
+
+    /// Keeps every report.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<WorkProgress>>);
+
+    impl Control for Recorder {
+        fn report(&self, p: &WorkProgress) {
+            self.0.lock().unwrap().push(*p);
+        }
+
+        fn is_cancelled(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_focused_walk_counts_the_walk_and_the_scoring_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(Config::for_db(dir.path().join("memory.db"))).unwrap();
+        const N: usize = 40;
+        let items: Vec<RememberItem> = (0..N)
+            .map(|i| RememberItem {
+                content: format!("station {i} on the river line"),
+                name: Some(format!("s{i}")),
+                ..RememberItem::default()
+            })
+            .collect();
+        e.remember(&items).unwrap();
+        let rels: Vec<RelateItem> = (1..N)
+            .map(|i| RelateItem {
+                from: format!("s{}", i - 1),
+                to: format!("s{i}"),
+                kind: "next".into(),
+                weight: None,
+                metadata: None,
+                namespace: None,
+            })
+            .collect();
+        for r in e.relate(&rels).unwrap() {
+            r.unwrap();
+        }
+        let req = TraverseRequest {
+            seeds: vec![MemoryRef::Name {
+                namespace: "default".into(),
+                name: "s0".into(),
+            }],
+            query: None,
+            namespaces: NamespaceScope::All,
+            depth: MAX_DEPTH,
+            direction: crate::graph::Direction::Out,
+            kinds: vec![],
+            min_weight: 0.0,
+            valid_at: None,
+            max_nodes: 1_000,
+            shape: Shape::Nodes,
+            focus: Some("station 7".into()),
+            limit: 5,
+        };
+        let ctl = Recorder::default();
+        let r = e.traverse(&req, &ctl).unwrap();
+        let reached = (MAX_DEPTH as usize + 1) as u64;
+        assert_eq!(r.reached as u64, reached);
+        assert_eq!(
+            r.visited, reached,
+            "each node the walk reached is counted once"
+        );
+        let reports = ctl.0.lock().unwrap();
+        let last = reports.last().unwrap();
+        assert_eq!(last.visited, reached, "{last:?}");
+        assert_eq!((last.done, last.total), (reached, reached), "{last:?}");
+        assert!(
+            reports.windows(2).all(|w| w[1].visited >= w[0].visited),
+            "{reports:?}"
+        );
+    }
 }

@@ -411,6 +411,10 @@ pub struct TraverseParams {
     pub focus: Option<String>,
     /// Most nodes listed, 1–1000 (default 50).
     pub limit: Option<u32>,
+    /// Set by the server for clients without tasks, whose walks stop at the inline work limit.
+    #[serde(default, rename = "_inline_limit")]
+    #[schemars(skip)]
+    pub inline_limit: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -4,19 +4,22 @@
 mod convert;
 pub mod dto;
 mod errors;
+mod guard;
 mod resources;
 mod task_api;
 pub mod tools;
 pub mod transfer;
+mod transport;
 pub mod work;
 
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult,
-    Implementation, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
+    CompleteResult, ErrorCode, GetTaskParams, GetTaskResult, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -145,6 +148,22 @@ impl ServerHandler for MemoryServer {
         task_api::cancel(&self.tasks, self.owner(&context), request.task_id).await
     }
 
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListPromptsResult, McpError> {
+        Err(not_offered("prompts/list", "prompts"))
+    }
+
+    async fn complete(
+        &self,
+        _request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CompleteResult, McpError> {
+        Err(not_offered("completion/complete", "completions"))
+    }
+
     async fn list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -174,15 +193,27 @@ impl ServerHandler for MemoryServer {
     }
 }
 
+/// A method of a capability the server does not declare.
+fn not_offered(method: &str, capability: &str) -> McpError {
+    McpError::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!(
+            "method not found: `{method}`; this server has no {capability} (it declares tools and resources)"
+        ),
+        None,
+    )
+}
+
 /// Serves MCP on stdin/stdout until the client closes the stream.
 pub async fn serve_stdio(engine: Arc<Engine>, options: ServerOptions) -> Result<()> {
     let (reader, writer) = rmcp::transport::io::stdio_pipes();
+    let session = Arc::new(transport::Session::default());
     // Room for the largest call the limits allow (16 MiB of content, JSON-escaped).
-    let transport = rmcp::transport::async_rw::AsyncRwTransport::new(reader, writer)
-        .with_max_line_length(MAX_MESSAGE_BYTES);
+    let transport =
+        transport::StdioTransport::new(reader, writer, MAX_MESSAGE_BYTES, Arc::clone(&session));
     let server = MemoryServer::new(engine, options);
     let tasks = Arc::clone(&server.tasks);
-    let service = server
+    let service = guard::Guarded::new(server, session)
         .serve(transport)
         .await
         .map_err(|e| Error::Internal(format!("MCP session did not start: {e}")))?;

@@ -24,7 +24,7 @@ pub(super) async fn read(
     let not_found = || {
         McpError::resource_not_found(
             format!("no memory at {uri}; use memory://{{namespace}}/{{id}} with an id from recall"),
-            None,
+            Some(serde_json::json!({ "uri": uri })),
         )
     };
     let Some((namespace, id)) = uri
@@ -38,7 +38,7 @@ pub(super) async fn read(
     let wanted = id.clone();
     let found = tokio::task::spawn_blocking(move || engine.get(&[MemoryRef::Id(wanted)], false))
         .await
-        .map_err(|e| McpError::internal_error(format!("resource worker panicked: {e}"), None))?;
+        .map_err(|e| errors::worker_failed("resources/read", e))?;
     let detail = match found {
         Ok(mut d) if d.len() == 1 => d.remove(0),
         Ok(_) => return Err(not_found()),

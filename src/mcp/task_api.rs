@@ -13,10 +13,12 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 
-use crate::mcp::errors::{ToolFailure, tool_failure};
+use crate::mcp::errors::{bad_arguments, request_error, tool_answer, worker_failed};
 use crate::mcp::work;
 use crate::model::{TaskRow, TaskState, format_time};
-use crate::tasks::{Answer, Capability, TaskView, Tasks, decide, short_id, status_message};
+use crate::tasks::{
+    Answer, Capability, TaskView, Tasks, decide, short_id, status_message, work_done,
+};
 
 /// `_meta` key of the decision on a tool result or task handle.
 const DECISION_KEY: &str = "mnemograph/decision";
@@ -91,12 +93,16 @@ pub(crate) async fn call_long(
     let cap = capability(ctx);
     let mut args = Value::Object(args);
     if cap != Capability::Tasks && tool == "traverse" {
-        // A client that cannot poll gets a bounded walk.
-        let asked = args
-            .get("max_nodes")
-            .and_then(Value::as_u64)
-            .unwrap_or(work::INLINE_WORK_LIMIT as u64);
-        args["max_nodes"] = json!(asked.min(work::INLINE_WORK_LIMIT as u64));
+        // A client that cannot poll gets a bounded walk. A `max_nodes` that is not a count is
+        // left as it is, for the argument check to name it.
+        let asked = match args.get("max_nodes") {
+            None | Some(Value::Null) => Some(work::INLINE_WORK_LIMIT as u64),
+            Some(v) => v.as_u64(),
+        };
+        if let Some(asked) = asked {
+            args["max_nodes"] = json!(asked.min(work::INLINE_WORK_LIMIT as u64));
+        }
+        args["_inline_limit"] = json!(true);
     }
     if cap != Capability::Tasks && tool == "import" {
         // A client that cannot poll gets a bounded import; repeating the call goes on.
@@ -108,15 +114,10 @@ pub(crate) async fn call_long(
         work::estimate(&engine, &tool_owned, &args_for_estimate)
     })
     .await
-    .map_err(|e| McpError::internal_error(format!("estimate failed: {e}"), None))?;
+    .map_err(|e| worker_failed("tools/call", e))?;
     let estimate_ms = match estimate {
         Ok(ms) => ms,
-        Err(e) => {
-            return match tool_failure(e) {
-                ToolFailure::Protocol(err) => Err(err),
-                ToolFailure::Result(r) => Ok(CallToolResponse::Complete(r)),
-            };
-        }
+        Err(e) => return tool_answer(e).map(CallToolResponse::Complete),
     };
     let (plan, reason) = decide(cap, estimate_ms, tasks.config().inline_budget);
     tracing::info!(tool, ?plan, estimate_ms, %reason, "inline or task");
@@ -131,7 +132,7 @@ pub(crate) async fn call_long(
             let peer = ctx.peer.clone();
             let fw = tokio::spawn(async move {
                 while let Some(p) = rx.recv().await {
-                    let n = ProgressNotificationParam::new(token.clone(), p.visited as f64)
+                    let n = ProgressNotificationParam::new(token.clone(), work_done(&p) as f64)
                         .with_message(status_message(&p));
                     if let Err(e) = peer.notify_progress(n).await {
                         tracing::debug!(error = %e, "progress notification not sent");
@@ -148,22 +149,26 @@ pub(crate) async fn call_long(
         }) as crate::tasks::ProgressSink
     });
     let ttl = ctx.meta.0.0.get(TTL_KEY).and_then(Value::as_u64);
-    let answer = tasks.run(&owner, tool, args, plan, ttl, on_progress).await;
+    // A client's `notifications/cancelled` stops the work while it is answered inline.
+    let answer = tasks
+        .run(
+            &owner,
+            tool,
+            args,
+            plan,
+            ttl,
+            on_progress,
+            ctx.ct.cancelled(),
+        )
+        .await;
     if let Some(fw) = forwarder {
         let _ = fw.await; // every sender is gone once `run` returned: the loop ends after the last send
     }
     match answer {
-        Err(e) => match tool_failure(e) {
-            ToolFailure::Protocol(err) => Err(err),
-            ToolFailure::Result(r) => Ok(CallToolResponse::Complete(r)),
-        },
+        Err(e) | Ok(Answer::Inline(Err(e))) => tool_answer(e).map(CallToolResponse::Complete),
         Ok(Answer::Inline(Ok(v))) => Ok(CallToolResponse::Complete(
             CallToolResult::structured(v).with_meta(Some(meta(decision))),
         )),
-        Ok(Answer::Inline(Err(e))) => match tool_failure(e) {
-            ToolFailure::Protocol(err) => Err(err),
-            ToolFailure::Result(r) => Ok(CallToolResponse::Complete(r)),
-        },
         Ok(Answer::Task(row)) => {
             tracing::info!(
                 task = short_id(&row.id),
@@ -188,14 +193,6 @@ fn not_found(id: &str) -> McpError {
     )
 }
 
-fn internal(e: crate::error::Error) -> McpError {
-    tracing::error!(error = %e, "task request failed");
-    McpError::internal_error(
-        "internal error in mnemograph; see the server log (stderr)",
-        None,
-    )
-}
-
 /// `tasks/get`.
 pub(crate) async fn get(
     tasks: &Arc<Tasks>,
@@ -206,8 +203,8 @@ pub(crate) async fn get(
     let id2 = id.clone();
     let view = tokio::task::spawn_blocking(move || t.get(&owner, &id2))
         .await
-        .map_err(|e| McpError::internal_error(e.to_string(), None))?
-        .map_err(internal)?
+        .map_err(|e| worker_failed("tasks/get", e))?
+        .map_err(request_error)?
         .ok_or_else(|| not_found(&id))?;
     Ok(detailed(&view))
 }
@@ -260,8 +257,8 @@ pub(crate) async fn cancel(tasks: &Arc<Tasks>, owner: String, id: String) -> Res
     let id2 = id.clone();
     let found = tokio::task::spawn_blocking(move || t.cancel(Some(&owner), &id2))
         .await
-        .map_err(|e| McpError::internal_error(e.to_string(), None))?
-        .map_err(internal)?;
+        .map_err(|e| worker_failed("tasks/cancel", e))?
+        .map_err(request_error)?;
     if found { Ok(()) } else { Err(not_found(&id)) }
 }
 
@@ -271,8 +268,8 @@ pub(crate) async fn update(tasks: &Arc<Tasks>, owner: String, id: String) -> Res
     let id2 = id.clone();
     tokio::task::spawn_blocking(move || t.get(&owner, &id2))
         .await
-        .map_err(|e| McpError::internal_error(e.to_string(), None))?
-        .map_err(internal)?
+        .map_err(|e| worker_failed("tasks/update", e))?
+        .map_err(request_error)?
         .map(|_| ())
         .ok_or_else(|| not_found(&id))
 }
@@ -283,20 +280,26 @@ pub(crate) async fn list(
     owner: String,
     args: JsonObject,
 ) -> Result<CallToolResponse, McpError> {
-    let p: crate::mcp::dto::TasksParams = serde_path_to_error::deserialize(Value::Object(args))
-        .map_err(|e| crate::mcp::errors::bad_arguments("tasks", e))?;
+    let p: crate::mcp::dto::TasksParams =
+        match serde_path_to_error::deserialize(Value::Object(args)) {
+            Ok(p) => p,
+            Err(e) => {
+                return tool_answer(bad_arguments("tasks", e)).map(CallToolResponse::Complete);
+            }
+        };
     let limit = p.limit.unwrap_or(20);
     if !(1..=100).contains(&limit) {
-        return Err(McpError::invalid_params(
-            format!("invalid `limit`: is {limit}. give 1 to 100"),
-            None,
-        ));
+        let e = crate::error::Error::invalid("limit", format!("is {limit}"), "give 1 to 100");
+        return tool_answer(e).map(CallToolResponse::Complete);
     }
     let t = Arc::clone(tasks);
-    let views = tokio::task::spawn_blocking(move || t.list(Some(&owner), limit as usize))
+    let views = match tokio::task::spawn_blocking(move || t.list(Some(&owner), limit as usize))
         .await
-        .map_err(|e| McpError::internal_error(e.to_string(), None))?
-        .map_err(internal)?;
+        .map_err(|e| worker_failed("tools/call", e))?
+    {
+        Ok(v) => v,
+        Err(e) => return tool_answer(e).map(CallToolResponse::Complete),
+    };
     let out: Vec<_> = views.iter().map(work::task_out).collect();
     Ok(CallToolResponse::Complete(CallToolResult::structured(
         json!({ "tasks": out }),

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::mcp::errors::{ToolFailure, bad_arguments, tool_failure};
+use crate::mcp::errors::{bad_arguments, tool_answer};
 use crate::mcp::{convert, dto};
 
 /// Hints of one tool: (read-only, destructive, idempotent).
@@ -211,7 +211,7 @@ pub fn all() -> Vec<Tool> {
     ]
 }
 
-fn parse<T: DeserializeOwned>(tool: &str, args: JsonObject) -> Result<T, McpError> {
+fn parse<T: DeserializeOwned>(tool: &str, args: JsonObject) -> Result<T> {
     let value = serde_json::Value::Object(args);
     serde_path_to_error::deserialize(value).map_err(|e| bad_arguments(tool, e))
 }
@@ -252,149 +252,142 @@ fn res_len(res: &CallToolResult) -> usize {
         .map_or(0, Vec::len)
 }
 
+/// The error text of one item of a batch; a fault the operator can remedy (a full disk, a damaged
+/// database) says what to do.
 fn item_error(e: Error) -> Option<String> {
-    if !e.is_user_error() {
-        tracing::error!(error = %e, "item failed");
+    if e.is_user_error() {
+        return Some(e.to_string());
     }
-    Some(e.to_string())
+    tracing::error!(error = %e, "item failed");
+    Some(e.advice().unwrap_or_else(|| e.to_string()))
 }
 
-/// Runs one tool call to its answer.
+/// Runs one tool call to its answer: failures the caller can act on are tool results with
+/// `isError`; an unknown tool is a JSON-RPC `invalid_params` error.
 pub async fn call(
     engine: &Arc<Engine>,
     name: &str,
     args: JsonObject,
 ) -> Result<CallToolResult, McpError> {
-    let res = dispatch(engine, name, args).await?;
-    res.or_else(|e| match tool_failure(e) {
-        ToolFailure::Protocol(err) => Err(err),
-        ToolFailure::Result(r) => Ok(r),
-    })
-}
-
-async fn dispatch(
-    engine: &Arc<Engine>,
-    name: &str,
-    args: JsonObject,
-) -> Result<Result<CallToolResult>, McpError> {
-    Ok(match name {
-        "remember" => {
-            let p: dto::RememberParams = parse(name, args)?;
-            match convert::remember_items(p) {
-                Err(e) => Err(e),
-                Ok(items) => blocking(engine, move |e| e.remember(&items))
-                    .await
-                    .and_then(|rs| {
-                        batch_out(
-                            rs.into_iter()
-                                .enumerate()
-                                .map(|(index, r)| match r {
-                                    Ok(m) => dto::ItemOut {
-                                        duplicate: Some(m.duplicate),
-                                        links: (m.n_links > 0).then_some(m.n_links),
-                                        ..dto::ItemOut::stored(index, m.id)
-                                    },
-                                    Err(e) => dto::ItemOut::failed(index, item_error(e)),
-                                })
-                                .collect(),
-                        )
-                    }),
-            }
-        }
-        "relate" => {
-            let items = convert::relate_items(parse(name, args)?);
-            blocking(engine, move |e| e.relate(&items))
-                .await
-                .and_then(|rs| {
-                    batch_out(
-                        rs.into_iter()
-                            .enumerate()
-                            .map(|(index, r)| match r {
-                                Ok((rel, created)) => dto::ItemOut {
-                                    created: Some(created),
-                                    ..dto::ItemOut::stored(index, rel.id)
-                                },
-                                Err(e) => dto::ItemOut::failed(index, item_error(e)),
-                            })
-                            .collect(),
-                    )
-                })
-        }
-        "recall" => {
-            let value = serde_json::Value::Object(args);
-            let _: dto::RecallParams = parse(name, value.as_object().cloned().unwrap_or_default())?;
-            let ctl = crate::engine::traverse::Progressing::default();
-            blocking(engine, move |e| {
-                crate::mcp::work::run_recall(e, &value, &ctl)
-            })
-            .await
-            .and_then(structured)
-        }
-        "get" => {
-            let (refs, history) = convert::get_refs(parse(name, args)?);
-            blocking(engine, move |e| e.get(&refs, history))
-                .await
-                .and_then(|ds| structured(serde_json::json!({ "memories": ds.into_iter().map(convert::detail_out).collect::<Vec<_>>() })))
-        }
-        "update" => {
-            let p: dto::UpdateParams = parse(name, args)?;
-            match convert::update_target(&p) {
-                Err(e) => Err(e),
-                Ok((target, patch)) => {
-                    blocking(engine, move |e| e.update(&target, &patch, "tool:update"))
-                        .await
-                        .and_then(|m| structured(convert::memory_out(m)))
-                }
-            }
-        }
-        "forget" | "restore" => {
-            let forget = name == "forget";
-            match convert::forget_refs(parse(name, args)?) {
-                Err(e) => Err(e),
-                Ok((mems, rels)) => blocking(engine, move |e| {
-                    if forget {
-                        e.forget(&mems, &rels, "tool:forget")
-                    } else {
-                        e.restore(&mems, &rels, "tool:restore")
-                    }
-                })
-                .await
-                .and_then(|r| {
-                    structured(dto::ForgetOut {
-                        memories: r.memories,
-                        relations: r.relations,
-                    })
-                }),
-            }
-        }
-        "stats" => {
-            let _: dto::StatsParams = parse(name, args)?;
-            blocking(engine, |e| e.stats()).await.and_then(|s| {
-                let counts = |v: Vec<(String, i64)>| {
-                    v.into_iter()
-                        .map(|(name, count)| dto::CountOut { name, count })
-                        .collect()
-                };
-                structured(dto::StatsOut {
-                    memories: s.memories,
-                    relations: s.relations,
-                    forgotten_memories: s.forgotten_memories,
-                    by_namespace: counts(s.by_namespace),
-                    by_kind: counts(s.by_kind),
-                    text_index_lag: s.text_index_lag,
-                    database_bytes: s.database_bytes,
-                    embedding_model: s.embedding_model,
-                    vectors: s.vectors,
-                    vector_index_lag: s.vector_index_lag,
-                })
-            })
-        }
+    let res = match name {
+        "remember" => remember(engine, args).await,
+        "relate" => relate(engine, args).await,
+        "recall" => recall(engine, args).await,
+        "get" => get(engine, args).await,
+        "update" => update(engine, args).await,
+        "forget" | "restore" => forget_or_restore(engine, name, args).await,
+        "stats" => stats(engine, args).await,
         other => {
             return Err(McpError::invalid_params(
                 format!("unknown tool `{other}`; call tools/list for the available tools"),
                 None,
             ));
         }
+    };
+    res.or_else(tool_answer)
+}
+
+async fn remember(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult> {
+    let items = convert::remember_items(parse("remember", args)?)?;
+    let rs = blocking(engine, move |e| e.remember(&items)).await?;
+    batch_out(
+        rs.into_iter()
+            .enumerate()
+            .map(|(index, r)| match r {
+                Ok(m) => dto::ItemOut {
+                    duplicate: Some(m.duplicate),
+                    links: (m.n_links > 0).then_some(m.n_links),
+                    ..dto::ItemOut::stored(index, m.id)
+                },
+                Err(e) => dto::ItemOut::failed(index, item_error(e)),
+            })
+            .collect(),
+    )
+}
+
+async fn relate(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult> {
+    let items = convert::relate_items(parse("relate", args)?);
+    let rs = blocking(engine, move |e| e.relate(&items)).await?;
+    batch_out(
+        rs.into_iter()
+            .enumerate()
+            .map(|(index, r)| match r {
+                Ok((rel, created)) => dto::ItemOut {
+                    created: Some(created),
+                    ..dto::ItemOut::stored(index, rel.id)
+                },
+                Err(e) => dto::ItemOut::failed(index, item_error(e)),
+            })
+            .collect(),
+    )
+}
+
+async fn recall(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult> {
+    let _: dto::RecallParams = parse("recall", args.clone())?;
+    let value = serde_json::Value::Object(args);
+    let ctl = crate::engine::traverse::Progressing::default();
+    let out = blocking(engine, move |e| {
+        crate::mcp::work::run_recall(e, &value, &ctl)
+    })
+    .await?;
+    structured(out)
+}
+
+async fn get(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult> {
+    let (refs, history) = convert::get_refs(parse("get", args)?);
+    let ds = blocking(engine, move |e| e.get(&refs, history)).await?;
+    structured(serde_json::json!({
+        "memories": ds.into_iter().map(convert::detail_out).collect::<Vec<_>>()
+    }))
+}
+
+async fn update(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult> {
+    let p: dto::UpdateParams = parse("update", args)?;
+    let (target, patch) = convert::update_target(&p)?;
+    let m = blocking(engine, move |e| e.update(&target, &patch, "tool:update")).await?;
+    structured(convert::memory_out(m))
+}
+
+async fn forget_or_restore(
+    engine: &Arc<Engine>,
+    name: &str,
+    args: JsonObject,
+) -> Result<CallToolResult> {
+    let forget = name == "forget";
+    let (mems, rels) = convert::forget_refs(parse(name, args)?)?;
+    let r = blocking(engine, move |e| {
+        if forget {
+            e.forget(&mems, &rels, "tool:forget")
+        } else {
+            e.restore(&mems, &rels, "tool:restore")
+        }
+    })
+    .await?;
+    structured(dto::ForgetOut {
+        memories: r.memories,
+        relations: r.relations,
+    })
+}
+
+async fn stats(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult> {
+    let _: dto::StatsParams = parse("stats", args)?;
+    let s = blocking(engine, |e| e.stats()).await?;
+    let counts = |v: Vec<(String, i64)>| {
+        v.into_iter()
+            .map(|(name, count)| dto::CountOut { name, count })
+            .collect()
+    };
+    structured(dto::StatsOut {
+        memories: s.memories,
+        relations: s.relations,
+        forgotten_memories: s.forgotten_memories,
+        by_namespace: counts(s.by_namespace),
+        by_kind: counts(s.by_kind),
+        text_index_lag: s.text_index_lag,
+        database_bytes: s.database_bytes,
+        embedding_model: s.embedding_model,
+        vectors: s.vectors,
+        vector_index_lag: s.vector_index_lag,
     })
 }
 

@@ -87,6 +87,7 @@ pub(crate) fn export_call(p: dto::ExportParams) -> Result<(ExportRequest, Export
                 return_: None,
                 focus: None,
                 limit: None,
+                inline_limit: None,
             })?;
             if walk.seeds.is_empty() {
                 return Err(Error::invalid(

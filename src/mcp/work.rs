@@ -6,7 +6,8 @@ use serde_json::Value;
 
 use crate::engine::Engine;
 use crate::engine::traverse::{
-    Control, DEFAULT_MAX_NODES, PathRequest, Shape, TraverseRequest, TraversedNode,
+    Control, DEFAULT_MAX_NODES, MAX_MAX_NODES, PathRequest, Shape, TraverseRequest, TraversedNode,
+    WorkKind,
 };
 use crate::error::{Error, Result};
 use crate::graph::Direction;
@@ -36,14 +37,7 @@ pub fn is_long(tool: &str, args: &Value) -> bool {
 }
 
 pub fn parse<T: serde::de::DeserializeOwned>(tool: &str, args: &Value) -> Result<T> {
-    serde_path_to_error::deserialize(args).map_err(|e| {
-        let path = e.path().to_string();
-        Error::invalid(
-            if path == "." { tool.to_owned() } else { path },
-            e.into_inner().to_string(),
-            "see the tool's input schema",
-        )
-    })
+    serde_path_to_error::deserialize(args).map_err(|e| crate::mcp::errors::bad_arguments(tool, e))
 }
 
 fn direction(d: Option<dto::DirectionInput>) -> Direction {
@@ -164,16 +158,26 @@ pub fn node_out(n: TraversedNode) -> dto::NodeOut {
     }
 }
 
-fn truncation_hint(truncated: bool, max_nodes: usize) -> Option<String> {
+/// What helps when a walk stopped at its node budget. A client without tasks cannot raise the
+/// budget (it is capped at [`INLINE_WORK_LIMIT`] for it), so the hint names what can help it.
+fn truncation_hint(truncated: bool, max_nodes: usize, inline_limited: bool) -> Option<String> {
     truncated.then(|| {
-        format!(
-            "stopped at the work limit of {max_nodes} nodes: narrow the walk (depth, kinds, min_weight, direction) or raise max_nodes; clients with MCP tasks can run it in full"
-        )
+        if inline_limited {
+            format!(
+                "stopped at the work limit of {max_nodes} nodes for clients without MCP tasks: narrow the walk (a smaller depth, only some `kinds`, a higher `min_weight`, one `direction`), or use a client with MCP tasks support to run it in full"
+            )
+        } else {
+            format!(
+                "stopped at the node budget of {max_nodes}: narrow the walk (a smaller depth, only some `kinds`, a higher `min_weight`, one `direction`), or raise `max_nodes` (up to {MAX_MAX_NODES})"
+            )
+        }
     })
 }
 
 fn run_traverse(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Value> {
-    let req = traverse_request(parse("traverse", args)?)?;
+    let params: dto::TraverseParams = parse("traverse", args)?;
+    let inline_limited = params.inline_limit.unwrap_or(false);
+    let req = traverse_request(params)?;
     let r = engine.traverse(&req, ctl)?;
     let paths = (req.shape == Shape::Paths).then(|| {
         r.paths
@@ -204,7 +208,7 @@ fn run_traverse(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Valu
         reached: r.reached,
         visited: r.visited,
         truncated: r.truncated,
-        hint: truncation_hint(r.truncated, req.max_nodes),
+        hint: truncation_hint(r.truncated, req.max_nodes, inline_limited),
     })?)
 }
 
@@ -342,6 +346,14 @@ impl Executor for McpExecutor {
     fn resumable(&self, tool: &str) -> bool {
         tool == "import"
     }
+
+    fn work_kind(&self, tool: &str) -> WorkKind {
+        match tool {
+            "import" => WorkKind::Import,
+            "export" => WorkKind::Export,
+            _ => WorkKind::Walk,
+        }
+    }
 }
 
 /// Cheap checks and the cost estimate of a long call, before the decision.
@@ -391,5 +403,21 @@ pub fn task_out(v: &crate::tasks::TaskView) -> dto::TaskOut {
         status_message: v.status_message(),
         created_at: format_time(v.row.created_at),
         last_updated_at: format_time(v.row.updated_at),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_hints_name_what_helps_the_client() {
+        assert_eq!(truncation_hint(false, 10, true), None);
+        let capped = truncation_hint(true, INLINE_WORK_LIMIT, true).unwrap();
+        assert!(capped.contains("narrow the walk"), "{capped}");
+        assert!(capped.contains("MCP tasks"), "{capped}");
+        assert!(!capped.contains("max_nodes"), "{capped}");
+        let free = truncation_hint(true, 50_000, false).unwrap();
+        assert!(free.contains("raise `max_nodes`"), "{free}");
     }
 }

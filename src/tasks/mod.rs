@@ -35,6 +35,11 @@ pub trait Executor: Send + Sync + 'static {
     fn resumable(&self, _tool: &str) -> bool {
         false
     }
+    /// What the progress of `tool` counts (graph walks by default), so that a task's status
+    /// reads right before the work has reported anything.
+    fn work_kind(&self, _tool: &str) -> WorkKind {
+        WorkKind::Walk
+    }
 }
 
 /// Settings of the task runner.
@@ -72,9 +77,10 @@ pub enum Answer {
     Task(Box<TaskRow>),
 }
 
-/// The shortened form of an id for logs (ids never appear whole there).
+/// The shortened form of an id for logs (ids never appear whole there): its first 8 characters
+/// (ids come from clients too, so they may be any text).
 pub fn short_id(id: &str) -> &str {
-    &id[..id.len().min(8)]
+    id.char_indices().nth(8).map_or(id, |(end, _)| &id[..end])
 }
 
 /// One-line human summary of progress: "visited 48,211 nodes · depth 3/5 · frontier 9,804",
@@ -109,6 +115,15 @@ pub fn status_message(p: &WorkProgress) -> String {
         s.push_str(&format!(" · scored {} / {}", group(p.done), group(p.total)));
     }
     s
+}
+
+/// How much work is done, as one number that only grows (the `progress` of notifications): a
+/// walk's nodes visited plus the memories scored against its focus; an import's or export's items.
+pub fn work_done(p: &WorkProgress) -> u64 {
+    match p.kind {
+        WorkKind::Walk => p.visited + p.done,
+        WorkKind::Import | WorkKind::Export => p.done,
+    }
 }
 
 /// Machine-readable counters of progress.
@@ -146,14 +161,17 @@ struct Live {
 }
 
 impl Live {
-    fn new(task_id: Option<String>, resume: Option<Value>) -> Live {
+    fn new(task_id: Option<String>, resume: Option<Value>, kind: WorkKind) -> Live {
         let id = std::sync::OnceLock::new();
         if let Some(t) = task_id {
             let _ = id.set(t);
         }
         Live {
             ctl: Arc::new(Progressing::default()),
-            extra: Mutex::new(WorkProgress::default()),
+            extra: Mutex::new(WorkProgress {
+                kind,
+                ..WorkProgress::default()
+            }),
             task_id: id,
             resume,
             checkpoint: Mutex::new(None),
@@ -248,7 +266,8 @@ fn random_task_id() -> String {
 }
 
 fn error_json(e: &Error) -> Value {
-    json!({"user": e.is_user_error(), "message": e.to_string()})
+    let message = e.advice().unwrap_or_else(|| e.to_string());
+    json!({"user": e.is_user_error(), "message": message})
 }
 
 impl Tasks {
@@ -278,7 +297,10 @@ impl Tasks {
     }
 
     /// Runs one call according to `plan`. `on_progress` is called (from async context) while
-    /// an inline answer is being computed, and never after this returns.
+    /// an inline answer is being computed, and never after this returns. When `cancelled`
+    /// completes while the call is still to be answered inline (the client cancelled the
+    /// request), the work is stopped; once it is a task, only `tasks/cancel` stops it.
+    #[allow(clippy::too_many_arguments)]
     pub async fn run(
         self: &Arc<Self>,
         owner: &str,
@@ -287,36 +309,52 @@ impl Tasks {
         plan: Plan,
         ttl_ms: Option<u64>,
         on_progress: Option<ProgressSink>,
+        cancelled: impl Future<Output = ()> + Send,
     ) -> Result<Answer> {
-        let live = Arc::new(Live::new(None, None));
+        let live = Arc::new(Live::new(None, None, self.executor.work_kind(tool)));
         let mut handle = self.spawn_work(tool, &args, &live);
-        let handle = match plan {
-            Plan::Inline => {
-                let out = self.with_progress(handle, &live, on_progress).await;
+        if plan != Plan::Task {
+            /// How the inline phase ended.
+            enum Ended {
+                Done(Result<Value>),
+                OverBudget,
+                Cancelled,
+            }
+            let budget = (plan == Plan::Race).then_some(self.cfg.inline_budget);
+            let forward = on_progress
+                .clone()
+                .map(|f| spawn_forwarder(Arc::clone(&live), f));
+            let ended = tokio::select! {
+                out = async {
+                    match budget {
+                        None => Some(flatten((&mut handle).await)),
+                        Some(b) => tokio::time::timeout(b, &mut handle).await.ok().map(flatten),
+                    }
+                } => out.map_or(Ended::OverBudget, Ended::Done),
+                () = cancelled => Ended::Cancelled,
+            };
+            let out = match ended {
+                Ended::Done(out) => Some(out),
+                Ended::OverBudget => None,
+                Ended::Cancelled => {
+                    live.ctl.cancelled.store(true, Ordering::Relaxed);
+                    let out = flatten((&mut handle).await);
+                    tracing::info!(tool, "inline call stopped: the client cancelled it");
+                    Some(out)
+                }
+            };
+            if let Some(fw) = forward {
+                fw.abort();
+                let _ = fw.await;
+            }
+            if let Some(out) = out {
+                // The last word on progress, also for work too quick for the forwarder to see.
+                if let Some(f) = &on_progress {
+                    f(live.progress());
+                }
                 return Ok(Answer::Inline(out));
             }
-            Plan::Task => handle,
-            Plan::Race => {
-                let budget = self.cfg.inline_budget;
-                let forward = on_progress
-                    .clone()
-                    .map(|f| spawn_forwarder(Arc::clone(&live), f));
-                let raced = tokio::time::timeout(budget, &mut handle).await;
-                if let Some(fw) = forward {
-                    fw.abort();
-                    let _ = fw.await;
-                }
-                match raced {
-                    Ok(joined) => {
-                        if let Some(f) = &on_progress {
-                            f(live.progress());
-                        }
-                        return Ok(Answer::Inline(flatten(joined)));
-                    }
-                    Err(_) => handle,
-                }
-            }
-        };
+        }
         // Becomes a task: the row is committed before the handle is returned.
         let now = now_millis();
         let row = TaskRow {
@@ -367,27 +405,6 @@ impl Tasks {
             }))
             .unwrap_or_else(|_| Err(Error::Internal(format!("{tool} panicked"))))
         })
-    }
-
-    async fn with_progress(
-        &self,
-        handle: tokio::task::JoinHandle<Result<Value>>,
-        live: &Arc<Live>,
-        on_progress: Option<ProgressSink>,
-    ) -> Result<Value> {
-        let forward = on_progress
-            .clone()
-            .map(|f| spawn_forwarder(Arc::clone(live), f));
-        let out = flatten(handle.await);
-        if let Some(fw) = forward {
-            fw.abort();
-            let _ = fw.await;
-        }
-        // The last word on progress, also for work too quick for the forwarder to see.
-        if let Some(f) = &on_progress {
-            f(live.progress());
-        }
-        out
     }
 
     /// Keeps a task's row in step with its work until the work ends.
@@ -614,22 +631,26 @@ impl Tasks {
             return Ok(()); // another process took it
         }
         if row.cancel_requested {
-            let live = Live::new(None, None);
+            let live = Live::new(None, None, self.executor.work_kind(&row.tool));
             self.finish(&row.id, &live, Err(Error::Cancelled)).await;
             return Ok(());
         }
         if self.executor.resumable(&row.tool) {
             tracing::info!(task = short_id(&row.id), tool = %row.tool, "resuming a task whose process stopped, from its last checkpoint");
-            let live = Arc::new(Live::new(Some(row.id.clone()), row.checkpoint.clone()));
+            let live = Arc::new(Live::new(
+                Some(row.id.clone()),
+                row.checkpoint.clone(),
+                self.executor.work_kind(&row.tool),
+            ));
             let handle = self.spawn_work(&row.tool, &row.arguments, &live);
             self.track(row.id, live, handle);
         } else if self.executor.rerunnable(&row.tool) {
             tracing::info!(task = short_id(&row.id), tool = %row.tool, "re-running a task whose process stopped");
-            let live = Arc::new(Live::new(None, None));
+            let live = Arc::new(Live::new(None, None, self.executor.work_kind(&row.tool)));
             let handle = self.spawn_work(&row.tool, &row.arguments, &live);
             self.track(row.id, live, handle);
         } else {
-            let live = Live::new(None, None);
+            let live = Live::new(None, None, self.executor.work_kind(&row.tool));
             let err = Error::Internal(
                 "the process running this task stopped before it finished; run the call again"
                     .into(),
@@ -638,6 +659,59 @@ impl Tasks {
         }
         Ok(())
     }
+}
+
+/// What [`cancel_for_operator`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperatorCancel {
+    /// The task had ended already (in this state); nothing changed.
+    AlreadyEnded(TaskState),
+    /// No live process held the task: it is now cancelled.
+    Cancelled,
+    /// A live process runs it and was asked to stop it (it does within a heartbeat).
+    Requested,
+}
+
+/// Cancels task `row` for an operator (`mnemograph tasks cancel`). A task no live process holds
+/// (heartbeat older than `stale_after`: its process is gone) would wait for a server to adopt it
+/// before the request was seen, so it is ended here at once — taken over the way an orphan is
+/// adopted (one conditional update: a process that adopted it first keeps it), then marked
+/// cancelled. A live one is asked to stop.
+pub fn cancel_for_operator(
+    engine: &Engine,
+    row: &TaskRow,
+    stale_after: Duration,
+) -> Result<OperatorCancel> {
+    if row.status.is_terminal() {
+        return Ok(OperatorCancel::AlreadyEnded(row.status));
+    }
+    let now = now_millis();
+    let stale_before = now - stale_after.as_millis() as i64;
+    if row.heartbeat_at < stale_before {
+        let me = random_task_id();
+        if engine.task_adopt(&row.id, &row.boot_id, &me, stale_before, now)? {
+            let last = row
+                .status_message
+                .as_deref()
+                .unwrap_or("no progress recorded");
+            let message = format!("cancelled by an operator; no process was running it · {last}");
+            if engine.task_finish(
+                &row.id,
+                &me,
+                TaskState::Cancelled,
+                &message,
+                &row.progress,
+                None,
+                None,
+                now_millis(),
+            )? {
+                tracing::info!(task = short_id(&row.id), "orphaned task cancelled");
+                return Ok(OperatorCancel::Cancelled);
+            }
+        }
+    }
+    engine.task_request_cancel(&row.id, now_millis())?;
+    Ok(OperatorCancel::Requested)
 }
 
 /// Where inline progress goes (the front end turns it into notifications).
@@ -650,8 +724,8 @@ fn spawn_forwarder(live: Arc<Live>, f: ProgressSink) -> tokio::task::JoinHandle<
         loop {
             tick.tick().await;
             let p = live.progress();
-            if p.visited > last {
-                last = p.visited;
+            if work_done(&p) > last {
+                last = work_done(&p);
                 f(p);
             }
         }
@@ -693,5 +767,138 @@ mod tests {
         assert_eq!(group(1_000_000), "1,000,000");
         assert_eq!(group(999), "999");
         assert_eq!(short_id("0123456789abcdef"), "01234567");
+    }
+
+    #[test]
+    fn short_ids_cut_between_characters() {
+        assert_eq!(short_id("aéééé"), "aéééé");
+        assert_eq!(short_id("ééééééééé"), "éééééééé");
+        assert_eq!(short_id("日本語のタスク番号です"), "日本語のタスク番");
+        assert_eq!(short_id("🦦🦦🦦🦦🦦🦦🦦🦦🦦"), "🦦🦦🦦🦦🦦🦦🦦🦦");
+        assert_eq!(short_id(""), "");
+    }
+
+    fn working_row(id: &str, heartbeat_at: Millis) -> TaskRow {
+        TaskRow {
+            id: id.into(),
+            owner: "me".into(),
+            tool: "traverse".into(),
+            arguments: json!({}),
+            status: TaskState::Working,
+            status_message: Some("visited 5 nodes · frontier 1".into()),
+            progress: json!({"visited": 5}),
+            result: None,
+            error: None,
+            created_at: heartbeat_at,
+            updated_at: heartbeat_at,
+            ttl_ms: Some(60_000),
+            poll_interval_ms: None,
+            checkpoint: None,
+            boot_id: "elsewhere".into(),
+            heartbeat_at,
+            cancel_requested: false,
+        }
+    }
+
+    #[test]
+    fn an_operator_ends_an_orphan_and_asks_a_live_task_to_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(crate::Config::for_db(dir.path().join("m.db"))).unwrap();
+        let stale = Duration::from_secs(3);
+        let orphan = working_row("orphan", now_millis() - 10_000);
+        let live = working_row("live", now_millis());
+        engine.task_insert(&orphan).unwrap();
+        engine.task_insert(&live).unwrap();
+        assert_eq!(
+            cancel_for_operator(&engine, &orphan, stale).unwrap(),
+            OperatorCancel::Cancelled
+        );
+        let row = engine.task_get("orphan").unwrap().unwrap();
+        assert_eq!(row.status, TaskState::Cancelled);
+        assert_eq!(
+            row.status_message.as_deref(),
+            Some(
+                "cancelled by an operator; no process was running it · visited 5 nodes · frontier 1"
+            )
+        );
+        assert_eq!(
+            cancel_for_operator(&engine, &row, stale).unwrap(),
+            OperatorCancel::AlreadyEnded(TaskState::Cancelled)
+        );
+        assert_eq!(
+            cancel_for_operator(&engine, &live, stale).unwrap(),
+            OperatorCancel::Requested
+        );
+        let row = engine.task_get("live").unwrap().unwrap();
+        assert_eq!(row.status, TaskState::Working);
+        assert!(row.cancel_requested);
+    }
+
+    /// Work that reports nothing and runs until it is cancelled (or for 10 s at most, so that a
+    /// failed test ends).
+    struct Silent(WorkKind);
+
+    impl Executor for Silent {
+        fn execute(&self, _: &Engine, _: &str, _: &Value, ctl: &dyn Control) -> Result<Value> {
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while !ctl.is_cancelled() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(Error::Cancelled)
+        }
+
+        fn rerunnable(&self, _: &str) -> bool {
+            false
+        }
+
+        fn work_kind(&self, _: &str) -> WorkKind {
+            self.0
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_reads_as_its_kind_of_work_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine =
+            Arc::new(Engine::open(crate::Config::for_db(dir.path().join("m.db"))).unwrap());
+        for (kind, tool, wording) in [
+            (WorkKind::Import, "import", "imported 0 items"),
+            (WorkKind::Export, "export", "exported 0 items"),
+            (WorkKind::Walk, "traverse", "visited 0 nodes"),
+        ] {
+            let tasks = Tasks::new(
+                Arc::clone(&engine),
+                TaskConfig::default(),
+                Arc::new(Silent(kind)),
+            );
+            let answer = tasks
+                .run(
+                    "me",
+                    tool,
+                    json!({}),
+                    Plan::Task,
+                    None,
+                    None,
+                    std::future::pending(),
+                )
+                .await
+                .unwrap();
+            let Answer::Task(row) = answer else {
+                panic!("a task was asked for");
+            };
+            let first = row.status_message.clone().unwrap_or_default();
+            assert!(first.starts_with(wording), "{tool}: {first}");
+            let view = tasks.get("me", &row.id).unwrap().unwrap();
+            let live = view.status_message().unwrap_or_default();
+            assert!(live.starts_with(wording), "{tool}: {live}");
+            assert_eq!(
+                view.progress_json(),
+                progress_json(&WorkProgress {
+                    kind,
+                    ..WorkProgress::default()
+                })
+            );
+            assert!(tasks.cancel(Some("me"), &row.id).unwrap());
+        }
     }
 }

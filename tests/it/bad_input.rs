@@ -1,6 +1,7 @@
 //! Bad input gets a clear error that names the field (and the fix), and the server goes on serving.
-//! Invalid arguments are JSON-RPC `invalid_params` errors; unknown ids and names are tool results
-//! with `isError`; items of a batch fail on their own.
+//! Invalid arguments, unknown ids and names are tool results with `isError` (the model reads them
+//! and corrects itself); only an unknown tool is a JSON-RPC `invalid_params` error; items of a batch
+//! fail on their own.
 
 use serde_json::{Value, json};
 
@@ -10,7 +11,7 @@ use crate::support::{CallError, Era, INVALID_PARAMS, Server, TestDb};
 #[derive(Debug, Clone, Copy)]
 enum Want {
     /// A JSON-RPC `invalid_params` error whose message contains all of these.
-    Invalid(&'static [&'static str]),
+    Protocol(&'static [&'static str]),
     /// A tool result with `isError: true` whose text contains all of these.
     ToolError(&'static [&'static str]),
 }
@@ -31,8 +32,13 @@ fn case(what: &'static str, tool: &'static str, args: Value, want: Want) -> Case
     }
 }
 
+/// `n` distinct names.
+fn many(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("someone-{i}")).collect()
+}
+
 fn cases(known_id: &str) -> Vec<Case> {
-    use Want::{Invalid, ToolError};
+    use Want::{Protocol, ToolError};
     let huge = "x".repeat(64 * 1024 + 1);
     let tags: Vec<String> = (0..40).map(|i| format!("tag{i}")).collect();
     vec![
@@ -40,157 +46,157 @@ fn cases(known_id: &str) -> Vec<Case> {
             "missing query",
             "recall",
             json!({"limit": 5}),
-            Invalid(&["query"]),
+            ToolError(&["query"]),
         ),
         case(
             "limit as a string",
             "recall",
             json!({"query": "tea", "limit": "5"}),
-            Invalid(&["limit"]),
+            ToolError(&["limit"]),
         ),
         case(
             "unknown recall mode",
             "recall",
             json!({"query": "tea", "mode": "fuzzy"}),
-            Invalid(&["mode"]),
+            ToolError(&["mode"]),
         ),
         case(
             "three fusion weights",
             "recall",
             json!({"query": "tea", "weights": [1, 1, 1]}),
-            Invalid(&["weights", "two"]),
+            ToolError(&["weights", "two"]),
         ),
         case(
             "negative fusion weight",
             "recall",
             json!({"query": "tea", "weights": [1, -1]}),
-            Invalid(&["weights"]),
+            ToolError(&["weights"]),
         ),
         case(
             "whitespace query",
             "recall",
             json!({"query": "   \t"}),
-            Invalid(&["query", "empty"]),
+            ToolError(&["query", "empty"]),
         ),
         case(
             "unknown field",
             "recall",
             json!({"query": "tea", "qurey": "tea"}),
-            Invalid(&["qurey"]),
+            ToolError(&["qurey"]),
         ),
         case(
             "misspelt field of an item",
             "remember",
             json!({"memories": [{"contnet": "x"}]}),
-            Invalid(&["contnet"]),
+            ToolError(&["contnet"]),
         ),
         case(
             "missing memories",
             "remember",
             json!({}),
-            Invalid(&["memories"]),
+            ToolError(&["memories"]),
         ),
         case(
             "memories not a list",
             "remember",
             json!({"memories": "tea"}),
-            Invalid(&["memories"]),
+            ToolError(&["memories"]),
         ),
         case(
             "empty memories",
             "remember",
             json!({"memories": []}),
-            Invalid(&["memories"]),
+            ToolError(&["memories"]),
         ),
         case(
             "empty query",
             "recall",
             json!({"query": ""}),
-            Invalid(&["query"]),
+            ToolError(&["query"]),
         ),
         case(
             "whitespace query",
             "recall",
             json!({"query": " \t\n "}),
-            Invalid(&["query"]),
+            ToolError(&["query"]),
         ),
         case(
             "punctuation-only query",
             "recall",
             json!({"query": "?!*"}),
-            Invalid(&["query"]),
+            ToolError(&["query"]),
         ),
         case(
             "limit 0",
             "recall",
             json!({"query": "tea", "limit": 0}),
-            Invalid(&["limit", "1"]),
+            ToolError(&["limit", "1"]),
         ),
         case(
             "limit 101",
             "recall",
             json!({"query": "tea", "limit": 101}),
-            Invalid(&["limit", "100"]),
+            ToolError(&["limit", "100"]),
         ),
         case(
             "negative limit",
             "recall",
             json!({"query": "tea", "limit": -1}),
-            Invalid(&["limit"]),
+            ToolError(&["limit"]),
         ),
         case(
             "corrupt cursor",
             "recall",
             json!({"query": "tea", "cursor": "c1.zz.garbage"}),
-            Invalid(&["cursor"]),
+            ToolError(&["cursor"]),
         ),
         case(
             "cursor of another query",
             "recall",
             json!({"query": "coffee", "cursor": "c1.10.0000000000000000"}),
-            Invalid(&["cursor"]),
+            ToolError(&["cursor"]),
         ),
         case(
             "bad since",
             "recall",
             json!({"query": "tea", "since": "yesterday"}),
-            Invalid(&["since", "RFC 3339"]),
+            ToolError(&["since", "RFC 3339"]),
         ),
         case(
             "bad until",
             "recall",
             json!({"query": "tea", "until": "2024-13-45"}),
-            Invalid(&["until"]),
+            ToolError(&["until"]),
         ),
         case(
             "bad valid_from",
             "remember",
             json!({"memories": [{"content": "tea", "valid_from": "soon"}]}),
-            Invalid(&["memories[0].valid_from"]),
+            ToolError(&["memories[0].valid_from"]),
         ),
         case(
             "bad valid_until in update",
             "update",
             json!({"id": known_id, "valid_until": "31/12/2024"}),
-            Invalid(&["valid_until"]),
+            ToolError(&["valid_until"]),
         ),
         case(
             "namespace and namespaces",
             "recall",
             json!({"query": "tea", "namespace": "a", "namespaces": ["b"]}),
-            Invalid(&["namespace"]),
+            ToolError(&["namespace"]),
         ),
         case(
             "bad namespace in recall",
             "recall",
             json!({"query": "tea", "namespace": "bad ns!"}),
-            Invalid(&["namespace"]),
+            ToolError(&["namespace"]),
         ),
         case(
             "bad namespaces in recall",
             "recall",
             json!({"query": "tea", "namespaces": ["ok", "bad ns!"]}),
-            Invalid(&["namespaces"]),
+            ToolError(&["namespaces"]),
         ),
         case(
             "content over 64 KiB",
@@ -202,7 +208,7 @@ fn cases(known_id: &str) -> Vec<Case> {
             "content over 64 KiB in update",
             "update",
             json!({"id": known_id, "content": huge}),
-            Invalid(&["content", "65536"]),
+            ToolError(&["content", "65536"]),
         ),
         case(
             "40 tags",
@@ -214,7 +220,7 @@ fn cases(known_id: &str) -> Vec<Case> {
             "40 tags in update",
             "update",
             json!({"id": known_id, "tags": tags}),
-            Invalid(&["tags", "32"]),
+            ToolError(&["tags", "32"]),
         ),
         case(
             "bad namespace",
@@ -252,7 +258,25 @@ fn cases(known_id: &str) -> Vec<Case> {
             json!({"names": ["nobody-here"], "namespace": "people"}),
             ToolError(&["nobody-here", "people"]),
         ),
-        case("get of nothing", "get", json!({}), Invalid(&["ids"])),
+        case("get of nothing", "get", json!({}), ToolError(&["ids"])),
+        case(
+            "get of 101 names",
+            "get",
+            json!({"names": many(101)}),
+            ToolError(&["`names`", "101", "100"]),
+        ),
+        case(
+            "get of 101 ids",
+            "get",
+            json!({"ids": many(101)}),
+            ToolError(&["`ids`", "101", "100"]),
+        ),
+        case(
+            "get of 60 ids and 60 names",
+            "get",
+            json!({"ids": many(60), "names": many(60)}),
+            ToolError(&["names", "120", "100"]),
+        ),
         case(
             "unknown update id",
             "update",
@@ -269,13 +293,13 @@ fn cases(known_id: &str) -> Vec<Case> {
             "update without target",
             "update",
             json!({"content": "x"}),
-            Invalid(&["id"]),
+            ToolError(&["id"]),
         ),
         case(
             "update that changes nothing",
             "update",
             json!({"id": known_id}),
-            Invalid(&["update"]),
+            ToolError(&["update"]),
         ),
         case(
             "relate to an unknown name",
@@ -311,20 +335,68 @@ fn cases(known_id: &str) -> Vec<Case> {
             "forget half a relation",
             "forget",
             json!({"relations": [{"from": known_id}]}),
-            Invalid(&["relations[0]"]),
+            ToolError(&["relations[0]"]),
         ),
-        case("restore nothing", "restore", json!({}), Invalid(&["ids"])),
+        case("restore nothing", "restore", json!({}), ToolError(&["ids"])),
         case(
             "stats with arguments",
             "stats",
             json!({"verbose": true}),
-            Invalid(&["verbose"]),
+            ToolError(&["verbose"]),
+        ),
+        case(
+            "traverse with max_nodes as a word",
+            "traverse",
+            json!({"ids": [known_id], "max_nodes": "lots"}),
+            ToolError(&["max_nodes"]),
+        ),
+        case(
+            "traverse with a negative max_nodes",
+            "traverse",
+            json!({"ids": [known_id], "max_nodes": -3}),
+            ToolError(&["max_nodes"]),
+        ),
+        case(
+            "find_paths with an unknown field",
+            "find_paths",
+            json!({"from": known_id, "too": known_id}),
+            ToolError(&["too"]),
+        ),
+        case(
+            "import without a source",
+            "import",
+            json!({"format": "jsonl"}),
+            ToolError(&["source"]),
+        ),
+        case(
+            "export in an unknown format",
+            "export",
+            json!({"format": "xlsx"}),
+            ToolError(&["format", "xlsx"]),
+        ),
+        case(
+            "tasks with limit 500",
+            "tasks",
+            json!({"limit": 500}),
+            ToolError(&["invalid `limit`: is 500. give 1 to 100"]),
+        ),
+        case(
+            "tasks with a limit as a string",
+            "tasks",
+            json!({"limit": "all"}),
+            ToolError(&["limit"]),
+        ),
+        case(
+            "tasks with an unknown field",
+            "tasks",
+            json!({"status": "working"}),
+            ToolError(&["status"]),
         ),
         case(
             "unknown tool",
             "remmeber",
             json!({}),
-            Invalid(&["remmeber"]),
+            Protocol(&["remmeber"]),
         ),
     ]
 }
@@ -332,7 +404,7 @@ fn cases(known_id: &str) -> Vec<Case> {
 async fn check(s: &Server, c: &Case) -> Option<String> {
     let res = s.call(c.tool, c.args.clone()).await;
     let problem = match (&res, c.want) {
-        (Err(CallError::Rpc { code, message }), Want::Invalid(words)) => {
+        (Err(CallError::Rpc { code, message }), Want::Protocol(words)) => {
             if *code != INVALID_PARAMS {
                 Some(format!("code {code}, not {INVALID_PARAMS}: {message}"))
             } else {

@@ -76,7 +76,15 @@ fn check_answers(by_id: &HashMap<i64, Value>, seeded: &str) {
         .filter_map(|h| h["id"].as_str())
         .collect();
     assert!(found.contains(&seeded), "{found:?}");
-    assert_eq!(by_id[&5]["error"]["code"], -32602, "{}", by_id[&5]);
+    // Bad arguments are a tool result the model can read, naming the field.
+    let bad = &by_id[&5]["result"];
+    assert_eq!(bad["isError"], true, "{}", by_id[&5]);
+    assert!(
+        bad["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("limit")),
+        "{bad}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,6 +225,11 @@ async fn memories_are_resources() {
                     assert!(
                         e.message.contains(&bad),
                         "{era:?}: the error does not name {bad}: {e:?}"
+                    );
+                    assert_eq!(
+                        e.data.as_ref().map(|d| d["uri"].clone()),
+                        Some(json!(bad)),
+                        "{era:?}: the error's data carries the uri: {e:?}"
                     );
                 }
                 Err(e) => panic!("{era:?}: {bad}: not a JSON-RPC error: {e}"),

@@ -289,3 +289,238 @@ pub(crate) async fn raw_session(db: &Path, lines: &[Value], log_level: &str) -> 
     assert!(out.status.success(), "server exited with {}", out.status);
     String::from_utf8(out.stdout).expect("stdout is UTF-8")
 }
+
+/// 2026-07-28 request `_meta`: protocol version, client info and capabilities (with the tasks
+/// extension).
+pub(crate) fn modern_meta(client: &str) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        "io.modelcontextprotocol/clientInfo": {"name": client, "version": "1.0"}
+    })
+}
+
+/// A `mnemograph serve` child spoken to in raw JSON-RPC lines, for what a well-behaved client
+/// never sends. Every stdout line must be JSON (checked as it is read).
+pub(crate) struct Raw {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    out: tokio::sync::mpsc::UnboundedReceiver<String>,
+    stash: std::collections::VecDeque<Value>,
+    /// The era of the session once [`Raw::start_session`] ran.
+    pub(crate) era: Option<Era>,
+    log: PathBuf,
+    _log_dir: tempfile::TempDir,
+    next_id: i64,
+}
+
+impl Raw {
+    /// Spawns `mnemograph serve --db <db> <extra…>` in `cwd` (the database's folder by default),
+    /// with no session yet.
+    pub(crate) fn spawn(db: &Path, extra: &[&str]) -> Raw {
+        let dir = db.parent().expect("the database has a folder");
+        let mut cmd = tokio::process::Command::new(BIN);
+        cmd.arg("serve")
+            .arg("--db")
+            .arg(db)
+            .args(extra)
+            .current_dir(dir);
+        Raw::spawn_command(cmd)
+    }
+
+    /// Spawns `cmd`, which must end up running `mnemograph serve`, with no session yet.
+    pub(crate) fn spawn_command(mut cmd: tokio::process::Command) -> Raw {
+        use tokio::io::AsyncBufReadExt;
+        let log_dir = tempfile::tempdir().expect("a folder for the server log");
+        let log = log_dir.path().join("server.log");
+        let stderr = std::fs::File::create(&log).expect("create the server log");
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn mnemograph serve");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, out) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Raw {
+            child,
+            stdin,
+            out,
+            stash: Default::default(),
+            era: None,
+            log,
+            _log_dir: log_dir,
+            next_id: 1_000,
+        }
+    }
+
+    /// Spawns a server and opens a session of `era` (declaring the tasks extension).
+    pub(crate) async fn open(db: &Path, era: Era) -> Raw {
+        let mut raw = Raw::spawn(db, &[]);
+        raw.start_session(era).await;
+        raw
+    }
+
+    /// `initialize` + `notifications/initialized`, or `server/discover`.
+    pub(crate) async fn start_session(&mut self, era: Era) {
+        self.era = Some(era);
+        let reply = match era {
+            Era::Initialize => {
+                let r = self
+                    .call_raw(
+                        "initialize",
+                        json!({"protocolVersion": "2025-11-25",
+                            "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+                            "clientInfo": {"name": "raw-client", "version": "1.0"}}),
+                    )
+                    .await;
+                self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+                    .await;
+                r
+            }
+            Era::Discover => self.call("server/discover", json!({})).await,
+        };
+        assert!(reply.get("result").is_some(), "{era:?}: {reply}");
+    }
+
+    /// Writes `bytes` to the server's stdin as they are.
+    pub(crate) async fn write(&mut self, bytes: &[u8]) {
+        use tokio::io::AsyncWriteExt;
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(bytes).await.expect("write to the server");
+        stdin.flush().await.expect("flush");
+    }
+
+    /// Writes one message as a line.
+    pub(crate) async fn send(&mut self, msg: &Value) {
+        let mut line = serde_json::to_vec(msg).expect("serialise");
+        line.push(b'\n');
+        self.write(&line).await;
+    }
+
+    /// A fresh request id.
+    pub(crate) fn next_id(&mut self) -> i64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// A request of this session's era: `_meta` added to object params in the 2026 era.
+    pub(crate) fn request(&mut self, id: Value, method: &str, mut params: Value) -> Value {
+        if self.era == Some(Era::Discover)
+            && let Value::Object(p) = &mut params
+            && !p.contains_key("_meta")
+        {
+            p.insert("_meta".into(), modern_meta("raw-client"));
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+    }
+
+    /// Sends a request of this session's era and waits for its answer.
+    pub(crate) async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id();
+        let msg = self.request(json!(id), method, params);
+        self.send(&msg).await;
+        self.reply(&json!(id)).await
+    }
+
+    /// Sends a request exactly as given (plus an id) and waits for its answer.
+    async fn call_raw(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id();
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        self.reply(&json!(id)).await
+    }
+
+    /// The next message from the server, or `None` when none comes within `limit`.
+    pub(crate) async fn next_within(&mut self, limit: Duration) -> Option<Value> {
+        if let Some(m) = self.stash.pop_front() {
+            return Some(m);
+        }
+        let line = tokio::time::timeout(limit, self.out.recv()).await.ok()??;
+        Some(parse_line(&line))
+    }
+
+    /// The answer (result or error) to request `id`; panics after 60 s.
+    pub(crate) async fn reply(&mut self, id: &Value) -> Value {
+        match self.reply_within(id, Duration::from_secs(60)).await {
+            Some(m) => m,
+            None => panic!("no answer to request {id} in 60 s\n{}", tail(&self.log)),
+        }
+    }
+
+    /// The answer to request `id`, or `None` when none comes within `limit`; other messages
+    /// read meanwhile are kept for later.
+    pub(crate) async fn reply_within(&mut self, id: &Value, limit: Duration) -> Option<Value> {
+        if let Some(i) = self.stash.iter().position(|m| is_answer(m, id)) {
+            return self.stash.remove(i);
+        }
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let line = tokio::time::timeout_at(deadline, self.out.recv())
+                .await
+                .ok()??;
+            let msg = parse_line(&line);
+            if is_answer(&msg, id) {
+                return Some(msg);
+            }
+            self.stash.push_back(msg);
+        }
+    }
+
+    /// The server's log (stderr) so far.
+    pub(crate) fn log_tail(&self) -> String {
+        tail(&self.log)
+    }
+
+    /// The whole server log so far.
+    pub(crate) fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Closes stdin and waits for the server to exit; returns the messages not yet read.
+    pub(crate) async fn close(mut self) -> Vec<Value> {
+        drop(self.stdin.take());
+        let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .expect("the server exits once stdin is closed")
+            .expect("wait for the server");
+        assert!(
+            status.success(),
+            "server exited with {status}\n{}",
+            tail(&self.log)
+        );
+        let mut rest: Vec<Value> = self.stash.drain(..).collect();
+        while let Ok(line) = self.out.try_recv() {
+            rest.push(parse_line(&line));
+        }
+        rest
+    }
+}
+
+/// A stdout line as a JSON-RPC 2.0 message; panics on anything else.
+fn parse_line(line: &str) -> Value {
+    let msg: Value = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:.300}"));
+    assert_eq!(msg["jsonrpc"], "2.0", "not JSON-RPC 2.0: {line:.300}");
+    msg
+}
+
+/// Whether `msg` answers request `id` (a response or an error carrying that id).
+fn is_answer(msg: &Value, id: &Value) -> bool {
+    msg.get("method").is_none() && msg.get("id") == Some(id)
+}
+
+/// The error code of an answer, if it is an error.
+pub(crate) fn error_code(msg: &Value) -> Option<i64> {
+    msg["error"]["code"].as_i64()
+}
