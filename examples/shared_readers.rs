@@ -118,16 +118,23 @@ fn main() -> ExitCode {
             * 1e3
     };
     let p99 = ms(0.99);
-    println!("# Recall in a reading process while {WRITERS} processes write\n");
-    println!("Machine: {}", fixture::machine());
-    println!(
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "# Recall in a reading process while {WRITERS} processes write\n"
+    );
+    let _ = writeln!(out, "Machine: {}", fixture::machine());
+    let _ = writeln!(
+        out,
         "{BASE_MEMORIES} memories to start; {written} written meanwhile by {WRITERS} processes (one `remember` each every {} ms); hybrid recall, limit 10, every {} ms.\n",
         WRITE_PAUSE.as_millis(),
         READ_PAUSE.as_millis()
     );
-    println!("| measurement | n | p50 | p90 | p99 | max | floor |");
-    println!("|---|---:|---:|---:|---:|---:|---|");
-    println!(
+    let _ = writeln!(out, "| measurement | n | p50 | p90 | p99 | max | floor |");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(
+        out,
         "| recall in the reading process | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | p99 ≤ {FLOOR_P99_MS} ms: {} |",
         samples.len(),
         ms(0.5),
@@ -140,7 +147,8 @@ fn main() -> ExitCode {
             "NOT met"
         }
     );
-    println!(
+    let _ = writeln!(
+        out,
         "\nAnswers with a warning: {warned}. The writers' last memories were found by the first recall after they exited ({last_ms:.1} ms)."
     );
     if p99 <= FLOOR_P99_MS {

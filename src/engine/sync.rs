@@ -244,7 +244,7 @@ mod tests {
     use crate::model::{MemoryPatch, MemoryRef, RecallMode, RecallQuery};
 
     fn open(path: &std::path::Path) -> Engine {
-        Engine::open_with(Config::for_db(path.to_path_buf()), None).expect("open")
+        Engine::open_with(Config::for_db(path), None).expect("open")
     }
 
     fn remember(e: &Engine, content: &str) -> String {
@@ -313,7 +313,7 @@ mod tests {
         copy_db(&backup, &db);
         let e = open(&db);
         let c = remember(&e, "charlie written after the restore");
-        assert_eq!(ids(&e, "charlie"), [c.clone()]);
+        assert_eq!(ids(&e, "charlie"), [c]);
         assert!(
             ids(&e, "bravo").is_empty(),
             "bravo is not in the restored database"

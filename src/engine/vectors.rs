@@ -606,7 +606,10 @@ mod tests {
             .remove(0)
             .unwrap()
             .id;
-        assert_eq!(vector_ids(&e, "kitten napping"), [first.clone()]);
+        assert_eq!(
+            vector_ids(&e, "kitten napping"),
+            std::slice::from_ref(&first)
+        );
         // The background job is busy catching up (it holds the catch-up lock) from now on.
         let busy = e.vector_sync.lock().unwrap();
         let (done, finished) = std::sync::mpsc::channel();
