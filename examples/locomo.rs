@@ -1,18 +1,27 @@
-//! Recall quality on LoCoMo (long multi-session dialogues): every dialogue turn becomes a memory
-//! in its conversation's namespace (speaker and session date kept, linked to its session and to
-//! the turns around it), then each question of categories 1–4 is recalled within its
+//! Recall quality on LoCoMo (long multi-session dialogues): each conversation is imported through
+//! the shipped LoCoMo reader (`formats::locomo`, what `mnemograph import` uses) into a namespace
+//! of its own — a memory per session and one per turn, each turn part of its session and
+//! following the turn before it — then each question of categories 1–4 is recalled within its
 //! conversation and scored against the evidence turns: recall@5, recall@10 and NDCG@10, for text,
-//! vector and hybrid ranking, with and without graph expansion.
+//! vector and hybrid ranking (the default weights and equal weights), with and without graph
+//! expansion.
 //!
 //! The data (CC BY-NC 4.0, not shipped here) is `locomo10.json` of the LoCoMo release
 //! (github.com/snap-research/locomo). Run:
-//! `cargo run --release --example locomo -- path/to/locomo10.json`
+//! `cargo run --release --example locomo -- path/to/locomo10.json [--weights TEXT:VECTOR]…`
+//! Each `--weights` adds a hybrid row with those fusion weights. `data/locomo/sample.json` is a
+//! tiny made-up file in the same shape; the tests here run on it.
 
 use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use mnemograph::engine::{Link, RememberItem};
+use anyhow::Context;
+use mnemograph::engine::recall::DEFAULT_WEIGHTS;
+use mnemograph::engine::traverse::Progressing;
+use mnemograph::engine::{ImportRequest, Source};
+use mnemograph::formats::InFormat;
 use mnemograph::model::{NamespaceScope, RecallMode, RecallQuery};
 use mnemograph::{Config, Engine};
 use serde_json::Value;
@@ -25,190 +34,278 @@ macro_rules! say {
     }};
 }
 
+const USAGE: &str = "usage: locomo PATH/TO/locomo10.json [--weights TEXT:VECTOR]...";
 /// Question categories scored (5, adversarial, has no evidence to find).
 const CATEGORIES: [u64; 4] = [1, 2, 3, 4];
 const K: usize = 10;
 
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+struct Args {
+    path: PathBuf,
+    /// Extra hybrid rows, one per `--weights TEXT:VECTOR`.
+    weights: Vec<(f32, f32)>,
+}
+
+/// One question to score: its conversation's namespace, its text, its evidence turn ids.
 struct Question {
     namespace: String,
     text: String,
     evidence: HashSet<String>,
 }
 
+/// One row of the table: how recall ranks.
+#[derive(Debug, Clone, PartialEq)]
+struct Setup {
+    label: String,
+    mode: RecallMode,
+    expand: u8,
+    /// Fusion weights (text, vector); `None`: the engine's default.
+    weights: Option<(f32, f32)>,
+}
+
+/// The conversations imported, and the questions about them.
+struct Corpus {
+    engine: Engine,
+    /// Holds the database until the corpus is dropped.
+    _dir: tempfile::TempDir,
+    conversations: usize,
+    sessions: i64,
+    turns: i64,
+    import_s: f64,
+    questions: Vec<Question>,
+}
+
 fn main() -> ExitCode {
-    let Some(path) = std::env::args().nth(1) else {
-        let _ = writeln_err("usage: locomo PATH/TO/locomo10.json");
-        return ExitCode::from(2);
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            writeln_err(&format!("{e}\n{USAGE}"));
+            return ExitCode::from(2);
+        }
     };
-    match run(&path) {
+    match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln_err(&format!("error: {e:#}"));
+            writeln_err(&format!("error: {e:#}"));
             ExitCode::FAILURE
         }
     }
 }
 
-fn writeln_err(s: &str) -> std::io::Result<()> {
+fn writeln_err(s: &str) {
     use std::io::Write;
-    writeln!(std::io::stderr(), "{s}")
+    let _ = writeln!(std::io::stderr(), "{s}");
 }
 
-fn run(path: &str) -> anyhow::Result<()> {
-    let data: Vec<Value> = serde_json::from_slice(&std::fs::read(path)?)?;
-    let dir = tempfile::tempdir()?;
-    let engine = Engine::open(Config::for_db(dir.path().join("locomo.db")))?;
-    let started = Instant::now();
-    let mut questions = Vec::new();
-    let mut n_turns = 0;
-    for conv in &data {
-        let ns = format!("locomo-{}", conv["sample_id"].as_str().unwrap_or("x"));
-        n_turns += import(&engine, &ns, &conv["conversation"])?;
-        for qa in conv["qa"].as_array().into_iter().flatten() {
-            if !CATEGORIES.contains(&qa["category"].as_u64().unwrap_or(0)) {
-                continue;
-            }
-            let evidence: HashSet<String> = qa["evidence"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .flat_map(|e| e.split(|c: char| c == ';' || c == ',' || c.is_whitespace()))
-                .map(str::trim)
-                .filter(|e| e.starts_with('D') && e.contains(':'))
-                .map(str::to_owned)
-                .collect();
-            if evidence.is_empty() {
-                continue;
-            }
-            questions.push(Question {
-                namespace: ns.clone(),
-                text: qa["question"].as_str().unwrap_or_default().to_owned(),
-                evidence,
-            });
+fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
+    let mut path = None;
+    let mut weights = Vec::new();
+    let mut args = args.into_iter();
+    while let Some(a) = args.next() {
+        if a == "--weights" {
+            let v = args.next().ok_or("--weights needs a value such as 1:1")?;
+            weights.push(parse_weights(&v)?);
+        } else if let Some(v) = a.strip_prefix("--weights=") {
+            weights.push(parse_weights(v)?);
+        } else if a.starts_with('-') {
+            return Err(format!("unknown option {a}"));
+        } else if path.replace(PathBuf::from(&a)).is_some() {
+            return Err(format!("one data file only (also got {a})"));
         }
     }
-    let import_s = started.elapsed().as_secs_f64();
-    // Embed and index everything before timing queries.
-    engine.reindex_vectors()?;
-    let embedder = engine
+    let path = path.ok_or("no data file given")?;
+    Ok(Args { path, weights })
+}
+
+/// `TEXT:VECTOR`, two non-negative numbers, not both 0 (what recall's `weights` accepts).
+fn parse_weights(s: &str) -> Result<(f32, f32), String> {
+    let bad = || format!("--weights {s:?}: give TEXT:VECTOR, two non-negative numbers such as 1:1");
+    let (t, v) = s.split_once(':').ok_or_else(bad)?;
+    let t: f32 = t.trim().parse().map_err(|_| bad())?;
+    let v: f32 = v.trim().parse().map_err(|_| bad())?;
+    if !(t.is_finite() && v.is_finite() && t >= 0.0 && v >= 0.0 && t + v > 0.0) {
+        return Err(bad());
+    }
+    Ok((t, v))
+}
+
+/// The table's rows: each ranking at expansion 0, hybrid with the default and with equal
+/// weights, expansion 1 and 2, then a hybrid row per extra weights.
+fn setups(extra: &[(f32, f32)]) -> Vec<Setup> {
+    let row = |label: &str, mode, expand, weights| Setup {
+        label: label.to_owned(),
+        mode,
+        expand,
+        weights,
+    };
+    let hybrid = |(t, v): (f32, f32)| format!("hybrid, weights {t} : {v}");
+    let default = format!("{} (default)", hybrid(DEFAULT_WEIGHTS));
+    let mut rows = vec![
+        row("text (BM25)", RecallMode::Text, 0, None),
+        row("vector", RecallMode::Vector, 0, None),
+        row(&default, RecallMode::Hybrid, 0, None),
+        row(&hybrid((1.0, 1.0)), RecallMode::Hybrid, 0, Some((1.0, 1.0))),
+        row("text (BM25)", RecallMode::Text, 1, None),
+        row(&default, RecallMode::Hybrid, 1, None),
+        row(&default, RecallMode::Hybrid, 2, None),
+    ];
+    for &w in extra {
+        rows.push(row(&hybrid(w), RecallMode::Hybrid, 0, Some(w)));
+    }
+    rows
+}
+
+fn run(args: &Args) -> anyhow::Result<()> {
+    let corpus = load(&args.path)?;
+    let embedder = corpus
+        .engine
         .embedder()
         .map_or("none".to_owned(), |e| e.model_id().to_owned());
     say!(
-        "LoCoMo: {} conversations, {n_turns} turns imported in {import_s:.1} s; {} questions (categories 1–4); embedder {embedder}\n",
-        data.len(),
-        questions.len()
+        "LoCoMo: {} conversations, {} sessions and {} turns imported in {:.1} s; {} questions (categories 1–4); embedder {embedder}\n",
+        corpus.conversations,
+        corpus.sessions,
+        corpus.turns,
+        corpus.import_s,
+        corpus.questions.len()
     );
     say!("| ranking | expand | R@5 | R@10 | NDCG@10 | p50 ms |");
     say!("|---|---|---|---|---|---|");
-    let configs = [
-        ("text (BM25)", RecallMode::Text, 0),
-        ("vector", RecallMode::Vector, 0),
-        ("hybrid (RRF)", RecallMode::Hybrid, 0),
-        ("text (BM25)", RecallMode::Text, 1),
-        ("hybrid (RRF)", RecallMode::Hybrid, 1),
-        ("hybrid (RRF)", RecallMode::Hybrid, 2),
-    ];
-    for (label, mode, expand) in configs {
-        let (r5, r10, ndcg, p50) = evaluate(&engine, &questions, mode, expand)?;
-        say!("| {label} | {expand} | {r5:.3} | {r10:.3} | {ndcg:.3} | {p50:.2} |");
+    for setup in setups(&args.weights) {
+        let (r5, r10, ndcg, p50) = evaluate(&corpus, &setup)?;
+        say!(
+            "| {} | {} | {r5:.3} | {r10:.3} | {ndcg:.3} | {p50:.2} |",
+            setup.label,
+            setup.expand
+        );
     }
     Ok(())
 }
 
-/// Imports one conversation: a memory per session, a memory per turn linked to its session and
-/// to the turn before it. Returns the number of turns.
-fn import(engine: &Engine, ns: &str, conv: &Value) -> anyhow::Result<usize> {
-    let a = conv["speaker_a"].as_str().unwrap_or("A");
-    let b = conv["speaker_b"].as_str().unwrap_or("B");
-    let mut items = Vec::new();
-    let mut n_turns = 0;
-    for s in 1.. {
-        let Some(turns) = conv.get(format!("session_{s}")).and_then(Value::as_array) else {
-            break;
+/// Imports every conversation of a LoCoMo file into a fresh database, one namespace each
+/// (`locomo-<sample_id>`), through the engine's import of format `locomo`; collects the
+/// questions; embeds everything before any query is timed.
+fn load(path: &Path) -> anyhow::Result<Corpus> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let data: Vec<Value> = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a JSON array of LoCoMo samples", path.display()))?;
+    let dir = tempfile::tempdir()?;
+    let engine = Engine::open(Config::for_db(dir.path().join("locomo.db")))?;
+    let started = Instant::now();
+    let mut questions = Vec::new();
+    for (i, conv) in data.iter().enumerate() {
+        let sid = match &conv["sample_id"] {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => anyhow::bail!("sample {} has no sample_id", i + 1),
         };
-        let date = conv[format!("session_{s}_date_time")]
-            .as_str()
-            .unwrap_or("");
-        let session = format!("session_{s}");
-        items.push(RememberItem {
-            namespace: Some(ns.to_owned()),
-            kind: Some("session".into()),
-            name: Some(session.clone()),
-            content: format!("Conversation between {a} and {b} on {date}"),
-            metadata: Some(serde_json::json!({ "date": date })),
-            ..RememberItem::default()
+        let namespace = format!("locomo-{sid}");
+        let report = engine.import(
+            &ImportRequest {
+                source: Source::Inline(serde_json::to_string(conv)?),
+                format: Some(InFormat::Locomo),
+                namespace: Some(namespace.clone()),
+                dry_run: false,
+                actor: "example:locomo".into(),
+                max_records: None,
+            },
+            &Progressing::default(),
+        )?;
+        if report.errors > 0 {
+            anyhow::bail!(
+                "{sid}: {} records not imported: {:?}",
+                report.errors,
+                report.first_errors
+            );
+        }
+        questions.extend(questions_of(&namespace, conv));
+    }
+    // Embed and index everything before timing queries.
+    engine.reindex_vectors()?;
+    let import_s = started.elapsed().as_secs_f64();
+    let stats = engine.stats()?;
+    let of_kind = |kind: &str| {
+        stats
+            .by_kind
+            .iter()
+            .find(|(k, _)| k == kind)
+            .map_or(0, |(_, n)| *n)
+    };
+    Ok(Corpus {
+        sessions: of_kind("session"),
+        turns: of_kind("episode"),
+        conversations: data.len(),
+        engine,
+        _dir: dir,
+        import_s,
+        questions,
+    })
+}
+
+/// A conversation's questions of the scored categories that name evidence turns. LoCoMo
+/// sometimes puts several turn ids in one string ("D8:6; D9:17").
+fn questions_of(namespace: &str, conv: &Value) -> Vec<Question> {
+    let mut out = Vec::new();
+    for qa in conv["qa"].as_array().into_iter().flatten() {
+        if !CATEGORIES.contains(&qa["category"].as_u64().unwrap_or(0)) {
+            continue;
+        }
+        let evidence: HashSet<String> = qa["evidence"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .flat_map(|e| e.split(|c: char| c == ';' || c == ',' || c.is_whitespace()))
+            .map(str::trim)
+            .filter(|e| e.starts_with('D') && e.contains(':'))
+            .map(str::to_owned)
+            .collect();
+        if evidence.is_empty() {
+            continue;
+        }
+        out.push(Question {
+            namespace: namespace.to_owned(),
+            text: qa["question"].as_str().unwrap_or_default().to_owned(),
+            evidence,
         });
-        let mut prev: Option<String> = None;
-        for t in turns {
-            let dia = t["dia_id"].as_str().unwrap_or_default().to_owned();
-            let speaker = t["speaker"].as_str().unwrap_or_default();
-            let mut content = format!("{speaker}: {}", t["text"].as_str().unwrap_or_default());
-            if let Some(c) = t.get("blip_caption").and_then(Value::as_str) {
-                content.push_str(&format!(" [shares a photo of {c}]"));
-            }
-            let mut links = vec![Link {
-                to: session.clone(),
-                kind: "in_session".into(),
-                weight: Some(0.5),
-            }];
-            if let Some(p) = prev.take() {
-                links.push(Link {
-                    to: p,
-                    kind: "follows".into(),
-                    weight: Some(1.0),
-                });
-            }
-            items.push(RememberItem {
-                namespace: Some(ns.to_owned()),
-                kind: Some("episode".into()),
-                name: Some(dia.clone()),
-                content,
-                metadata: Some(
-                    serde_json::json!({ "speaker": speaker, "session": s, "date": date }),
-                ),
-                links,
-                ..RememberItem::default()
-            });
-            prev = Some(dia);
-            n_turns += 1;
-        }
     }
-    for (i, r) in engine.remember(&items)?.into_iter().enumerate() {
-        if let Err(e) = r {
-            anyhow::bail!("turn {i} of {ns}: {e}");
-        }
+    out
+}
+
+/// The turn ids (`dia_id`, kept in each turn's metadata by the reader) of a question's top K
+/// hits, best first.
+fn ranked(engine: &Engine, q: &Question, setup: &Setup) -> anyhow::Result<Vec<String>> {
+    let page = engine.recall(&RecallQuery {
+        text: q.text.clone(),
+        namespaces: NamespaceScope::Only(vec![q.namespace.clone()]),
+        kinds: vec!["episode".into()],
+        limit: K,
+        mode: setup.mode,
+        expand: setup.expand,
+        weights: setup.weights,
+        ..RecallQuery::default()
+    });
+    match page {
+        Ok(p) => Ok(p
+            .hits
+            .into_iter()
+            .filter_map(|h| h.memory.metadata["dia_id"].as_str().map(str::to_owned))
+            .collect()),
+        // A question with no searchable words finds nothing.
+        Err(e) if e.is_user_error() => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
     }
-    Ok(n_turns)
 }
 
 /// Mean recall@5, recall@10 and NDCG@10 over the questions, and the median recall time.
-fn evaluate(
-    engine: &Engine,
-    questions: &[Question],
-    mode: RecallMode,
-    expand: u8,
-) -> anyhow::Result<(f64, f64, f64, f64)> {
+fn evaluate(corpus: &Corpus, setup: &Setup) -> anyhow::Result<(f64, f64, f64, f64)> {
     let (mut r5, mut r10, mut ndcg) = (0.0, 0.0, 0.0);
-    let mut times = Vec::with_capacity(questions.len());
-    for q in questions {
+    let mut times = Vec::with_capacity(corpus.questions.len());
+    for q in &corpus.questions {
         let t = Instant::now();
-        let page = engine.recall(&RecallQuery {
-            text: q.text.clone(),
-            namespaces: NamespaceScope::Only(vec![q.namespace.clone()]),
-            kinds: vec!["episode".into()],
-            limit: K,
-            mode,
-            expand,
-            ..RecallQuery::default()
-        });
+        let ranked = ranked(&corpus.engine, q, setup)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
-        let ranked: Vec<String> = match page {
-            Ok(p) => p.hits.into_iter().filter_map(|h| h.memory.name).collect(),
-            // A question with no searchable words finds nothing.
-            Err(e) if e.is_user_error() => Vec::new(),
-            Err(e) => return Err(e.into()),
-        };
         let found = |k: usize| {
             ranked
                 .iter()
@@ -231,8 +328,143 @@ fn evaluate(
             .sum();
         ndcg += dcg / ideal;
     }
-    let n = questions.len() as f64;
+    let n = corpus.questions.len().max(1) as f64;
     times.sort_by(f64::total_cmp);
     let p50 = times.get(times.len() / 2).copied().unwrap_or(0.0);
     Ok((r5 / n, r10 / n, ndcg / n, p50))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("data/locomo/sample.json")
+    }
+
+    fn args(a: &[&str]) -> Result<Args, String> {
+        parse_args(a.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn weights_flags_add_hybrid_rows() {
+        assert_eq!(parse_weights("1:1"), Ok((1.0, 1.0)));
+        assert_eq!(parse_weights(" 1 : 0.25 "), Ok((1.0, 0.25)));
+        assert_eq!(parse_weights("0:1"), Ok((0.0, 1.0)));
+        for bad in [
+            "", "1", "1:", ":1", "a:b", "0:0", "-1:1", "1:NaN", "inf:1", "1:1:1",
+        ] {
+            assert!(parse_weights(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            args(&["f.json", "--weights", "1:1", "--weights=2:1"]),
+            Ok(Args {
+                path: "f.json".into(),
+                weights: vec![(1.0, 1.0), (2.0, 1.0)],
+            })
+        );
+        assert!(args(&[]).is_err());
+        assert!(args(&["a.json", "b.json"]).is_err());
+        assert!(args(&["a.json", "--weights"]).is_err());
+        assert!(args(&["a.json", "--weight", "1:1"]).is_err());
+
+        let rows = setups(&[(1.0, 0.25)]);
+        let labels: Vec<(&str, u8)> = rows.iter().map(|r| (r.label.as_str(), r.expand)).collect();
+        assert_eq!(
+            labels,
+            [
+                ("text (BM25)", 0),
+                ("vector", 0),
+                ("hybrid, weights 1 : 0.5 (default)", 0),
+                ("hybrid, weights 1 : 1", 0),
+                ("text (BM25)", 1),
+                ("hybrid, weights 1 : 0.5 (default)", 1),
+                ("hybrid, weights 1 : 0.5 (default)", 2),
+                ("hybrid, weights 1 : 0.25", 0),
+            ]
+        );
+        assert_eq!(rows[2].weights, None, "the engine's default, not a copy");
+        assert_eq!(rows[3].weights, Some((1.0, 1.0)));
+        assert_eq!(rows[7].weights, Some((1.0, 0.25)));
+    }
+
+    #[test]
+    fn the_sample_is_imported_by_the_reader_and_scored() {
+        let corpus = load(&sample()).expect("load the sample");
+        assert_eq!(
+            (corpus.conversations, corpus.sessions, corpus.turns),
+            (2, 3, 15)
+        );
+        // Categories 1–4 with evidence; the adversarial one is left out.
+        assert_eq!(corpus.questions.len(), 7);
+        let bicycle = corpus
+            .questions
+            .iter()
+            .find(|q| q.text.contains("blue bicycle"))
+            .expect("the bicycle question");
+        let split: HashSet<String> = ["D1:4", "D1:6"].map(String::from).into();
+        assert_eq!(bicycle.evidence, split);
+
+        // Turns are the reader's: its content (the photo's caption as "[image: …]"), and its
+        // metadata naming the turn; each conversation in its own namespace.
+        let text = |q: &str, ns: &str| Question {
+            namespace: ns.into(),
+            text: q.into(),
+            evidence: HashSet::new(),
+        };
+        let rows = setups(&[]);
+        let photo = corpus
+            .engine
+            .recall(&RecallQuery {
+                text: "garage door".into(),
+                namespaces: NamespaceScope::Only(vec!["locomo-sample-1".into()]),
+                mode: RecallMode::Text,
+                limit: 1,
+                ..RecallQuery::default()
+            })
+            .expect("recall");
+        assert_eq!(
+            photo.hits[0].memory.content,
+            "Ben: I spent the weekend fixing my old bicycle, look. [image: a photo of a blue \
+             bicycle leaning against a garage door]"
+        );
+        assert_eq!(photo.hits[0].memory.metadata["dia_id"], "D1:4");
+        let kitten = ranked(
+            &corpus.engine,
+            &text("What is the name of Ben's kitten?", "locomo-sample-1"),
+            &rows[0],
+        )
+        .expect("recall");
+        assert_eq!(kitten.first().map(String::as_str), Some("D2:3"));
+        let other = corpus
+            .engine
+            .recall(&RecallQuery {
+                text: "kitten Pepper".into(),
+                namespaces: NamespaceScope::Only(vec!["locomo-sample-2".into()]),
+                mode: RecallMode::Text,
+                limit: K,
+                ..RecallQuery::default()
+            })
+            .expect("recall");
+        assert!(
+            other.hits.is_empty(),
+            "the other conversation has no kitten: {:?}",
+            other.hits
+        );
+
+        let mut scores = Vec::new();
+        for setup in &rows {
+            let (r5, r10, ndcg, p50) = evaluate(&corpus, setup).expect("evaluate");
+            for v in [r5, r10, ndcg] {
+                assert!((0.0..=1.0).contains(&v), "{setup:?}: {v}");
+            }
+            assert!(r5 <= r10 && p50 >= 0.0, "{setup:?}");
+            // Every question shares words with its evidence and a conversation has 11 turns at
+            // most: the top ten hold nearly all the evidence in every setup.
+            assert!(r10 >= 0.85, "{setup:?}: R@10 {r10}");
+            scores.push((r5, ndcg));
+        }
+        // The weights reach recall: equal weights rank the sample differently from the default.
+        assert_ne!(scores[2], scores[3], "{:?} vs {:?}", rows[2], rows[3]);
+    }
 }

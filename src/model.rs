@@ -228,7 +228,8 @@ pub struct RecallQuery {
     pub expand: u8,
     /// Report each signal's rank and score on every hit.
     pub explain: bool,
-    /// Weights of the text and vector signals in the fusion (default 1 each).
+    /// Weights of the text and vector signals in the fusion; `None`: the engine's default,
+    /// text 1 and vector 0.5 (`engine::recall::DEFAULT_WEIGHTS`).
     pub weights: Option<(f32, f32)>,
 }
 

@@ -642,6 +642,27 @@ mod tests {
         );
     }
 
+    /// With `tls`, an https endpoint is accepted and spoken to in TLS: the first bytes on the
+    /// wire are a TLS handshake record, and a peer that is no TLS server is an error, not a panic.
+    #[cfg(feature = "tls")]
+    #[test]
+    fn https_endpoints_speak_tls() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("https://{}/v1", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut record = [0u8; 3];
+            stream.read_exact(&mut record).unwrap();
+            record
+        });
+        let e = HttpEmbedder::new(config(&base, Some(3))).unwrap();
+        let err = e.embed(&["x"]).unwrap_err();
+        assert!(matches!(err, Error::Embed { .. }), "{err:?}");
+        // Content type 22 (handshake), protocol version 3.x.
+        let record = server.join().unwrap();
+        assert_eq!(record[..2], [0x16, 0x03], "{record:?}");
+    }
+
     #[test]
     fn bad_urls_and_settings_fail_at_construction() {
         for url in ["", "  ", "localhost:11434/v1", "ftp://host/v1", "http://"] {

@@ -234,12 +234,22 @@ mod tests {
     }
 
     #[test]
+    fn the_committed_locomo_sample() {
+        let bytes = std::fs::read(crate::formats::locomo::test_data::sample()).unwrap();
+        assert_eq!(detect(&bytes, Some("sample.json")), Some(Locomo));
+        assert_eq!(detect(&bytes, None), Some(Locomo));
+        // Only the first questions fit in a small head.
+        assert_eq!(detect(&bytes[..512], None), Some(Locomo));
+    }
+
+    #[test]
     fn the_real_locomo10_head() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/data/locomo/locomo10.json");
-        let Ok(bytes) = std::fs::read(path) else {
+        let Some(path) =
+            crate::formats::locomo::test_data::locomo10("formats::detect::the_real_locomo10_head")
+        else {
             return;
         };
+        let bytes = std::fs::read(path).unwrap();
         assert_eq!(
             detect(&bytes[..HEAD_BYTES], Some("locomo10.json")),
             Some(Locomo)

@@ -10,7 +10,9 @@ use crate::engine::import::{ImportRequest, Source};
 use crate::engine::traverse::{Control, Progressing, WorkProgress};
 use crate::engine::{Engine, Link, RememberItem};
 use crate::error::Error;
-use crate::model::{MemoryPatch, MemoryRef, TaskRow, TaskState};
+use crate::model::{
+    MemoryPatch, MemoryRef, NamespaceScope, RecallMode, RecallQuery, TaskRow, TaskState,
+};
 
 fn engine_in(dir: &std::path::Path, name: &str) -> Engine {
     let mut cfg = Config::for_db(dir.join(name));
@@ -536,12 +538,55 @@ fn mcp_memory_entities_merge_observations_and_folders_of_notes_chunk() {
 }
 
 #[test]
+fn the_locomo_sample_becomes_linked_episodes_once() {
+    let text = std::fs::read_to_string(crate::formats::locomo::test_data::sample()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("sample.json"), text).unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    let mut req = request(Source::Path("sample.json".into()));
+    req.namespace = Some("chats".into());
+    let report = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!(report.formats, vec!["locomo"]);
+    assert_eq!(report.errors, 0, "{:?}", report.first_errors);
+    // 15 turns in 3 sessions; turn ids repeat across the two conversations, the source ids
+    // (sample and turn) keep them apart.
+    assert_eq!(
+        (report.memories_added, report.memories_existing),
+        (15 + 3, 0),
+        "{report:?}"
+    );
+    assert_eq!(report.relations_added, 15 + 15 - 3);
+    let again = e.import(&req, &Progressing::default()).unwrap();
+    assert_eq!((again.memories_added, again.relations_added), (0, 0));
+    let kitten = e
+        .recall(&RecallQuery {
+            text: "kitten name".into(),
+            namespaces: NamespaceScope::Only(vec!["chats".into()]),
+            kinds: vec!["episode".into()],
+            mode: RecallMode::Text,
+            limit: 1,
+            ..RecallQuery::default()
+        })
+        .unwrap();
+    let hit = &kitten.hits[0].memory;
+    assert_eq!(
+        hit.content,
+        "Ben: I adopted a kitten last Friday. Her name is Pepper."
+    );
+    assert_eq!(
+        hit.metadata,
+        serde_json::json!({"sample_id": "sample-1", "session": 2, "dia_id": "D2:3", "speaker": "Ben"})
+    );
+}
+
+#[test]
 fn locomo_transcripts_become_linked_episodes_once() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data/locomo/locomo10.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return; // the evaluation data is not beside this checkout
+    let Some(path) = crate::formats::locomo::test_data::locomo10(
+        "engine::import::locomo_transcripts_become_linked_episodes_once",
+    ) else {
+        return;
     };
+    let text = std::fs::read_to_string(&path).unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("locomo.json"), text).unwrap();
     let e = engine_in(dir.path(), "m.db");
