@@ -13,6 +13,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use mnemograph::config::Durability;
 use mnemograph::model::{RecallMode, RecallQuery};
 use mnemograph::{Config, Engine};
 use serde_json::{Value, json};
@@ -93,9 +94,12 @@ fn log(msg: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr().lock(), "{msg}");
 }
 
-/// `remember` of one memory per call into the database at `db`.
-fn remember_single(corpus: &Corpus, db: &Path) -> Vec<Duration> {
-    let engine = Engine::open(Config::for_db(db)).expect("open engine");
+/// `remember` of one memory per call into the database at `db`, each commit on disk as
+/// `durability` says.
+fn remember_single(corpus: &Corpus, db: &Path, durability: Durability) -> Vec<Duration> {
+    let mut cfg = Config::for_db(db);
+    cfg.durability = durability;
+    let engine = Engine::open(cfg).expect("open engine");
     let mut next = FRESH_BASE;
     let mut samples = Vec::with_capacity(SINGLE_CALLS);
     for round in 0..WARMUP + SINGLE_CALLS {
@@ -339,15 +343,23 @@ fn main() -> ExitCode {
         "remember, one memory per call ({SINGLE_CALLS} calls)…"
     ));
     let (_empty_dir, empty_db) = fixture::scratch_copy(0);
-    let s = summarize(&remember_single(&corpus, &empty_db));
+    let s = summarize(&remember_single(&corpus, &empty_db, Durability::Normal));
     rows.push(ms_row(
         "`remember` 1 memory, empty db",
         &s,
         "p50 ≤ 2 ms",
         Some(s.p50 <= FLOOR_REMEMBER_MS),
     ));
+    let (_full_dir, full_db) = fixture::scratch_copy(0);
+    let s = summarize(&remember_single(&corpus, &full_db, Durability::Full));
+    rows.push(ms_row(
+        "`remember` 1 memory, empty db, `--durability full`",
+        &s,
+        "",
+        None,
+    ));
     let (dir, db) = fixture::scratch_copy(BIG_CORPUS);
-    let s = summarize(&remember_single(&corpus, &db));
+    let s = summarize(&remember_single(&corpus, &db, Durability::Normal));
     rows.push(ms_row(
         "`remember` 1 memory, 100k db",
         &s,

@@ -61,6 +61,20 @@ pub enum EmbedderSpec {
     Hashing(usize),
 }
 
+/// When a committed write is on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// SQLite's `synchronous=NORMAL` in WAL mode: a commit is written to the log at once and the
+    /// log is synced at checkpoints. A crash of the process loses nothing; a power cut or an
+    /// operating system crash may lose the commits since the last checkpoint (the file stays
+    /// consistent).
+    #[default]
+    Normal,
+    /// `synchronous=FULL`: every commit is synced to disk before the call returns, so it
+    /// survives a power cut too; each write takes one more disk sync.
+    Full,
+}
+
 /// Everything the engine needs to open a memory file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -72,6 +86,8 @@ pub struct Config {
     pub text_writer_bytes: usize,
     /// How long a write waits for another process's lock before failing, in milliseconds.
     pub busy_timeout_ms: u64,
+    /// When a committed write is on disk.
+    pub durability: Durability,
     pub limits: Limits,
     /// The embedding provider of the vector index.
     pub embedder: EmbedderSpec,
@@ -201,6 +217,7 @@ impl Config {
             index_dir: PathBuf::from(index_dir),
             text_writer_bytes: 64 * 1024 * 1024,
             busy_timeout_ms: 10_000,
+            durability: Durability::default(),
             limits: Limits::default(),
             embedder: EmbedderSpec::default(),
             import_roots: Vec::new(),

@@ -78,8 +78,8 @@ impl Error {
     }
 
     /// The text index's writer has stopped: one of its worker threads failed on a write (tantivy
-    /// keeps only a message, not the cause; most often the disk was full), and every later write
-    /// through it fails the same way until the process restarts.
+    /// keeps only a message, not the cause; most often the disk was full). The index drops such
+    /// a writer and takes a new one on its next update.
     pub fn is_text_index_stopped(&self) -> bool {
         matches!(
             self,
@@ -92,14 +92,8 @@ impl Error {
     /// `None` for other faults.
     pub fn advice(&self) -> Option<String> {
         if self.is_disk_full() {
-            // A text index writer that failed may stay stopped until the process restarts.
-            let restart = if matches!(self, Error::Tantivy(_)) {
-                " (if searches still fail then, restart the server: the text index catches up from the database when it starts)"
-            } else {
-                ""
-            };
             Some(format!(
-                "the disk holding the memory database or its indexes is full ({self}): free disk space, then try again{restart}; what this call was writing was not stored"
+                "the disk holding the memory database or its indexes is full ({self}): free disk space, then try again (the indexes catch up by themselves); what this call was writing was not stored"
             ))
         } else if self.is_corrupt_database() {
             Some(format!(
@@ -107,7 +101,7 @@ impl Error {
             ))
         } else if self.is_text_index_stopped() {
             Some(format!(
-                "the text index stopped after a write to it failed, most often because the disk was full ({self}): check that the disk has free space, then restart the server (the index catches up from the database when it starts); memories can still be read by id with `get`"
+                "the text index stopped after a write to it failed, most often because the disk was full ({self}): free disk space, then try again (the index takes a new writer and catches up from the database by itself); memories can still be read by id with `get`"
             ))
         } else {
             None
@@ -221,7 +215,7 @@ mod tests {
         ));
         assert!(stopped.is_text_index_stopped() && !stopped.is_disk_full());
         let advice = stopped.advice().expect("advice for a stopped text index");
-        assert!(advice.contains("restart the server"), "{advice}");
+        assert!(advice.contains("free disk space"), "{advice}");
         let other = Error::Io(std::io::Error::other("boom"));
         assert!(!other.is_disk_full() && !other.is_corrupt_database());
         assert_eq!(other.advice(), None);

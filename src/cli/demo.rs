@@ -1,33 +1,14 @@
 //! `mnemograph demo`: starts `mnemograph serve` on a scratch database as a child process, speaks
-//! MCP to it like a host would, and prints each step.
+//! MCP to it over its stdin and stdout like a host would, and prints each step.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 
-use anyhow::Context;
-use rmcp::model::{CallToolRequestParams, JsonObject};
-use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
-use rmcp::{RoleClient, ServiceExt};
+use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-fn args(v: Value) -> JsonObject {
-    match v {
-        Value::Object(o) => o,
-        _ => JsonObject::new(),
-    }
-}
-
-async fn call(
-    client: &RunningService<RoleClient, ()>,
-    tool: &str,
-    a: Value,
-) -> anyhow::Result<Value> {
-    let res = client
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args(a)))
-        .await
-        .with_context(|| format!("calling {tool}"))?;
-    Ok(res.structured_content.unwrap_or(Value::Null))
-}
+/// The tasks extension a 2026-07-28 client declares.
+const TASKS: &str = "io.modelcontextprotocol/tasks";
 
 /// A scratch folder for the demo's database, removed when dropped.
 struct Scratch(std::path::PathBuf);
@@ -50,32 +31,140 @@ impl Drop for Scratch {
     }
 }
 
-/// `mnemograph serve --db <db>` as a child process, its log discarded.
-fn spawn_server(db: &std::path::Path) -> anyhow::Result<TokioChildProcess> {
-    let exe = std::env::current_exe().context("cannot find the mnemograph binary")?;
-    let mut cmd = tokio::process::Command::new(exe);
-    cmd.arg("serve").arg("--db").arg(db);
-    let (transport, _) = TokioChildProcess::builder(cmd)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .context("cannot start `mnemograph serve`")?;
-    Ok(transport)
+/// A minimal MCP client over a child's pipes: one JSON-RPC request line out, lines in until the
+/// answer with its id (notifications in between are skipped).
+struct Client {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+    /// `_meta` sent with every request of a 2026-07-28 client; `None` in a 2025-11-25 session.
+    meta: Option<Value>,
 }
 
-pub(super) async fn run() -> anyhow::Result<()> {
+impl Client {
+    /// `mnemograph serve --db <db>` as a child process, its log discarded.
+    fn spawn(db: &std::path::Path) -> anyhow::Result<Client> {
+        let exe = std::env::current_exe().context("cannot find the mnemograph binary")?;
+        let mut child = std::process::Command::new(exe)
+            .arg("serve")
+            .arg("--db")
+            .arg(db)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start `mnemograph serve`")?;
+        let stdin = child.stdin.take().context("no stdin for the server")?;
+        let stdout = child.stdout.take().context("no stdout from the server")?;
+        Ok(Client {
+            child,
+            stdin: Some(stdin),
+            stdout: BufReader::new(stdout),
+            next_id: 0,
+            meta: None,
+        })
+    }
+
+    fn send(&mut self, message: &Value) -> anyhow::Result<()> {
+        let stdin = self.stdin.as_mut().context("the session is closed")?;
+        writeln!(stdin, "{message}")?;
+        stdin.flush().context("the server stopped reading")
+    }
+
+    /// Sends `method` and returns its result; a JSON-RPC error is an error.
+    fn request(&mut self, method: &str, mut params: Value) -> anyhow::Result<Value> {
+        if let Some(meta) = &self.meta {
+            params["_meta"] = meta.clone();
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.stdout.read_line(&mut line)? == 0 {
+                bail!("the server closed its output before answering {method}");
+            }
+            let message: Value = serde_json::from_str(&line)
+                .with_context(|| format!("the server wrote a line that is not JSON: {line}"))?;
+            if message["id"] != json!(id) {
+                continue;
+            }
+            if let Some(error) = message.get("error") {
+                bail!("{method} failed: {error}");
+            }
+            return Ok(message["result"].clone());
+        }
+    }
+
+    /// A 2025-11-25 session: `initialize`, then `notifications/initialized`.
+    fn initialize(&mut self) -> anyhow::Result<Value> {
+        let info = self.request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "mnemograph-demo", "version": env!("CARGO_PKG_VERSION")}
+            }),
+        )?;
+        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
+        Ok(info)
+    }
+
+    /// A 2026-07-28 client that declares the tasks extension on every request.
+    fn discover(&mut self) -> anyhow::Result<Value> {
+        self.meta = Some(json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
+            "io.modelcontextprotocol/clientInfo":
+                {"name": "mnemograph-demo", "version": env!("CARGO_PKG_VERSION")}
+        }));
+        let found = self.request("server/discover", json!({}))?;
+        if found["capabilities"]["extensions"].get(TASKS).is_none() {
+            bail!("the server does not offer MCP tasks: {found}");
+        }
+        Ok(found)
+    }
+
+    /// `tools/call`; the whole result (structured content, or a task handle).
+    fn call(&mut self, tool: &str, arguments: Value) -> anyhow::Result<Value> {
+        let result = self
+            .request("tools/call", json!({"name": tool, "arguments": arguments}))
+            .with_context(|| format!("calling {tool}"))?;
+        if result["isError"] == json!(true) {
+            bail!("{tool} answered an error: {}", result["content"]);
+        }
+        Ok(result)
+    }
+
+    /// Closes the server's input (it ends its session and exits) and waits for it.
+    fn close(mut self) -> anyhow::Result<()> {
+        drop(self.stdin.take());
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if self.stdin.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub(super) fn run() -> anyhow::Result<()> {
     let scratch = Scratch::new()?;
-    talk(spawn_server(&scratch.db())?).await
+    let mut client = Client::spawn(&scratch.db())?;
+    talk(&mut client)?;
+    client.close()
 }
 
 /// A host's view of MCP tasks: call, get a task handle, poll at the advertised interval printing
 /// the progress, print the result.
-pub(super) async fn run_tasks() -> anyhow::Result<()> {
-    use rmcp::model::{
-        ClientCapabilities, ClientConfig, GetTaskParams, Implementation, ProtocolVersion,
-        TaskStatus,
-    };
-    use rmcp::{ClientLifecycleMode, ClientServiceExt};
-
+pub(super) fn run_tasks() -> anyhow::Result<()> {
     const MEMORIES: usize = 100_000;
     const LINKS_PER_MEMORY: usize = 5;
     let scratch = Scratch::new()?;
@@ -90,34 +179,8 @@ pub(super) async fn run_tasks() -> anyhow::Result<()> {
     build_graph(&scratch.db(), MEMORIES, LINKS_PER_MEMORY)?;
     writeln!(out, "built in {:.1} s", started.elapsed().as_secs_f64())?;
 
-    // A 2026-07-28 client that declares the tasks extension on every request.
-    let client = ClientConfig::new(
-        ClientCapabilities::builder().enable_tasks().build(),
-        Implementation::new("mnemograph-demo", env!("CARGO_PKG_VERSION")),
-    )
-    .serve_with_lifecycle(
-        spawn_server(&scratch.db())?,
-        ClientLifecycleMode::Discover {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        },
-    )
-    .await
-    .context("MCP discovery failed")?;
-
-    let shallow = json!({"names": ["hub"], "namespace": "demo", "depth": 1, "limit": 3});
-    let asked = std::time::Instant::now();
-    let answer = client
-        .call_tool_once(CallToolRequestParams::new("traverse").with_arguments(args(shallow)))
-        .await?;
-    if let rmcp::model::CallToolResponse::Complete(r) = answer {
-        let reason = decision_reason(r.meta.as_ref());
-        writeln!(
-            out,
-            "\ntraverse depth 1: answered inline in {:.1} ms ({})",
-            asked.elapsed().as_secs_f64() * 1e3,
-            reason
-        )?;
-    }
+    let mut client = Client::spawn(&scratch.db())?;
+    client.discover().context("MCP discovery failed")?;
 
     let deep = json!({"names": ["hub"], "namespace": "demo", "depth": 8, "max_nodes": 1_000_000, "focus": "invoice overdue", "limit": 5});
     writeln!(
@@ -125,40 +188,40 @@ pub(super) async fn run_tasks() -> anyhow::Result<()> {
         "\ntraverse depth 8, ranking every reached memory by \"invoice overdue\" …"
     )?;
     let asked = std::time::Instant::now();
-    let answer = client
-        .call_tool_once(CallToolRequestParams::new("traverse").with_arguments(args(deep)))
-        .await?;
-    let task = match answer {
-        rmcp::model::CallToolResponse::Task(t) => t,
-        other => anyhow::bail!("expected a task handle, got {other:?}"),
-    };
-    let reason = decision_reason(task.meta.as_ref());
+    let task = client.call("traverse", deep)?;
+    if task["resultType"] != json!("task") {
+        bail!("expected a task handle, got {task}");
+    }
+    let id = task["taskId"]
+        .as_str()
+        .context("a task handle without taskId")?;
     writeln!(
         out,
         "task {}… handed back in {:.1} ms ({})",
-        &task.task.task_id[..8],
+        id.get(..8).unwrap_or(id),
         asked.elapsed().as_secs_f64() * 1e3,
-        reason
+        decision_reason(&task)
     )?;
     let done = loop {
-        let t = client
-            .get_task(GetTaskParams::new(task.task.task_id.clone()))
-            .await?;
+        let t = client.request("tasks/get", json!({"taskId": id}))?;
+        let status = t["status"].as_str().unwrap_or("").to_owned();
         writeln!(
             out,
             "  {:>7.0} ms  {:<10} {}",
             asked.elapsed().as_secs_f64() * 1e3,
-            format!("{:?}", t.task.task.status).to_lowercase(),
-            t.task.task.status_message.clone().unwrap_or_default()
+            status,
+            t["statusMessage"].as_str().unwrap_or("")
         )?;
-        if t.task.task.status != TaskStatus::Working {
+        if status != "working" {
             break t;
         }
-        let wait = t.task.task.poll_interval_ms.unwrap_or(250);
-        tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+        let wait = t["pollIntervalMs"].as_u64().unwrap_or(250);
+        std::thread::sleep(std::time::Duration::from_millis(wait));
     };
-    let result = serde_json::to_value(&done)?;
-    let content = &result["result"]["structuredContent"];
+    if done["status"] != json!("completed") {
+        bail!("the task ended {}: {}", done["status"], done["error"]);
+    }
+    let content = &done["result"]["structuredContent"];
     writeln!(
         out,
         "\nreached {} memories; the top 5 by relevance:",
@@ -173,15 +236,27 @@ pub(super) async fn run_tasks() -> anyhow::Result<()> {
             n["snippet"].as_str().unwrap_or("")
         )?;
     }
-    client.cancel().await.ok();
-    Ok(())
+
+    let shallow = json!({"names": ["hub"], "namespace": "demo", "depth": 1, "limit": 3});
+    let asked = std::time::Instant::now();
+    let answer = client.call("traverse", shallow)?;
+    let how = if answer["resultType"] == json!("task") {
+        "handed back as a task"
+    } else {
+        "answered inline"
+    };
+    writeln!(
+        out,
+        "\ntraverse depth 1, the graph now loaded: {how} in {:.1} ms ({})",
+        asked.elapsed().as_secs_f64() * 1e3,
+        decision_reason(&answer)
+    )?;
+    client.close()
 }
 
 /// Why the server answered as it did (the `_meta` the server puts on results and task handles).
-fn decision_reason(meta: Option<&rmcp::model::MetaObject>) -> Value {
-    meta.and_then(|m| m.0.get("mnemograph/decision"))
-        .map(|d| d["reason"].clone())
-        .unwrap_or_default()
+fn decision_reason(answer: &Value) -> Value {
+    answer["_meta"]["mnemograph/decision"]["reason"].clone()
 }
 
 /// A hub memory and a ring of memories, each linked to its neighbours and a few random others.
@@ -252,23 +327,25 @@ fn build_graph(db: &std::path::Path, n: usize, links: usize) -> anyhow::Result<(
     Ok(())
 }
 
-async fn talk(transport: TokioChildProcess) -> anyhow::Result<()> {
+fn talk(client: &mut Client) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    let client = ().serve(transport).await.context("MCP handshake failed")?;
-    let info = client.peer_info().and_then(|i| i.server_info.clone());
-    if let Some(info) = info {
-        writeln!(
-            out,
-            "connected to {} {} over stdio",
-            info.name, info.version
-        )?;
-    }
-    let tools = client.list_all_tools().await?;
-    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    let info = client.initialize().context("MCP handshake failed")?;
+    writeln!(
+        out,
+        "connected to {} {} over stdio",
+        info["serverInfo"]["name"].as_str().unwrap_or("?"),
+        info["serverInfo"]["version"].as_str().unwrap_or("?")
+    )?;
+    let tools = client.request("tools/list", json!({}))?;
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
     writeln!(out, "tools: {}", names.join(", "))?;
 
-    let stored = call(
-        &client,
+    let stored = client.call(
         "remember",
         json!({"memories": [
             {"content": "Alice is the tech lead of the Atlas project", "kind": "fact", "name": "alice", "namespace": "demo", "tags": ["people"]},
@@ -277,15 +354,16 @@ async fn talk(transport: TokioChildProcess) -> anyhow::Result<()> {
             {"content": "Deploys of Atlas go through the staging cluster first", "kind": "note", "namespace": "demo",
              "links": [{"to": "atlas", "kind": "about"}]}
         ]}),
-    )
-    .await?;
-    writeln!(out, "\nremember 4 memories -> {}", stored["ok"])?;
-    call(
-        &client,
+    )?;
+    writeln!(
+        out,
+        "\nremember 4 memories -> {}",
+        stored["structuredContent"]["ok"]
+    )?;
+    client.call(
         "relate",
         json!({"relations": [{"from": "alice", "to": "atlas", "kind": "leads", "namespace": "demo"}]}),
-    )
-    .await?;
+    )?;
     writeln!(out, "relate alice -[leads]-> atlas")?;
 
     for query in [
@@ -293,14 +371,16 @@ async fn talk(transport: TokioChildProcess) -> anyhow::Result<()> {
         "what does Alice drink?",
         "how are deploys done",
     ] {
-        let found = call(
-            &client,
+        let found = client.call(
             "recall",
             json!({"query": query, "namespace": "demo", "limit": 2}),
-        )
-        .await?;
+        )?;
         writeln!(out, "\nrecall {query:?}")?;
-        for hit in found["hits"].as_array().into_iter().flatten() {
+        for hit in found["structuredContent"]["hits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
             writeln!(
                 out,
                 "  {:.3}  {}",
@@ -309,31 +389,28 @@ async fn talk(transport: TokioChildProcess) -> anyhow::Result<()> {
             )?;
         }
     }
-    let got = call(
-        &client,
-        "get",
-        json!({"names": ["atlas"], "namespace": "demo"}),
-    )
-    .await?;
-    let atlas = &got["memories"][0];
+    let got = client.call("get", json!({"names": ["atlas"], "namespace": "demo"}))?;
+    let atlas = &got["structuredContent"]["memories"][0];
     writeln!(
         out,
         "\nget atlas: {:?} with {} relations",
         atlas["content"].as_str().unwrap_or(""),
         atlas["relations"].as_array().map_or(0, Vec::len)
     )?;
-    let again = call(&client, "remember", json!({"memories": [{"content": "Alice prefers green tea over coffee in the morning", "namespace": "demo"}]})).await?;
+    let again = client.call(
+        "remember",
+        json!({"memories": [{"content": "Alice prefers green tea over coffee in the morning", "kind": "fact", "namespace": "demo"}]}),
+    )?;
     writeln!(
         out,
         "remember the tea fact again -> duplicate: {}",
-        again["results"][0]["duplicate"]
+        again["structuredContent"]["results"][0]["duplicate"]
     )?;
-    let stats = call(&client, "stats", json!({})).await?;
+    let stats = client.call("stats", json!({}))?;
     writeln!(
         out,
         "stats: {} memories, {} relations",
-        stats["memories"], stats["relations"]
+        stats["structuredContent"]["memories"], stats["structuredContent"]["relations"]
     )?;
-    client.cancel().await.ok();
     Ok(())
 }

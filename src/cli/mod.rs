@@ -44,6 +44,18 @@ struct Args {
     )]
     import_root: Vec<PathBuf>,
 
+    /// When a write is on disk: `normal` (a crash of the process loses nothing; a power cut or
+    /// an OS crash may lose the commits since the last checkpoint) or `full` (every write is
+    /// synced to disk before it is answered; slower writes).
+    #[arg(
+        long,
+        global = true,
+        env = "MNEMOGRAPH_DURABILITY",
+        default_value = "normal",
+        value_parser = ["normal", "full"]
+    )]
+    durability: String,
+
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -293,6 +305,11 @@ fn home_dir() -> Option<PathBuf> {
 fn config(args: &Args) -> anyhow::Result<Config> {
     let mut cfg = Config::for_db(args.db.clone().unwrap_or_else(default_db_path));
     cfg.embedder = args.embed.spec()?;
+    cfg.durability = if args.durability == "full" {
+        crate::config::Durability::Full
+    } else {
+        crate::config::Durability::Normal
+    };
     // The database's folder is always a root; these add to it.
     cfg.import_roots = args
         .import_root
@@ -391,14 +408,10 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { tasks } => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .context("cannot start the async runtime")?;
             if tasks {
-                runtime.block_on(demo::run_tasks())?;
+                demo::run_tasks()?;
             } else {
-                runtime.block_on(demo::run())?;
+                demo::run()?;
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -10,7 +10,7 @@ use crate::graph::MemoryGraph;
 use crate::lock;
 use crate::model::MemoryKey;
 use crate::store::changes::{self, ChangeOp};
-use crate::store::relations;
+use crate::store::{Db, relations};
 
 /// The loaded graph and the change-log position it reflects.
 pub(crate) struct GraphState {
@@ -221,7 +221,7 @@ impl Engine {
     }
 }
 
-fn apply(c: &rusqlite::Connection, g: &mut MemoryGraph, change: changes::Change) -> Result<()> {
+fn apply(c: &Db, g: &mut MemoryGraph, change: changes::Change) -> Result<()> {
     match (change.op, change.memory, change.relation) {
         (ChangeOp::Relation, _, Some(r)) => {
             if let Some((edge, live)) = relations::edge(c, r)? {

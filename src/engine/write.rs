@@ -1,8 +1,6 @@
 //! Writes: remember, relate, update, forget, restore. Each is one SQLite transaction that also
 //! appends to the change log and keeps the previous version in history.
 
-use rusqlite::Connection;
-
 use crate::engine::{Engine, validate};
 use crate::error::{Error, Result};
 use crate::model::{
@@ -11,7 +9,7 @@ use crate::model::{
 };
 use crate::store::history::{self, Entity};
 use crate::store::relations::{self, NewRelation};
-use crate::store::{self, changes, memories, new_id};
+use crate::store::{self, Db, changes, memories, new_id};
 
 /// Weight of a relation that names none.
 pub(crate) const DEFAULT_WEIGHT: f64 = 1.0;
@@ -92,11 +90,7 @@ pub(crate) fn memory_ref(s: &str, namespace: &str) -> MemoryRef {
 }
 
 /// Finds a memory by reference; forgotten ones only with `include_forgotten`.
-pub(crate) fn lookup(
-    conn: &Connection,
-    r: &MemoryRef,
-    include_forgotten: bool,
-) -> Result<Option<Memory>> {
+pub(crate) fn lookup(conn: &Db, r: &MemoryRef, include_forgotten: bool) -> Result<Option<Memory>> {
     let found = match r {
         MemoryRef::Id(id) => match memories::by_id(conn, id)? {
             Some(m) => Some(m),
@@ -119,7 +113,7 @@ fn describe(r: &MemoryRef) -> String {
     }
 }
 
-fn require(conn: &Connection, field: &str, r: &MemoryRef) -> Result<Memory> {
+fn require(conn: &Db, field: &str, r: &MemoryRef) -> Result<Memory> {
     lookup(conn, r, false)?.ok_or_else(|| {
         Error::not_found(
             "memory",
@@ -252,7 +246,7 @@ impl Engine {
 
     fn relate_one(
         &self,
-        tx: &Connection,
+        tx: &Db,
         i: usize,
         item: &RelateItem,
         now: Millis,
@@ -450,7 +444,7 @@ impl Engine {
     }
 }
 
-fn find_relation(conn: &Connection, r: &RelationRef) -> Result<Option<(i64, Relation)>> {
+fn find_relation(conn: &Db, r: &RelationRef) -> Result<Option<(i64, Relation)>> {
     match r {
         RelationRef::Id(id) => relations::by_id(conn, id),
         RelationRef::Ends {
@@ -474,7 +468,7 @@ fn find_relation(conn: &Connection, r: &RelationRef) -> Result<Option<(i64, Rela
 }
 
 fn upsert_relation(
-    tx: &Connection,
+    tx: &Db,
     new: &NewRelation<'_>,
     ends: (&str, &str),
     now: Millis,
@@ -504,7 +498,7 @@ fn upsert_relation(
 /// The live memory a new one is "the same memory" as, if any: for a named memory, the live
 /// memory of that name; for an unnamed one, a live unnamed memory with the same content, kind
 /// and validity (see [`same_memory`]). `remember` and `import` share this rule.
-pub(crate) fn existing_identity(c: &Connection, new: &NewMemory) -> Result<Option<Memory>> {
+pub(crate) fn existing_identity(c: &Db, new: &NewMemory) -> Result<Option<Memory>> {
     match &new.name {
         Some(name) => memories::by_name(c, &new.namespace, name, false),
         None => memories::unnamed_twin(
@@ -528,7 +522,7 @@ pub(crate) fn same_memory(stored: &Memory, new: &NewMemory) -> bool {
 }
 
 fn remember_one(
-    tx: &Connection,
+    tx: &Db,
     i: usize,
     item: &RememberItem,
     new: &NewMemory,

@@ -1,6 +1,5 @@
-//! The word splitter shared by the text index and snippets: Latin-style words, one token per CJK character.
-
-use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
+//! The word splitter shared by the text index and snippets: Latin-style words, one token per CJK
+//! character.
 
 /// True for scripts written without spaces, where each character is indexed as its own token.
 fn is_ideographic(c: char) -> bool {
@@ -13,47 +12,28 @@ fn is_ideographic(c: char) -> bool {
         | 0x20000..=0x2FA1F) // CJK extensions B–F
 }
 
-/// Splits on anything that is not a letter or digit; ideographs become one token each.
-#[derive(Clone, Default)]
-pub struct WordTokenizer {
-    token: Token,
+/// Byte spans `(from, to)` of the words of `text`, in order: runs of letters and digits split on
+/// anything else; each ideograph is a word of its own.
+pub fn word_spans(text: &str) -> WordSpans<'_> {
+    WordSpans { text, pos: 0 }
 }
 
-/// Token stream of [`WordTokenizer`].
-pub struct WordTokenStream<'a> {
+/// Iterator of [`word_spans`].
+pub struct WordSpans<'a> {
     text: &'a str,
     pos: usize,
-    token: &'a mut Token,
 }
 
-impl Tokenizer for WordTokenizer {
-    type TokenStream<'a> = WordTokenStream<'a>;
-    fn token_stream<'a>(&'a mut self, text: &'a str) -> WordTokenStream<'a> {
-        self.token.reset();
-        WordTokenStream {
-            text,
-            pos: 0,
-            token: &mut self.token,
-        }
-    }
-}
+impl Iterator for WordSpans<'_> {
+    type Item = (usize, usize);
 
-impl TokenStream for WordTokenStream<'_> {
-    fn advance(&mut self) -> bool {
-        self.token.text.clear();
+    fn next(&mut self) -> Option<(usize, usize)> {
         let rest = &self.text[self.pos..];
         let mut chars = rest.char_indices();
-        let start = loop {
-            match chars.next() {
-                None => {
-                    self.pos = self.text.len();
-                    return false;
-                }
-                Some((i, c)) if c.is_alphanumeric() => break (i, c),
-                Some(_) => {}
-            }
+        let Some((start_rel, first)) = chars.find(|(_, c)| c.is_alphanumeric()) else {
+            self.pos = self.text.len();
+            return None;
         };
-        let (start_rel, first) = start;
         let mut end_rel = start_rel + first.len_utf8();
         if !is_ideographic(first) {
             for (i, c) in chars {
@@ -65,33 +45,16 @@ impl TokenStream for WordTokenStream<'_> {
         }
         let from = self.pos + start_rel;
         let to = self.pos + end_rel;
-        self.token.offset_from = from;
-        self.token.offset_to = to;
-        self.token.position = self.token.position.wrapping_add(1);
-        self.token.text.push_str(&self.text[from..to]);
         self.pos = to;
-        true
-    }
-
-    fn token(&self) -> &Token {
-        self.token
-    }
-
-    fn token_mut(&mut self) -> &mut Token {
-        self.token
+        Some((from, to))
     }
 }
 
 /// Lower-cased words of `text`, in order, as the index sees them before stemming.
 pub fn words(text: &str) -> Vec<(usize, usize, String)> {
-    let mut tokenizer = WordTokenizer::default();
-    let mut stream = tokenizer.token_stream(text);
-    let mut out = Vec::new();
-    while stream.advance() {
-        let t = stream.token();
-        out.push((t.offset_from, t.offset_to, t.text.to_lowercase()));
-    }
-    out
+    word_spans(text)
+        .map(|(from, to)| (from, to, text[from..to].to_lowercase()))
+        .collect()
 }
 
 #[cfg(test)]

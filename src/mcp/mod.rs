@@ -206,7 +206,7 @@ fn not_offered(method: &str, capability: &str) -> McpError {
 
 /// Serves MCP on stdin/stdout until the client closes the stream.
 pub async fn serve_stdio(engine: Arc<Engine>, options: ServerOptions) -> Result<()> {
-    let (reader, writer) = rmcp::transport::io::stdio_pipes();
+    let (reader, writer) = (tokio::io::stdin(), tokio::io::stdout());
     let session = Arc::new(transport::Session::default());
     // Room for the largest call the limits allow (16 MiB of content, JSON-escaped).
     let transport =

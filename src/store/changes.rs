@@ -6,8 +6,9 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
+use super::Db;
 use crate::error::Result;
 use crate::model::{LogPosition, MemoryKey};
 
@@ -55,14 +56,16 @@ impl ChangeOp {
 }
 
 /// Appends one entry for a memory.
-pub fn log_memory(conn: &Connection, key: MemoryKey, op: ChangeOp) -> Result<()> {
+pub fn log_memory(db: &Db, key: MemoryKey, op: ChangeOp) -> Result<()> {
+    let conn = &db.conn;
     conn.prepare_cached("INSERT INTO changes (memory_key, op, stamp) VALUES (?1, ?2, ?3)")?
         .execute(params![key.0, op.as_str(), next_stamp()])?;
     Ok(())
 }
 
 /// Appends one entry for a relation.
-pub fn log_relation(conn: &Connection, relation_key: i64) -> Result<()> {
+pub fn log_relation(db: &Db, relation_key: i64) -> Result<()> {
+    let conn = &db.conn;
     conn.prepare_cached(
         "INSERT INTO changes (relation_key, op, stamp) VALUES (?1, 'relation', ?2)",
     )?
@@ -71,28 +74,31 @@ pub fn log_relation(conn: &Connection, relation_key: i64) -> Result<()> {
 }
 
 /// The newest position of the log (0 when empty).
-pub fn max_seq(conn: &Connection) -> Result<i64> {
+pub fn max_seq(db: &Db) -> Result<i64> {
+    let conn = &db.conn;
     Ok(conn
         .prepare_cached("SELECT coalesce(max(seq), 0) FROM changes")?
         .query_row([], |r| r.get(0))?)
 }
 
 /// The database's identity, made when it was created (or first opened by a version that keeps one).
-pub fn database_id(conn: &Connection) -> Result<String> {
+pub fn database_id(db: &Db) -> Result<String> {
+    let conn = &db.conn;
     Ok(conn
         .prepare_cached("SELECT value FROM meta WHERE key = 'database_id'")?
         .query_row([], |r| r.get(0))?)
 }
 
 /// The newest position of the log with its stamp, and the database's id.
-pub fn head(conn: &Connection) -> Result<LogPosition> {
+pub fn head(db: &Db) -> Result<LogPosition> {
+    let conn = &db.conn;
     let (seq, stamp) = conn
         .prepare_cached("SELECT seq, stamp FROM changes ORDER BY seq DESC LIMIT 1")?
         .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?
         .unwrap_or((0, 0));
     Ok(LogPosition {
-        database: database_id(conn)?,
+        database: database_id(db)?,
         seq,
         stamp,
     })
@@ -100,7 +106,8 @@ pub fn head(conn: &Connection) -> Result<LogPosition> {
 
 /// The position `seq` of this database's log, with its stamp; `None` when the log has no entry
 /// there (it ends before `seq`).
-pub fn position_at(conn: &Connection, seq: i64) -> Result<Option<LogPosition>> {
+pub fn position_at(db: &Db, seq: i64) -> Result<Option<LogPosition>> {
+    let conn = &db.conn;
     let stamp = if seq == 0 {
         Some(0)
     } else {
@@ -110,7 +117,7 @@ pub fn position_at(conn: &Connection, seq: i64) -> Result<Option<LogPosition>> {
     };
     Ok(match stamp {
         Some(stamp) => Some(LogPosition {
-            database: database_id(conn)?,
+            database: database_id(db)?,
             seq,
             stamp,
         }),
@@ -121,12 +128,13 @@ pub fn position_at(conn: &Connection, seq: i64) -> Result<Option<LogPosition>> {
 /// True when `applied` is a position of this database's history: same database, and the log
 /// holds the very entry it names. False after a restore (the log is shorter, or holds other
 /// entries at that position) or when the position comes from another database.
-pub fn follows(conn: &Connection, applied: &LogPosition) -> Result<bool> {
-    Ok(position_at(conn, applied.seq)?.is_some_and(|p| p == *applied))
+pub fn follows(db: &Db, applied: &LogPosition) -> Result<bool> {
+    Ok(position_at(db, applied.seq)?.is_some_and(|p| p == *applied))
 }
 
 /// Memories touched after `after` up to and including `up_to`, each once.
-pub fn memories_changed(conn: &Connection, after: i64, up_to: i64) -> Result<Vec<MemoryKey>> {
+pub fn memories_changed(db: &Db, after: i64, up_to: i64) -> Result<Vec<MemoryKey>> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(
         "SELECT DISTINCT memory_key FROM changes \
          WHERE seq > ?1 AND seq <= ?2 AND memory_key IS NOT NULL AND op != 'relation'",
@@ -138,14 +146,14 @@ pub fn memories_changed(conn: &Connection, after: i64, up_to: i64) -> Result<Vec
 /// The memories changed in `(after, up_to]`, each with the position of its newest change and
 /// its row (`None` when the row is gone).
 pub fn memories_changed_with_rows(
-    conn: &Connection,
+    db: &Db,
     after: i64,
     up_to: i64,
 ) -> Result<Vec<(i64, MemoryKey, Option<crate::model::Memory>)>> {
-    let changed = memories_changed_at(conn, after, up_to)?;
+    let changed = memories_changed_at(db, after, up_to)?;
     let keys: Vec<MemoryKey> = changed.iter().map(|(k, _)| *k).collect();
     let mut rows: std::collections::HashMap<MemoryKey, crate::model::Memory> =
-        crate::store::memories::by_keys(conn, &keys)?
+        crate::store::memories::by_keys(db, &keys)?
             .into_iter()
             .map(|m| (m.key, m))
             .collect();
@@ -157,11 +165,8 @@ pub fn memories_changed_with_rows(
 
 /// Memories touched after `after` up to and including `up_to`, each once with the position of its
 /// newest entry there.
-pub fn memories_changed_at(
-    conn: &Connection,
-    after: i64,
-    up_to: i64,
-) -> Result<Vec<(MemoryKey, i64)>> {
+pub fn memories_changed_at(db: &Db, after: i64, up_to: i64) -> Result<Vec<(MemoryKey, i64)>> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(
         "SELECT memory_key, max(seq) FROM changes \
          WHERE seq > ?1 AND seq <= ?2 AND memory_key IS NOT NULL AND op != 'relation' \
@@ -184,7 +189,8 @@ pub struct Change {
 }
 
 /// Entries after `after` up to and including `up_to`, in order.
-pub fn since(conn: &Connection, after: i64, up_to: i64) -> Result<Vec<Change>> {
+pub fn since(db: &Db, after: i64, up_to: i64) -> Result<Vec<Change>> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(
         "SELECT seq, memory_key, relation_key, op FROM changes WHERE seq > ?1 AND seq <= ?2 ORDER BY seq",
     )?;

@@ -1,7 +1,8 @@
 //! History rows: the previous version of a memory or relation before each change.
 
-use rusqlite::{Connection, params};
+use rusqlite::params;
 
+use super::Db;
 use crate::error::Result;
 use crate::model::{HistoryEntry, Millis};
 
@@ -23,7 +24,7 @@ impl Entity {
 
 /// Keeps `previous` (the version before `op`) of one entity.
 pub fn record(
-    conn: &Connection,
+    db: &Db,
     entity: Entity,
     key: i64,
     op: &str,
@@ -31,6 +32,7 @@ pub fn record(
     at: Millis,
     previous: &serde_json::Value,
 ) -> Result<()> {
+    let conn = &db.conn;
     conn.prepare_cached(
         "INSERT INTO history (entity, entity_key, op, actor, at, previous) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -47,7 +49,8 @@ pub fn record(
 }
 
 /// Every kept version of one entity, newest first.
-pub fn of(conn: &Connection, entity: Entity, key: i64, limit: usize) -> Result<Vec<HistoryEntry>> {
+pub fn of(db: &Db, entity: Entity, key: i64, limit: usize) -> Result<Vec<HistoryEntry>> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(
         "SELECT op, actor, at, previous FROM history WHERE entity = ?1 AND entity_key = ?2 \
          ORDER BY seq DESC LIMIT ?3",

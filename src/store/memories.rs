@@ -2,8 +2,9 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 
+use super::Db;
 use crate::error::Result;
 use crate::model::{Memory, MemoryKey, Millis, NewMemory, Stats};
 
@@ -64,12 +65,13 @@ impl Stamps {
 }
 
 /// Inserts a new memory with id `id`; returns it as stored.
-pub fn insert(conn: &Connection, id: &str, m: &NewMemory, now: Millis) -> Result<Memory> {
-    insert_with(conn, id, m, Stamps::now(now))
+pub fn insert(db: &Db, id: &str, m: &NewMemory, now: Millis) -> Result<Memory> {
+    insert_with(db, id, m, Stamps::now(now))
 }
 
 /// Inserts a new memory with id `id` and the given timestamps; returns it as stored.
-pub fn insert_with(conn: &Connection, id: &str, m: &NewMemory, at: Stamps) -> Result<Memory> {
+pub fn insert_with(db: &Db, id: &str, m: &NewMemory, at: Stamps) -> Result<Memory> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(
         "INSERT INTO memories (id, namespace, kind, name, content, tags, importance, metadata, \
          content_hash, created_at, updated_at, valid_from, valid_until, accessed_at, access_count) \
@@ -117,7 +119,8 @@ pub fn insert_with(conn: &Connection, id: &str, m: &NewMemory, at: Stamps) -> Re
 
 /// Writes every mutable field of `m` back (content, tags, validity, …) and bumps nothing itself:
 /// the caller sets `version` and `updated_at`.
-pub fn save(conn: &Connection, m: &Memory) -> Result<()> {
+pub fn save(db: &Db, m: &Memory) -> Result<()> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(
         "UPDATE memories SET kind = ?2, name = ?3, content = ?4, tags = ?5, importance = ?6, \
          metadata = ?7, content_hash = ?8, updated_at = ?9, valid_from = ?10, valid_until = ?11, \
@@ -152,13 +155,14 @@ const TWIN_WHERE: &str = "namespace = ?1 AND content_hash = ?2 AND deleted_at IS
 /// and validity would repeat (the identity of unnamed memories). Named memories are never
 /// returned: a name is an identity of its own.
 pub fn unnamed_twin(
-    conn: &Connection,
+    db: &Db,
     namespace: &str,
     hash: &[u8],
     kind: &str,
     valid_from: Option<Millis>,
     valid_until: Option<Millis>,
 ) -> Result<Option<Memory>> {
+    let conn = &db.conn;
     let sql = format!("SELECT {COLS} FROM memories WHERE {TWIN_WHERE}");
     Ok(conn
         .prepare_cached(&sql)?
@@ -170,7 +174,8 @@ pub fn unnamed_twin(
 }
 
 /// A memory by external id, forgotten or not.
-pub fn by_id(conn: &Connection, id: &str) -> Result<Option<Memory>> {
+pub fn by_id(db: &Db, id: &str) -> Result<Option<Memory>> {
+    let conn = &db.conn;
     let sql = format!("SELECT {COLS} FROM memories WHERE id = ?1");
     Ok(conn
         .prepare_cached(&sql)?
@@ -179,7 +184,8 @@ pub fn by_id(conn: &Connection, id: &str) -> Result<Option<Memory>> {
 }
 
 /// A memory by internal key, forgotten or not.
-pub fn by_key(conn: &Connection, key: MemoryKey) -> Result<Option<Memory>> {
+pub fn by_key(db: &Db, key: MemoryKey) -> Result<Option<Memory>> {
+    let conn = &db.conn;
     let sql = format!("SELECT {COLS} FROM memories WHERE key = ?1");
     Ok(conn
         .prepare_cached(&sql)?
@@ -190,11 +196,12 @@ pub fn by_key(conn: &Connection, key: MemoryKey) -> Result<Option<Memory>> {
 /// The live memory named `name` in `namespace`; when none is live, the most recently forgotten one
 /// if `include_forgotten`.
 pub fn by_name(
-    conn: &Connection,
+    db: &Db,
     namespace: &str,
     name: &str,
     include_forgotten: bool,
 ) -> Result<Option<Memory>> {
+    let conn = &db.conn;
     // Two plain statements, so each can use its index (a `deleted_at IS NULL OR ?` condition
     // would defeat the partial index and scan the table).
     let live = format!(
@@ -218,7 +225,8 @@ pub fn by_name(
 }
 
 /// The memories with these keys, in no particular order; unknown keys are skipped.
-pub fn by_keys(conn: &Connection, keys: &[MemoryKey]) -> Result<Vec<Memory>> {
+pub fn by_keys(db: &Db, keys: &[MemoryKey]) -> Result<Vec<Memory>> {
+    let conn = &db.conn;
     let sql = format!("SELECT {COLS} FROM memories WHERE key = ?1");
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut out = Vec::with_capacity(keys.len());
@@ -231,7 +239,8 @@ pub fn by_keys(conn: &Connection, keys: &[MemoryKey]) -> Result<Vec<Memory>> {
 }
 
 /// Up to `n` live memories with keys above `after`, in key order (for index rebuilds).
-pub fn live_page(conn: &Connection, after: MemoryKey, n: usize) -> Result<Vec<Memory>> {
+pub fn live_page(db: &Db, after: MemoryKey, n: usize) -> Result<Vec<Memory>> {
+    let conn = &db.conn;
     let sql = format!(
         "SELECT {COLS} FROM memories WHERE key > ?1 AND deleted_at IS NULL ORDER BY key LIMIT ?2"
     );
@@ -243,13 +252,14 @@ pub fn live_page(conn: &Connection, after: MemoryKey, n: usize) -> Result<Vec<Me
 /// Up to `n` live memories with keys above `after` in `namespaces` (all for `None`), in key
 /// order (for exports).
 pub fn live_page_in(
-    conn: &Connection,
+    db: &Db,
     namespaces: Option<&[String]>,
     after: MemoryKey,
     n: usize,
 ) -> Result<Vec<Memory>> {
+    let conn = &db.conn;
     let Some(namespaces) = namespaces else {
-        return live_page(conn, after, n);
+        return live_page(db, after, n);
     };
     let marks = vec!["?"; namespaces.len()].join(", ");
     let sql = format!(
@@ -265,9 +275,10 @@ pub fn live_page_in(
 }
 
 /// Number of live memories in `namespaces` (all for `None`).
-pub fn count_live(conn: &Connection, namespaces: Option<&[String]>) -> Result<i64> {
+pub fn count_live(db: &Db, namespaces: Option<&[String]>) -> Result<i64> {
+    let conn = &db.conn;
     match namespaces {
-        Some(nss) => count_in(conn, nss),
+        Some(nss) => count_in(db, nss),
         None => Ok(conn
             .prepare_cached("SELECT count(*) FROM memories WHERE deleted_at IS NULL")?
             .query_row([], |r| r.get(0))?),
@@ -275,7 +286,8 @@ pub fn count_live(conn: &Connection, namespaces: Option<&[String]>) -> Result<i6
 }
 
 /// Number of live memories in `namespaces`.
-pub fn count_in(conn: &Connection, namespaces: &[String]) -> Result<i64> {
+pub fn count_in(db: &Db, namespaces: &[String]) -> Result<i64> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(
         "SELECT count(*) FROM memories WHERE namespace = ?1 AND deleted_at IS NULL",
     )?;
@@ -287,7 +299,8 @@ pub fn count_in(conn: &Connection, namespaces: &[String]) -> Result<i64> {
 }
 
 /// Keys of the live memories in `namespaces`.
-pub fn keys_in(conn: &Connection, namespaces: &[String]) -> Result<Vec<MemoryKey>> {
+pub fn keys_in(db: &Db, namespaces: &[String]) -> Result<Vec<MemoryKey>> {
+    let conn = &db.conn;
     let mut stmt = conn
         .prepare_cached("SELECT key FROM memories WHERE namespace = ?1 AND deleted_at IS NULL")?;
     let mut out = Vec::new();
@@ -301,7 +314,8 @@ pub fn keys_in(conn: &Connection, namespaces: &[String]) -> Result<Vec<MemoryKey
 }
 
 /// Number of live relations touching each of `keys`.
-pub fn relation_counts(conn: &Connection, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey, i64>> {
+pub fn relation_counts(db: &Db, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey, i64>> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(
         "SELECT (SELECT count(*) FROM relations WHERE src = ?1 AND deleted_at IS NULL) + \
                 (SELECT count(*) FROM relations WHERE dst = ?1 AND deleted_at IS NULL)",
@@ -314,7 +328,8 @@ pub fn relation_counts(conn: &Connection, keys: &[MemoryKey]) -> Result<HashMap<
 }
 
 /// Records that these memories were returned to a caller.
-pub fn touch(conn: &Connection, keys: &[MemoryKey], now: Millis) -> Result<()> {
+pub fn touch(db: &Db, keys: &[MemoryKey], now: Millis) -> Result<()> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(
         "UPDATE memories SET accessed_at = ?2, access_count = access_count + 1 WHERE key = ?1",
     )?;
@@ -325,7 +340,8 @@ pub fn touch(conn: &Connection, keys: &[MemoryKey], now: Millis) -> Result<()> {
 }
 
 /// Counts per namespace and kind of live memories, and totals.
-pub fn stats(conn: &Connection) -> Result<Stats> {
+pub fn stats(db: &Db) -> Result<Stats> {
+    let conn = &db.conn;
     let group = |sql: &str| -> Result<Vec<(String, i64)>> {
         let mut stmt = conn.prepare(sql)?;
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -389,6 +405,7 @@ mod tests {
                 insert(tx, "m_dated", &new(None, "note", Some(5)), 1)?;
                 assert_eq!(twin("note", Some(5))?.map(|m| m.id), Some("m_dated".into()));
                 let plan: Vec<String> = tx
+                    .conn
                     .prepare(&format!(
                         "EXPLAIN QUERY PLAN SELECT key FROM memories WHERE {TWIN_WHERE}"
                     ))?

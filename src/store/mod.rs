@@ -15,9 +15,9 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags};
 
-use crate::config::Config;
+use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
 use crate::lock;
 
@@ -30,8 +30,30 @@ const MAX_IDLE_READERS: usize = 4;
 pub struct Store {
     path: std::path::PathBuf,
     busy_timeout: Duration,
-    writer: Mutex<Connection>,
-    readers: Mutex<Vec<Connection>>,
+    durability: Durability,
+    writer: Mutex<Db>,
+    readers: Mutex<Vec<Db>>,
+}
+
+/// The database as [`Store::read`], [`Store::snapshot`] and [`Store::write`] lend it: what every
+/// store function takes. Callers pass it on; only `store` reaches the SQLite connection inside.
+pub struct Db {
+    conn: Connection,
+}
+
+/// Rolls back the open write transaction when dropped before its commit: on an error, and while
+/// unwinding from a panic in the caller's closure.
+struct RollbackUnlessCommitted<'a>(&'a Connection);
+
+impl Drop for RollbackUnlessCommitted<'_> {
+    fn drop(&mut self) {
+        if !self.0.is_autocommit()
+            && let Err(e) = self.0.execute_batch("ROLLBACK")
+        {
+            // The next write rolls back before it begins.
+            tracing::warn!(error = %e, "could not roll back a failed write");
+        }
+    }
 }
 
 impl Store {
@@ -48,7 +70,7 @@ impl Store {
         // loser tries again (the migration itself skips what the winner did).
         let deadline = std::time::Instant::now() + busy_timeout;
         let writer = loop {
-            let attempt = open_connection(&cfg.db_path, busy_timeout)
+            let attempt = open_connection(&cfg.db_path, busy_timeout, cfg.durability)
                 .and_then(|mut c| schema::migrate(&mut c).map(|()| c));
             match attempt {
                 Err(Error::Sqlite(e))
@@ -63,7 +85,8 @@ impl Store {
         Ok(Store {
             path: cfg.db_path.clone(),
             busy_timeout,
-            writer: Mutex::new(writer),
+            durability: cfg.durability,
+            writer: Mutex::new(Db { conn: writer }),
             readers: Mutex::new(Vec::new()),
         })
     }
@@ -75,26 +98,28 @@ impl Store {
 
     /// Runs `f` on a read connection (a consistent snapshot for the duration of `f` when it opens
     /// a transaction; otherwise each statement sees the latest commit).
-    pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let conn = lock::lock(&self.readers).pop();
-        let conn = match conn {
-            Some(c) => c,
-            None => open_connection(&self.path, self.busy_timeout)?,
+    pub fn read<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
+        let db = lock::lock(&self.readers).pop();
+        let db = match db {
+            Some(db) => db,
+            None => Db {
+                conn: open_connection(&self.path, self.busy_timeout, self.durability)?,
+            },
         };
-        let res = f(&conn);
+        let res = f(&db);
         let mut pool = lock::lock(&self.readers);
         if pool.len() < MAX_IDLE_READERS {
-            pool.push(conn);
+            pool.push(db);
         }
         res
     }
 
     /// Runs `f` inside one read transaction: every statement sees the same snapshot.
-    pub fn snapshot<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        self.read(|c| {
-            c.execute_batch("BEGIN DEFERRED")?;
-            let res = f(c);
-            c.execute_batch("COMMIT")?;
+    pub fn snapshot<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
+        self.read(|db| {
+            db.conn.execute_batch("BEGIN DEFERRED")?;
+            let res = f(db);
+            db.conn.execute_batch("COMMIT")?;
             res
         })
     }
@@ -103,27 +128,32 @@ impl Store {
     /// busy timeout instead of failing); commits when `f` succeeds, rolls back otherwise. A panic
     /// in `f` rolls back too (the transaction is dropped while unwinding), and the next write
     /// goes on with the same connection.
-    pub fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = lock::lock(&self.writer);
-        if !conn.is_autocommit() {
+    pub fn write<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
+        let db = lock::lock(&self.writer);
+        if !db.conn.is_autocommit() {
             // Only when a rollback while unwinding failed: never start inside a stale transaction.
-            conn.execute_batch("ROLLBACK")?;
+            db.conn.execute_batch("ROLLBACK")?;
         }
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let out = f(&tx)?;
-        tx.commit()?;
+        db.conn.execute_batch("BEGIN IMMEDIATE")?;
+        let _open = RollbackUnlessCommitted(&db.conn);
+        let out = f(&db)?;
+        db.conn.execute_batch("COMMIT")?;
         Ok(out)
     }
 
     /// Schema version of the open database.
     pub fn schema_version(&self) -> Result<i64> {
-        self.read(|c| Ok(c.pragma_query_value(None, "user_version", |r| r.get(0))?))
+        self.read(|db| {
+            Ok(db
+                .conn
+                .pragma_query_value(None, "user_version", |r| r.get(0))?)
+        })
     }
 
     /// Runs SQLite's own consistency check; returns its complaints (empty when healthy).
     pub fn integrity_check(&self) -> Result<Vec<String>> {
-        self.read(|c| {
-            let mut stmt = c.prepare("PRAGMA integrity_check")?;
+        self.read(|db| {
+            let mut stmt = db.conn.prepare("PRAGMA integrity_check")?;
             let rows: Vec<String> = stmt
                 .query_map([], |r| r.get::<_, String>(0))?
                 .collect::<rusqlite::Result<_>>()?;
@@ -143,7 +173,11 @@ impl Store {
     }
 }
 
-fn open_connection(path: &Path, busy_timeout: Duration) -> Result<Connection> {
+fn open_connection(
+    path: &Path,
+    busy_timeout: Duration,
+    durability: Durability,
+) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
@@ -151,7 +185,11 @@ fn open_connection(path: &Path, busy_timeout: Duration) -> Result<Connection> {
     let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(busy_timeout)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    let synchronous = match durability {
+        Durability::Normal => "NORMAL",
+        Durability::Full => "FULL",
+    };
+    conn.pragma_update(None, "synchronous", synchronous)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     conn.pragma_update(None, "cache_size", -16_000)?;
     conn.set_prepared_statement_cache_capacity(64);
@@ -171,7 +209,8 @@ pub fn new_id(prefix: &str) -> String {
 
 /// Runs `f` inside a savepoint of the open transaction: when `f` fails, its writes are undone and
 /// the rest of the transaction goes on (one bad item of a batch leaves nothing half-written).
-pub fn in_savepoint<T>(conn: &Connection, f: impl FnOnce() -> Result<T>) -> Result<T> {
+pub fn in_savepoint<T>(db: &Db, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let conn = &db.conn;
     conn.execute_batch("SAVEPOINT item")?;
     match f() {
         Ok(v) => {
@@ -207,10 +246,31 @@ mod tests {
     }
 
     #[test]
+    fn writes_are_synced_as_the_durability_says() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (durability, level) in [(Durability::Normal, 1), (Durability::Full, 2)] {
+            let mut cfg = Config::for_db(dir.path().join("memory.db"));
+            cfg.durability = durability;
+            let store = Store::open(&cfg).unwrap();
+            let synchronous = |db: &Db| -> Result<i64> {
+                Ok(db
+                    .conn
+                    .pragma_query_value(None, "synchronous", |r| r.get(0))?)
+            };
+            assert_eq!(store.write(synchronous).unwrap(), level, "{durability:?}");
+            assert_eq!(store.read(synchronous).unwrap(), level, "{durability:?}");
+        }
+    }
+
+    #[test]
     fn newer_schema_is_refused() {
         let (dir, store) = temp_store();
         store
-            .write(|tx| Ok(tx.pragma_update(None, "user_version", SCHEMA_VERSION + 1)?))
+            .write(|db| {
+                Ok(db
+                    .conn
+                    .pragma_update(None, "user_version", SCHEMA_VERSION + 1)?)
+            })
             .unwrap();
         drop(store);
         let err = Store::open(&Config::for_db(dir.path().join("sub/memory.db")))

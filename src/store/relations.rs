@@ -1,7 +1,8 @@
 //! Relation rows: create or update on (src, dst, kind), list around a memory, soft delete.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 
+use super::Db;
 use crate::error::Result;
 use crate::model::{EdgeRow, MemoryKey, Millis, Relation};
 
@@ -41,11 +42,12 @@ pub struct NewRelation<'a> {
 
 /// The relation (src, dst, kind), live or forgotten, with its key.
 pub fn find(
-    conn: &Connection,
+    db: &Db,
     src: MemoryKey,
     dst: MemoryKey,
     kind: &str,
 ) -> Result<Option<(i64, Relation)>> {
+    let conn = &db.conn;
     let sql = format!("SELECT {COLS} FROM {FROM} WHERE r.src = ?1 AND r.dst = ?2 AND r.kind = ?3");
     Ok(conn
         .prepare_cached(&sql)?
@@ -54,7 +56,8 @@ pub fn find(
 }
 
 /// A relation by external id, with its key.
-pub fn by_id(conn: &Connection, id: &str) -> Result<Option<(i64, Relation)>> {
+pub fn by_id(db: &Db, id: &str) -> Result<Option<(i64, Relation)>> {
+    let conn = &db.conn;
     let sql = format!("SELECT {COLS} FROM {FROM} WHERE r.id = ?1");
     Ok(conn
         .prepare_cached(&sql)?
@@ -76,7 +79,8 @@ pub struct Upserted {
 
 /// Inserts the relation with id `id`, or (unique on src, dst, kind) sets its weight and metadata
 /// when given, revives it and marks it reinforced. One statement either way.
-pub fn upsert(conn: &Connection, id: &str, r: &NewRelation<'_>, now: Millis) -> Result<Upserted> {
+pub fn upsert(db: &Db, id: &str, r: &NewRelation<'_>, now: Millis) -> Result<Upserted> {
+    let conn = &db.conn;
     let metadata = r.metadata.map(serde_json::to_string).transpose()?;
     let mut stmt = conn.prepare_cached(
         "INSERT INTO relations (id, src, dst, kind, weight, metadata, created_at, reinforced_at) \
@@ -113,11 +117,12 @@ pub struct RelationStamps {
 /// Inserts the relation unless (src, dst, kind) exists, live or forgotten; the new key, or
 /// `None` when it existed (and was left as it is).
 pub fn insert_if_absent(
-    conn: &Connection,
+    db: &Db,
     id: &str,
     r: &NewRelation<'_>,
     at: RelationStamps,
 ) -> Result<Option<i64>> {
+    let conn = &db.conn;
     let metadata = r.metadata.map(serde_json::to_string).transpose()?;
     let mut stmt = conn.prepare_cached(
         "INSERT INTO relations (id, src, dst, kind, weight, metadata, created_at, reinforced_at, \
@@ -146,10 +151,11 @@ pub fn insert_if_absent(
 /// Up to `n` live relations with keys above `after` whose ends are both live, in key order,
 /// with their key and the internal keys of both ends (for exports).
 pub fn live_page(
-    conn: &Connection,
+    db: &Db,
     after: i64,
     n: usize,
 ) -> Result<Vec<(i64, MemoryKey, MemoryKey, Relation)>> {
+    let conn = &db.conn;
     let sql = format!(
         "SELECT {COLS}, r.src, r.dst FROM {FROM} WHERE r.key > ?1 AND r.deleted_at IS NULL \
          AND s.deleted_at IS NULL AND d.deleted_at IS NULL ORDER BY r.key LIMIT ?2"
@@ -163,14 +169,16 @@ pub fn live_page(
 }
 
 /// Sets or clears the soft-delete mark of a relation.
-pub fn set_deleted(conn: &Connection, key: i64, deleted_at: Option<Millis>) -> Result<()> {
+pub fn set_deleted(db: &Db, key: i64, deleted_at: Option<Millis>) -> Result<()> {
+    let conn = &db.conn;
     conn.prepare_cached("UPDATE relations SET deleted_at = ?2 WHERE key = ?1")?
         .execute(params![key, deleted_at])?;
     Ok(())
 }
 
 /// Live relations from or to `key` (both ends live), newest first, at most `limit`.
-pub fn around(conn: &Connection, key: MemoryKey, limit: usize) -> Result<Vec<Relation>> {
+pub fn around(db: &Db, key: MemoryKey, limit: usize) -> Result<Vec<Relation>> {
+    let conn = &db.conn;
     let sql = format!(
         "SELECT {COLS} FROM {FROM} WHERE (r.src = ?1 OR r.dst = ?1) AND r.deleted_at IS NULL \
          AND s.deleted_at IS NULL AND d.deleted_at IS NULL ORDER BY r.key DESC LIMIT ?2"
@@ -209,7 +217,8 @@ pub struct EdgeRef<'a> {
 
 /// Calls `f` with every relation that is not forgotten, in table order (one sequential scan).
 /// Relations whose ends are forgotten are included: pair with [`forgotten_memory_keys`].
-pub fn for_each_live_edge(conn: &Connection, mut f: impl FnMut(EdgeRef<'_>)) -> Result<()> {
+pub fn for_each_live_edge(db: &Db, mut f: impl FnMut(EdgeRef<'_>)) -> Result<()> {
+    let conn = &db.conn;
     let sql = format!("SELECT {EDGE_COLS} FROM relations r WHERE r.deleted_at IS NULL");
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
@@ -228,25 +237,29 @@ pub fn for_each_live_edge(conn: &Connection, mut f: impl FnMut(EdgeRef<'_>)) -> 
 }
 
 /// Number of relation rows (live or not), to size the graph before loading it.
-pub fn count(conn: &Connection) -> Result<usize> {
+pub fn count(db: &Db) -> Result<usize> {
+    let conn = &db.conn;
     Ok(conn.query_row("SELECT count(*) FROM relations", [], |r| r.get::<_, i64>(0))? as usize)
 }
 
 /// An upper bound of the number of relations, read in O(log n) (the largest key).
-pub fn approximate_count(conn: &Connection) -> Result<usize> {
+pub fn approximate_count(db: &Db) -> Result<usize> {
+    let conn = &db.conn;
     let max: Option<i64> = conn.query_row("SELECT max(key) FROM relations", [], |r| r.get(0))?;
     Ok(max.unwrap_or(0).max(0) as usize)
 }
 
 /// Keys of forgotten memories.
-pub fn forgotten_memory_keys(conn: &Connection) -> Result<Vec<i64>> {
+pub fn forgotten_memory_keys(db: &Db) -> Result<Vec<i64>> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare("SELECT key FROM memories WHERE deleted_at IS NOT NULL")?;
     let rows = stmt.query_map([], |r| r.get(0))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 /// One relation by key as an edge, and whether it is live (it and both ends not forgotten).
-pub fn edge(conn: &Connection, relation_key: i64) -> Result<Option<(EdgeRow, bool)>> {
+pub fn edge(db: &Db, relation_key: i64) -> Result<Option<(EdgeRow, bool)>> {
+    let conn = &db.conn;
     let sql = format!(
         "SELECT {EDGE_COLS}, r.deleted_at IS NULL AND s.deleted_at IS NULL AND d.deleted_at IS NULL \
          FROM {FROM} WHERE r.key = ?1"
@@ -260,7 +273,8 @@ pub fn edge(conn: &Connection, relation_key: i64) -> Result<Option<(EdgeRow, boo
 }
 
 /// Live edges touching a memory (both ends live).
-pub fn live_edges_around(conn: &Connection, key: MemoryKey) -> Result<Vec<EdgeRow>> {
+pub fn live_edges_around(db: &Db, key: MemoryKey) -> Result<Vec<EdgeRow>> {
+    let conn = &db.conn;
     let sql = format!(
         "SELECT {EDGE_COLS} FROM {FROM} WHERE (r.src = ?1 OR r.dst = ?1) AND r.deleted_at IS NULL \
          AND s.deleted_at IS NULL AND d.deleted_at IS NULL"

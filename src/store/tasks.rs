@@ -1,8 +1,9 @@
 //! Task rows: the durable registry behind MCP tasks. Every process on the database sees every row;
 //! a working row belongs to the process whose `boot_id` it carries while its heartbeat is fresh.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 
+use super::Db;
 use crate::error::Result;
 use crate::model::{Millis, TaskRow, TaskState};
 
@@ -39,7 +40,8 @@ fn text(v: &Option<serde_json::Value>) -> Option<String> {
     v.as_ref().map(|v| v.to_string())
 }
 
-pub fn insert(conn: &Connection, t: &TaskRow) -> Result<()> {
+pub fn insert(db: &Db, t: &TaskRow) -> Result<()> {
+    let conn = &db.conn;
     conn.prepare_cached(&format!(
         "INSERT INTO tasks ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
     ))?
@@ -65,7 +67,8 @@ pub fn insert(conn: &Connection, t: &TaskRow) -> Result<()> {
     Ok(())
 }
 
-pub fn get(conn: &Connection, id: &str) -> Result<Option<TaskRow>> {
+pub fn get(db: &Db, id: &str) -> Result<Option<TaskRow>> {
+    let conn = &db.conn;
     Ok(conn
         .prepare_cached(&format!("SELECT {COLS} FROM tasks WHERE id = ?1"))?
         .query_row([id], from_row)
@@ -75,7 +78,7 @@ pub fn get(conn: &Connection, id: &str) -> Result<Option<TaskRow>> {
 /// Records progress of a working task this process runs; returns whether cancellation was asked
 /// (by anyone), or `None` when the row is no longer this process's working task.
 pub fn heartbeat(
-    conn: &Connection,
+    db: &Db,
     id: &str,
     boot_id: &str,
     status_message: &str,
@@ -83,6 +86,7 @@ pub fn heartbeat(
     checkpoint: Option<&serde_json::Value>,
     now: Millis,
 ) -> Result<Option<bool>> {
+    let conn = &db.conn;
     Ok(conn
         .prepare_cached(
             "UPDATE tasks SET status_message = ?3, progress = ?4, checkpoint = coalesce(?5, checkpoint), \
@@ -99,7 +103,7 @@ pub fn heartbeat(
 /// Moves a working task of this process to a terminal state; false when it was not ours or not working.
 #[allow(clippy::too_many_arguments)]
 pub fn finish(
-    conn: &Connection,
+    db: &Db,
     id: &str,
     boot_id: &str,
     status: TaskState,
@@ -109,6 +113,7 @@ pub fn finish(
     error: Option<&serde_json::Value>,
     now: Millis,
 ) -> Result<bool> {
+    let conn = &db.conn;
     let n = conn
         .prepare_cached(
             "UPDATE tasks SET status = ?3, status_message = ?4, progress = ?5, result = ?6, error = ?7, \
@@ -128,7 +133,8 @@ pub fn finish(
 }
 
 /// Asks the process running a task to stop it.
-pub fn request_cancel(conn: &Connection, id: &str, now: Millis) -> Result<bool> {
+pub fn request_cancel(db: &Db, id: &str, now: Millis) -> Result<bool> {
+    let conn = &db.conn;
     let n = conn
         .prepare_cached("UPDATE tasks SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1 AND status = 'working'")?
         .execute(params![id, now])?;
@@ -136,7 +142,8 @@ pub fn request_cancel(conn: &Connection, id: &str, now: Millis) -> Result<bool> 
 }
 
 /// Marks a working task cancelled whatever process ran it (used for orphans and by operators).
-pub fn force_cancel(conn: &Connection, id: &str, message: &str, now: Millis) -> Result<bool> {
+pub fn force_cancel(db: &Db, id: &str, message: &str, now: Millis) -> Result<bool> {
+    let conn = &db.conn;
     let n = conn
         .prepare_cached(
             "UPDATE tasks SET status = 'cancelled', status_message = ?2, cancel_requested = 1, updated_at = ?3 \
@@ -147,7 +154,8 @@ pub fn force_cancel(conn: &Connection, id: &str, message: &str, now: Millis) -> 
 }
 
 /// The newest tasks, of one owner or of all.
-pub fn list(conn: &Connection, owner: Option<&str>, limit: usize) -> Result<Vec<TaskRow>> {
+pub fn list(db: &Db, owner: Option<&str>, limit: usize) -> Result<Vec<TaskRow>> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLS} FROM tasks WHERE (?1 IS NULL OR owner = ?1) ORDER BY created_at DESC, id LIMIT ?2"
     ))?;
@@ -156,14 +164,16 @@ pub fn list(conn: &Connection, owner: Option<&str>, limit: usize) -> Result<Vec<
 }
 
 /// Deletes tasks whose time to live has run out; returns how many.
-pub fn sweep(conn: &Connection, now: Millis) -> Result<usize> {
+pub fn sweep(db: &Db, now: Millis) -> Result<usize> {
+    let conn = &db.conn;
     Ok(conn
         .prepare_cached("DELETE FROM tasks WHERE ttl_ms IS NOT NULL AND created_at + ttl_ms < ?1 AND status != 'working'")?
         .execute([now])?)
 }
 
 /// Working tasks whose process has not shown life since `stale_before`.
-pub fn orphans(conn: &Connection, stale_before: Millis) -> Result<Vec<TaskRow>> {
+pub fn orphans(db: &Db, stale_before: Millis) -> Result<Vec<TaskRow>> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLS} FROM tasks WHERE status = 'working' AND heartbeat_at < ?1 ORDER BY created_at"
     ))?;
@@ -173,13 +183,14 @@ pub fn orphans(conn: &Connection, stale_before: Millis) -> Result<Vec<TaskRow>> 
 
 /// Takes over an orphaned task; true for exactly one of the processes that try.
 pub fn adopt(
-    conn: &Connection,
+    db: &Db,
     id: &str,
     old_boot: &str,
     new_boot: &str,
     stale_before: Millis,
     now: Millis,
 ) -> Result<bool> {
+    let conn = &db.conn;
     let n = conn
         .prepare_cached(
             "UPDATE tasks SET boot_id = ?3, heartbeat_at = ?5, updated_at = ?5 \
@@ -191,7 +202,8 @@ pub fn adopt(
 
 /// Saves where a resumable task goes on from, inside the transaction that committed the work it
 /// describes (so the two never disagree). False when the row is gone or no longer working.
-pub fn set_checkpoint(conn: &Connection, id: &str, checkpoint: &serde_json::Value) -> Result<bool> {
+pub fn set_checkpoint(db: &Db, id: &str, checkpoint: &serde_json::Value) -> Result<bool> {
+    let conn = &db.conn;
     let n = conn
         .prepare_cached("UPDATE tasks SET checkpoint = ?2 WHERE id = ?1 AND status = 'working'")?
         .execute(params![id, checkpoint.to_string()])?;

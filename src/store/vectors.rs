@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{Connection, params};
+use rusqlite::params;
 
+use super::Db;
 use crate::error::Result;
 use crate::model::{Memory, MemoryKey};
 
@@ -37,13 +38,8 @@ fn decode(b: &[u8]) -> Vec<f32> {
 
 /// Stores the vector of memory `key` at `version`, unless the memory has moved on to another
 /// version meanwhile (then the row would be stale the moment it lands). True when stored.
-pub fn put(
-    conn: &Connection,
-    key: MemoryKey,
-    model: &str,
-    version: i64,
-    v: &[f32],
-) -> Result<bool> {
+pub fn put(db: &Db, key: MemoryKey, model: &str, version: i64, v: &[f32]) -> Result<bool> {
+    let conn = &db.conn;
     let n = conn
         .prepare_cached(
             "INSERT OR REPLACE INTO vectors (memory_key, model, version, dim, vec) \
@@ -55,10 +51,11 @@ pub fn put(
 
 /// The current vectors (model `model`, the memory's live version) of `keys`; others are skipped.
 pub fn current(
-    conn: &Connection,
+    db: &Db,
     model: &str,
     keys: &[MemoryKey],
 ) -> Result<HashMap<MemoryKey, StoredVector>> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(
         "SELECT v.version, v.vec FROM vectors v JOIN memories m ON m.key = v.memory_key \
          WHERE v.memory_key = ?1 AND v.model = ?2 AND v.version = m.version AND m.deleted_at IS NULL",
@@ -83,7 +80,7 @@ pub fn current(
 
 /// The live memories among `rows` (their keys) and their current vectors.
 pub fn current_of_live(
-    conn: &Connection,
+    db: &Db,
     model: &str,
     rows: &[Memory],
 ) -> Result<(Vec<MemoryKey>, HashMap<MemoryKey, StoredVector>)> {
@@ -92,17 +89,13 @@ pub fn current_of_live(
         .filter(|m| m.deleted_at.is_none())
         .map(|m| m.key)
         .collect();
-    let have = current(conn, model, &live)?;
+    let have = current(db, model, &live)?;
     Ok((live, have))
 }
 
 /// Up to `n` current vectors of live memories with keys above `after`, in key order.
-pub fn current_page(
-    conn: &Connection,
-    model: &str,
-    after: MemoryKey,
-    n: usize,
-) -> Result<Vec<StoredVector>> {
+pub fn current_page(db: &Db, model: &str, after: MemoryKey, n: usize) -> Result<Vec<StoredVector>> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(
         "SELECT v.memory_key, v.version, v.vec FROM vectors v JOIN memories m ON m.key = v.memory_key \
          WHERE v.memory_key > ?1 AND v.model = ?2 AND v.version = m.version AND m.deleted_at IS NULL \
@@ -120,11 +113,12 @@ pub fn current_page(
 
 /// Up to `n` live memories above `after` (in key order) lacking a current vector of `model`.
 pub fn unembedded_page(
-    conn: &Connection,
+    db: &Db,
     model: &str,
     after: MemoryKey,
     n: usize,
 ) -> Result<Vec<Unembedded>> {
+    let conn = &db.conn;
     let mut stmt = conn.prepare_cached(
         "SELECT m.key, m.version, m.name, m.content FROM memories m \
          LEFT JOIN vectors v ON v.memory_key = m.key AND v.model = ?2 AND v.version = m.version \
@@ -142,7 +136,8 @@ pub fn unembedded_page(
 }
 
 /// Live memories, and how many of them have a current vector of `model`.
-pub fn coverage(conn: &Connection, model: &str) -> Result<(i64, i64)> {
+pub fn coverage(db: &Db, model: &str) -> Result<(i64, i64)> {
+    let conn = &db.conn;
     Ok(conn
         .prepare_cached(
             "SELECT count(*), count(v.memory_key) FROM memories m \
@@ -174,22 +169,23 @@ mod tests {
 
     #[test]
     fn stale_versions_and_other_models_are_not_current() {
-        let mut conn = Connection::open_in_memory().unwrap();
+        let mut conn = rusqlite::Connection::open_in_memory().unwrap();
         crate::store::schema::migrate(&mut conn).unwrap();
-        let m = memories::insert(&conn, "m1", &note("hello"), 1).unwrap();
-        let other = memories::insert(&conn, "m2", &note("world"), 1).unwrap();
-        assert!(put(&conn, m.key, "a", m.version, &[1.0, 0.0]).unwrap());
-        assert!(!put(&conn, m.key, "a", m.version + 1, &[1.0, 0.0]).unwrap());
-        let cur = current(&conn, "a", &[m.key, other.key]).unwrap();
+        let db = Db { conn };
+        let m = memories::insert(&db, "m1", &note("hello"), 1).unwrap();
+        let other = memories::insert(&db, "m2", &note("world"), 1).unwrap();
+        assert!(put(&db, m.key, "a", m.version, &[1.0, 0.0]).unwrap());
+        assert!(!put(&db, m.key, "a", m.version + 1, &[1.0, 0.0]).unwrap());
+        let cur = current(&db, "a", &[m.key, other.key]).unwrap();
         assert_eq!(cur[&m.key].vec, vec![1.0, 0.0]);
         assert!(!cur.contains_key(&other.key));
-        assert!(current(&conn, "b", &[m.key]).unwrap().is_empty());
-        let todo = unembedded_page(&conn, "a", MemoryKey(0), 10).unwrap();
+        assert!(current(&db, "b", &[m.key]).unwrap().is_empty());
+        let todo = unembedded_page(&db, "a", MemoryKey(0), 10).unwrap();
         assert_eq!(
             todo.iter().map(|u| u.key).collect::<Vec<_>>(),
             vec![other.key]
         );
-        assert_eq!(coverage(&conn, "a").unwrap(), (2, 1));
-        assert_eq!(current_page(&conn, "a", MemoryKey(0), 10).unwrap().len(), 1);
+        assert_eq!(coverage(&db, "a").unwrap(), (2, 1));
+        assert_eq!(current_page(&db, "a", MemoryKey(0), 10).unwrap().len(), 1);
     }
 }

@@ -1,6 +1,7 @@
 //! The operator's commands on the real binary: `mnemograph import` leaves the indexes ready for
 //! the next process, and names its paths explicitly; `mnemograph tasks cancel` ends a task whose
-//! process is gone at once and asks a live one's process to stop it.
+//! process is gone at once and asks a live one's process to stop it; `mnemograph demo` speaks MCP
+//! to a server of its own.
 
 use std::path::Path;
 use std::process::Command;
@@ -140,4 +141,29 @@ fn cancelling_an_orphaned_task_ends_it_and_a_live_one_is_asked_to_stop() {
     let row = engine.task_get(live).unwrap().unwrap();
     assert_eq!(row.status, TaskState::Working, "{row:?}");
     assert!(row.cancel_requested, "{row:?}");
+}
+
+#[test]
+fn the_demo_speaks_mcp_to_its_own_server_and_prints_each_step() {
+    let out = Command::new(BIN)
+        .arg("demo")
+        .output()
+        .expect("run mnemograph demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for step in [
+        "connected to mnemograph",
+        "tools: remember, recall",
+        "remember 4 memories -> 4",
+        "Alice is the tech lead of the Atlas project",
+        "with 2 relations",
+        "duplicate: true",
+        "stats: 4 memories, 2 relations",
+    ] {
+        assert!(stdout.contains(step), "missing {step:?} in:\n{stdout}");
+    }
 }

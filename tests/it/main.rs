@@ -14,6 +14,7 @@ mod queries;
 mod roots;
 mod support;
 mod tasks;
+mod tidy;
 mod tools;
 mod transfer;
 mod wire;

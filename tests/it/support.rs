@@ -328,6 +328,11 @@ impl Raw {
         Raw::spawn_command(cmd)
     }
 
+    /// The process id of the server.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id().expect("the server is running")
+    }
+
     /// Spawns `cmd`, which must end up running `mnemograph serve`, with no session yet.
     pub(crate) fn spawn_command(mut cmd: tokio::process::Command) -> Raw {
         use tokio::io::AsyncBufReadExt;

@@ -4,8 +4,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rusqlite::Connection;
-
 use crate::engine::write::{
     DEFAULT_WEIGHT, RememberItem, existing_identity, same_memory, snapshot,
 };
@@ -16,7 +14,7 @@ use crate::model::{Memory, MemoryKey, Millis, NewMemory};
 use crate::store::history::{self, Entity};
 use crate::store::memories::{self, Stamps};
 use crate::store::relations::{self, NewRelation, RelationStamps};
-use crate::store::{self, changes, import_keys, new_id, vectors};
+use crate::store::{self, Db, changes, import_keys, new_id, vectors};
 
 /// A record of a batch after validation.
 pub(super) enum Item {
@@ -66,7 +64,7 @@ fn valid_id(id: &str, prefix: &str) -> bool {
 /// Finds the stored memory a record stands for: by import identity, by kept id, then as
 /// `remember` does (a named record by its name, an unnamed one by content, kind and validity
 /// among unnamed memories), except that an unnamed record with its own source id is new.
-fn classify(c: &Connection, rec: &MemoryRecord, new: &NewMemory) -> Result<Found> {
+fn classify(c: &Db, rec: &MemoryRecord, new: &NewMemory) -> Result<Found> {
     let ns = &new.namespace;
     if let Some(ext) = &rec.ext
         && let Some(k) = import_keys::get(c, ns, ext)?
@@ -104,7 +102,7 @@ fn foreign_identity(rec: &MemoryRecord) -> bool {
 }
 
 /// Where a relation end points: the memory a source id became, a stored id, or a name.
-fn resolve(c: &Connection, ns: &str, r: &Ref) -> Result<Option<MemoryKey>> {
+fn resolve(c: &Db, ns: &str, r: &Ref) -> Result<Option<MemoryKey>> {
     let live = |m: Option<Memory>| m.filter(|m| m.deleted_at.is_none()).map(|m| m.key);
     Ok(match r {
         Ref::Ext(e) => match import_keys::get(c, ns, e)? {
@@ -233,7 +231,7 @@ impl Engine {
     /// Writes one batch in `tx`. `vectors` holds embeddings computed beforehand, by item index.
     pub(super) fn apply_batch(
         &self,
-        tx: &Connection,
+        tx: &Db,
         items: &[Item],
         vectors: &HashMap<usize, Vec<f32>>,
         namespace: &str,
@@ -308,7 +306,7 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     fn apply_memory(
         &self,
-        tx: &Connection,
+        tx: &Db,
         rec: &MemoryRecord,
         new: &NewMemory,
         embedded: Option<&Vec<f32>>,
@@ -401,7 +399,7 @@ impl Engine {
 
     fn apply_relation(
         &self,
-        tx: &Connection,
+        tx: &Db,
         namespace: &str,
         from: Option<MemoryKey>,
         rec: &RelationRecord,

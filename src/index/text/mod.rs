@@ -8,6 +8,8 @@
 //! (committed hits of overlaid memories are left out, so the overlay's newer version wins), so a
 //! read sees every committed write without waiting for whichever process holds the index writer.
 
+mod analyzer;
+
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
@@ -22,11 +24,11 @@ use tantivy::query::{
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STRING, Schema, TextFieldIndexing, TextOptions,
 };
-use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, Stemmer, TextAnalyzer};
+use tantivy::tokenizer::TextAnalyzer;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 use crate::error::Result;
-use crate::index::tokenize::WordTokenizer;
+use crate::index::text::analyzer::analyzer;
 use crate::lock;
 use crate::model::{LogPosition, MemoryKey, Millis, NamespaceScope, RecallQuery};
 
@@ -94,14 +96,6 @@ fn schema() -> (Schema, Fields) {
         name_tokens: b.add_u64_field("name_tokens", FAST),
     };
     (b.build(), fields)
-}
-
-fn analyzer() -> TextAnalyzer {
-    TextAnalyzer::builder(WordTokenizer::default())
-        .filter(RemoveLongFilter::limit(48))
-        .filter(LowerCaser)
-        .filter(Stemmer::default())
-        .build()
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -291,12 +285,34 @@ impl TextIndex {
             return Ok(None);
         };
         let writer = guard.as_mut().expect("writer_guard holds a writer");
+        let written = self.write_ops(writer, f);
+        if written.is_err() {
+            // A writer whose write failed (a full disk stops tantivy's writer for good) is
+            // dropped with its uncommitted changes; the next update takes a new one and applies
+            // them again from the change log.
+            *guard = None;
+        }
+        drop(guard);
+        let (seq, changed) = written?;
+        if changed {
+            self.reader.reload()?;
+            self.reader_seq.fetch_max(seq, Ordering::AcqRel);
+        } else {
+            self.refresh()?;
+        }
+        Ok(Some(seq))
+    }
+
+    /// Applies and commits what `f` computes after the committed position; the position the
+    /// index then holds, and whether anything was committed.
+    fn write_ops<F>(&self, writer: &mut IndexWriter, f: F) -> Result<(i64, bool)>
+    where
+        F: FnOnce(i64) -> Result<(Vec<TextOp>, LogPosition)>,
+    {
         let base = committed_seq(&self.index)?;
         let (ops, up_to) = f(base)?;
         if ops.is_empty() && up_to.seq <= base {
-            drop(guard);
-            self.refresh()?;
-            return Ok(Some(base));
+            return Ok((base, false));
         }
         let mut counter = TokenCounter::new();
         for op in &ops {
@@ -315,10 +331,7 @@ impl TextIndex {
         let mut prepared = writer.prepare_commit()?;
         prepared.set_payload(&payload);
         prepared.commit()?;
-        drop(guard);
-        self.reader.reload()?;
-        self.reader_seq.fetch_max(seq, Ordering::AcqRel);
-        Ok(Some(seq))
+        Ok((seq, true))
     }
 
     /// The writer, taken when this process does not hold it yet; `None` while another process
@@ -343,15 +356,23 @@ impl TextIndex {
             return Ok(false);
         };
         let writer = guard.as_mut().expect("writer_guard holds a writer");
-        writer.delete_all_documents()?;
-        let mut prepared = writer.prepare_commit()?;
-        prepared.set_payload(&serde_json::to_string(&Payload::of(&LogPosition {
-            database: database.to_owned(),
-            seq: 0,
-            stamp: 0,
-        }))?);
-        prepared.commit()?;
+        let cleared = (|| -> Result<()> {
+            writer.delete_all_documents()?;
+            let mut prepared = writer.prepare_commit()?;
+            prepared.set_payload(&serde_json::to_string(&Payload::of(&LogPosition {
+                database: database.to_owned(),
+                seq: 0,
+                stamp: 0,
+            }))?);
+            prepared.commit()?;
+            Ok(())
+        })();
+        if cleared.is_err() {
+            // As in `update`: a failed writer is not used again.
+            *guard = None;
+        }
         drop(guard);
+        cleared?;
         self.reader.reload()?;
         self.reader_seq.store(0, Ordering::Release);
         *lock::write_or_reset(&self.overlay, |o| *o = None) = None;
