@@ -197,7 +197,7 @@ struct Start {
     initialize: Duration,
     recall: Duration,
     open_ms: Option<f64>,
-    /// To the first answer that used the vector index too (loaded from its dump).
+    /// To the first answer that searched by meaning too (no text-only warning).
     hybrid: Duration,
 }
 
@@ -274,7 +274,7 @@ fn start_once(bin: &Path, db: &Path, query: &str) -> Start {
                     .map_or(0, Vec::len);
                 assert_eq!(hits, RECALL_LIMIT, "recall hits: {line}");
                 recall.get_or_insert(at - started);
-                // Until the vector index is loaded, answers are text-only with a warning.
+                // An answer without vectors (no compact file, dump not loaded yet) has a warning.
                 if result.pointer("/structuredContent/warnings").is_none() {
                     hybrid = Some(at - started);
                 } else {
@@ -467,10 +467,10 @@ fn main() -> ExitCode {
     ));
     let s_hybrid = summarize(&starts.iter().map(|s| s.hybrid).collect::<Vec<_>>());
     rows.push(ms_row(
-        "start → first hybrid answer (100k-vector dump loaded)",
+        "start → first hybrid answer (no text-only warning), 100k db",
         &s_hybrid,
-        "",
-        None,
+        "p50 ≤ 300 ms",
+        Some(s_hybrid.p50 <= FLOOR_START_MS),
     ));
     if !opens.is_empty() {
         rows.push(ms_row(

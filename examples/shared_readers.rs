@@ -1,7 +1,9 @@
 //! Several processes on one database: a reading process's recall latency while four other
-//! processes write, each through its own engine with the background job a server runs. Prints a
-//! markdown table of p50/p90/p99/max against the floor, with the machine it ran on, and checks
-//! that the reader finds the writers' last memories the moment they are committed.
+//! processes write (and relate what they write), each through its own engine with the background
+//! job a server runs, and while the reading process itself walks the relation graph back to back
+//! (deep focused walks, one always running). Prints a markdown table of p50/p90/p99/max against
+//! the floor, with the machine it ran on, and checks that the reader finds the writers' last
+//! memories the moment they are committed.
 //! Run: `cargo run --release --example shared_readers`.
 
 #[allow(dead_code)]
@@ -13,10 +15,13 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mnemograph::engine::RememberItem;
-use mnemograph::model::{RecallMode, RecallQuery};
+use mnemograph::engine::traverse::{Progressing, Shape, TraverseRequest};
+use mnemograph::engine::{Link, RememberItem};
+use mnemograph::graph::Direction;
+use mnemograph::model::{MemoryRef, NamespaceScope, RecallMode, RecallQuery};
 use mnemograph::{Config, Engine};
 
 use fixture::{Corpus, FRESH_BASE};
@@ -30,6 +35,8 @@ const WRITE_PAUSE: Duration = Duration::from_millis(10);
 /// Timed recalls of the reading process, one every [`READ_PAUSE`].
 const READS: usize = 1_500; // `shared_readers N` times N instead
 const READ_PAUSE: Duration = Duration::from_millis(5);
+/// Relations from each base memory to others.
+const LINKS: usize = 5;
 /// The floor: recall p99 in a reading process while the others write.
 const FLOOR_P99_MS: f64 = 50.0;
 
@@ -49,17 +56,44 @@ fn main() -> ExitCode {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("memory.db");
     let corpus = Corpus::new();
+    let mut ids = Vec::with_capacity(BASE_MEMORIES);
     {
         let engine = Engine::open(Config::for_db(&db)).expect("open");
         for start in (0..BASE_MEMORIES).step_by(1_000) {
             let batch = corpus.memories(start as u64, 1_000);
             for r in engine.remember(&batch).expect("remember") {
-                r.expect("stored");
+                ids.push(r.expect("stored").id);
             }
+        }
+        let mut s = 11u64;
+        let mut relations = Vec::with_capacity(BASE_MEMORIES * LINKS);
+        for (i, from) in ids.iter().enumerate() {
+            for j in 0..LINKS {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                let to = if j == 0 {
+                    (i + 1) % ids.len()
+                } else {
+                    s as usize % ids.len()
+                };
+                relations.push(mnemograph::engine::RelateItem {
+                    from: from.clone(),
+                    to: ids[to].clone(),
+                    kind: "about".into(),
+                    weight: Some(0.9),
+                    metadata: None,
+                    namespace: None,
+                });
+            }
+        }
+        for chunk in relations.chunks(10_000) {
+            engine.relate(chunk).expect("relate");
         }
         engine.sync_text().expect("index");
         engine.reindex_vectors().expect("vectors");
     }
+    std::fs::write(dir.path().join("ids"), ids.join("\n")).expect("write the base ids");
     let engine = Arc::new(Engine::open(Config::for_db(&db)).expect("open"));
     let _jobs = engine.start_background().expect("background");
     // Warm up: the vector index loaded, the model parsed.
@@ -77,6 +111,40 @@ fn main() -> ExitCode {
         .collect();
     std::thread::sleep(Duration::from_secs(1));
 
+    // One deep focused walk always running beside the reads: every reached memory is scored,
+    // reading its row from SQLite, while the writers change the graph.
+    let walking = Arc::new(AtomicBool::new(true));
+    let walker = {
+        let engine = Arc::clone(&engine);
+        let walking = Arc::clone(&walking);
+        let seed = ids[0].clone();
+        std::thread::spawn(move || {
+            let req = TraverseRequest {
+                seeds: vec![MemoryRef::Id(seed)],
+                query: None,
+                namespaces: NamespaceScope::All,
+                depth: 12,
+                direction: Direction::Both,
+                kinds: Vec::new(),
+                min_weight: 0.0,
+                valid_at: None,
+                max_nodes: 1_000_000,
+                shape: Shape::Nodes,
+                focus: Some("meeting notes from the planning session".into()),
+                limit: 10,
+            };
+            let mut walks: Vec<(Duration, usize)> = Vec::new();
+            while walking.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                let out = engine
+                    .traverse(&req, &Progressing::default())
+                    .expect("walk");
+                walks.push((started.elapsed(), out.reached));
+            }
+            walks
+        })
+    };
+
     let mut samples = Vec::with_capacity(reads);
     let mut warned = 0;
     for i in 0..reads {
@@ -90,6 +158,8 @@ fn main() -> ExitCode {
         }
         std::thread::sleep(READ_PAUSE);
     }
+    walking.store(false, Ordering::Relaxed);
+    let walks = walker.join().expect("walker");
     std::fs::write(&stop, b"").expect("stop the writers");
     for w in &mut writers {
         let status = w.wait().expect("writer ends");
@@ -120,7 +190,7 @@ fn main() -> ExitCode {
             * 1e3
     };
     let p99 = ms(0.99);
-    let report = report(&samples, written, warned, last_ms);
+    let report = report(&samples, written, warned, last_ms, &walks);
     let _ = std::io::stdout().lock().write_all(report.as_bytes());
     if p99 <= FLOOR_P99_MS {
         ExitCode::SUCCESS
@@ -130,7 +200,13 @@ fn main() -> ExitCode {
 }
 
 /// The markdown report of the run.
-fn report(samples: &[Duration], written: usize, warned: usize, last_ms: f64) -> String {
+fn report(
+    samples: &[Duration],
+    written: usize,
+    warned: usize,
+    last_ms: f64,
+    walks: &[(Duration, usize)],
+) -> String {
     let ms = |q: f64| {
         samples[((samples.len() as f64 * q).ceil() as usize).min(samples.len()) - 1].as_secs_f64()
             * 1e3
@@ -144,9 +220,14 @@ fn report(samples: &[Duration], written: usize, warned: usize, last_ms: f64) -> 
     let _ = writeln!(out, "Machine: {}", fixture::machine());
     let _ = writeln!(
         out,
-        "{BASE_MEMORIES} memories to start; {written} written meanwhile by {WRITERS} processes (one `remember` each every {} ms); hybrid recall, limit 10, every {} ms.\n",
+        "{BASE_MEMORIES} memories and {} relations to start; {written} written meanwhile by {WRITERS} processes (one `remember` each every {} ms, each new memory related to a base one); hybrid recall, limit 10, every {} ms; meanwhile {} focused walks (depth 12, both directions, every reached memory scored) ran back to back in the reading process, {:.1} s in all, the longest {:.1} s, reaching up to {} memories.\n",
+        BASE_MEMORIES * LINKS,
         WRITE_PAUSE.as_millis(),
-        READ_PAUSE.as_millis()
+        READ_PAUSE.as_millis(),
+        walks.len(),
+        walks.iter().map(|w| w.0.as_secs_f64()).sum::<f64>(),
+        walks.iter().map(|w| w.0.as_secs_f64()).fold(0.0, f64::max),
+        walks.iter().map(|w| w.1).max().unwrap_or(0)
     );
     let _ = writeln!(out, "| measurement | n | p50 | p90 | p99 | max | floor |");
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");
@@ -187,9 +268,17 @@ fn writer(db: &Path, p: usize) {
     let _jobs = engine.start_background().expect("background");
     let corpus = Corpus::new();
     let stop: PathBuf = db.with_file_name("stop");
+    let base = std::fs::read_to_string(db.with_file_name("ids")).expect("the base ids");
+    let base: Vec<&str> = base.lines().collect();
     let mut i = 0u64;
     while !stop.exists() {
-        let item = corpus.memory(FRESH_BASE + (p as u64) * 1_000_000 + i);
+        let mut item = corpus.memory(FRESH_BASE + (p as u64) * 1_000_000 + i);
+        // Related to a base memory, so the graph changes under the reader's walks.
+        item.links = vec![Link {
+            to: base[(i as usize * 7919 + p) % base.len()].to_owned(),
+            kind: "follows".into(),
+            weight: None,
+        }];
         engine.remember(&[item]).expect("remember")[0]
             .as_ref()
             .expect("stored");

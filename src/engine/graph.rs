@@ -72,6 +72,8 @@ impl Engine {
             for key in forgotten {
                 graph.remove_node(key);
             }
+            // Before any walk can hold it: the compact adjacency of a graph a walk holds could
+            // not be installed.
             graph.freeze();
             Ok(GraphState {
                 graph: Arc::new(graph),

@@ -138,7 +138,7 @@ impl Drop for Engine {
     fn drop(&mut self) {
         self.flush_touched();
         self.text.release_writer();
-        if let Err(e) = self.dump_vectors_if_due(true) {
+        if let Err(e) = self.close_vectors() {
             tracing::warn!(error = %e, "could not write the vector index; it will be rebuilt at next start");
         }
     }
