@@ -123,7 +123,7 @@ fn main() -> ExitCode {
                 seeds: vec![MemoryRef::Id(seed)],
                 query: None,
                 namespaces: NamespaceScope::All,
-                depth: 12,
+                depth: 8,
                 direction: Direction::Both,
                 kinds: Vec::new(),
                 min_weight: 0.0,
@@ -220,7 +220,7 @@ fn report(
     let _ = writeln!(out, "Machine: {}", fixture::machine());
     let _ = writeln!(
         out,
-        "{BASE_MEMORIES} memories and {} relations to start; {written} written meanwhile by {WRITERS} processes (one `remember` each every {} ms, each new memory related to a base one); hybrid recall, limit 10, every {} ms; meanwhile {} focused walks (depth 12, both directions, every reached memory scored) ran back to back in the reading process, {:.1} s in all, the longest {:.1} s, reaching up to {} memories.\n",
+        "{BASE_MEMORIES} memories and {} relations to start; {written} written meanwhile by {WRITERS} processes (one `remember` each every {} ms, each new memory related to a base one); hybrid recall, limit 10, every {} ms; meanwhile {} focused walks (depth 8, both directions, every reached memory scored) ran back to back in the reading process, {:.1} s in all, the longest {:.1} s, reaching up to {} memories.\n",
         BASE_MEMORIES * LINKS,
         WRITE_PAUSE.as_millis(),
         READ_PAUSE.as_millis(),
