@@ -5,6 +5,10 @@
 //! markdown table with the machine it ran on.
 //! Run: `cargo build --release && cargo run --release --example graph_figures`.
 
+#[allow(dead_code)]
+#[path = "../benches/fixture/mod.rs"]
+mod fixture;
+
 use std::io::{BufRead, BufReader, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -102,17 +106,7 @@ fn throughput(g: &MemoryGraph, direction: Direction) -> (f64, u64) {
 
 /// The server binary next to this example.
 fn server_binary() -> PathBuf {
-    let bin = std::env::current_exe()
-        .expect("own path")
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/release")
-        .join("mnemograph");
-    assert!(
-        bin.exists(),
-        "build the server first: cargo build --release"
-    );
-    bin
+    fixture::server_binary().expect("build the server first: cargo build --release")
 }
 
 /// Milliseconds from spawning `mnemograph serve` to its answer to a `traverse` sent right after
@@ -160,11 +154,8 @@ fn first_traverse_ms(db: &Path) -> f64 {
 }
 
 fn database(memories: usize, relations: usize) -> PathBuf {
-    let exe = std::env::current_exe().expect("own path");
-    let target = exe.ancestors().nth(3).expect("target folder").to_path_buf();
-    let dir = target
-        .join("bench-data")
-        .join(format!("graph-v{DATA_VERSION}-{memories}-{relations}"));
+    let dir =
+        fixture::bench_data_dir().join(format!("graph-v{DATA_VERSION}-{memories}-{relations}"));
     let db = dir.join("graph.db");
     if dir.join("complete").exists() {
         return db;

@@ -8,7 +8,7 @@
 mod fixture;
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -318,17 +318,8 @@ fn start_once(bin: &Path, db: &Path, query: &str) -> Start {
     }
 }
 
-fn server_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe
-        .parent()?
-        .parent()?
-        .join(format!("mnemograph{}", std::env::consts::EXE_SUFFIX));
-    bin.is_file().then_some(bin)
-}
-
 fn main() -> ExitCode {
-    let Some(bin) = server_binary() else {
+    let Some(bin) = fixture::server_binary() else {
         log(format_args!(
             "target/release/mnemograph not found next to this example: run `cargo build --release` first \
              (then `cargo run --release --example latency`)"

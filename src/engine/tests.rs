@@ -39,11 +39,16 @@ fn item(content: &str) -> RememberItem {
 
 /// Ids of the text (BM25) hits for `text`: the exact-match semantics these tests check.
 fn recall_ids(engine: &Engine, text: &str) -> Vec<String> {
+    recall_ids_in(engine, text, RecallMode::Text)
+}
+
+/// Ids of the first 10 hits for `text` ranked by `mode`.
+pub(crate) fn recall_ids_in(engine: &Engine, text: &str, mode: RecallMode) -> Vec<String> {
     engine
         .recall(&RecallQuery {
             text: text.into(),
             limit: 10,
-            mode: RecallMode::Text,
+            mode,
             ..RecallQuery::default()
         })
         .unwrap()

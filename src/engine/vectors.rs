@@ -604,22 +604,12 @@ mod tests {
     use std::time::Duration;
 
     use crate::config::Config;
-    use crate::engine::tests::remember_text as remember;
+    use crate::engine::tests::{recall_ids_in, remember_text as remember};
     use crate::engine::{Engine, RememberItem};
     use crate::model::{MemoryRef, RecallMode, RecallQuery};
 
     fn vector_ids(e: &Engine, q: &str) -> Vec<String> {
-        e.recall(&RecallQuery {
-            text: q.into(),
-            limit: 5,
-            mode: RecallMode::Vector,
-            ..RecallQuery::default()
-        })
-        .unwrap()
-        .hits
-        .into_iter()
-        .map(|h| h.memory.id)
-        .collect()
+        recall_ids_in(e, q, RecallMode::Vector)
     }
 
     // A read of a serving process used to catch the vector index up itself, waiting for the
