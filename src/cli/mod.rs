@@ -376,7 +376,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Serve(serve) => {
             let started = std::time::Instant::now();
             let engine = Arc::new(open(cfg)?);
-            let _background = engine.start_background()?;
+            let background = engine.start_background()?;
             log_refused_roots(engine.config());
             {
                 let engine = Arc::clone(&engine);
@@ -401,9 +401,18 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                     ..crate::tasks::TaskConfig::default()
                 },
             };
-            let served = runtime.block_on(crate::mcp::serve_stdio(engine, options));
+            let served = runtime.block_on(crate::mcp::serve_stdio(Arc::clone(&engine), options));
             // Work that ignores cancellation must not keep a closed session's process alive.
             runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+            // Closed here, not in the background thread while the process exits: the graph file
+            // and the vector dump written, the database checkpointed. A tick that does not end
+            // in time (a long index build) keeps the engine: the graph file is written anyway.
+            if !background.stop(std::time::Duration::from_secs(2))
+                && let Err(e) = engine.close_graph()
+            {
+                tracing::warn!(error = %e, "could not write the graph file");
+            }
+            drop(engine);
             served?;
             Ok(ExitCode::SUCCESS)
         }

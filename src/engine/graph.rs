@@ -1,5 +1,7 @@
-//! The engine's copy of the relation graph: loaded from SQLite in one snapshot, then kept in step
-//! by replaying the change log before each use (so a traversal sees every committed write).
+//! The engine's copy of the relation graph: read from its file beside the database when that file
+//! belongs to this database's history (else loaded from SQLite in one snapshot), then kept in step
+//! by replaying the change log before each use (so a traversal sees every committed write). The
+//! file is rewritten when the graph has moved and been quiet for a while, and at close.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,6 +9,7 @@ use std::time::Instant;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::graph::MemoryGraph;
+use crate::index::graph_file;
 use crate::lock;
 use crate::model::MemoryKey;
 use crate::store::changes::{self, ChangeOp};
@@ -20,10 +23,24 @@ pub(crate) struct GraphState {
     pub(crate) seq: i64,
     /// When the graph last changed (the compact adjacency is rebuilt once it has been quiet).
     pub(crate) changed_at: Instant,
+    /// Change-log position of the graph file on disk as far as this process knows (-1: none).
+    file_seq: i64,
+    file_written_at: Instant,
+    /// Whether this graph was read from the file (else loaded from the database).
+    from_file: bool,
 }
 
 /// How long the graph must be unchanged before its compact adjacency is rebuilt.
 const FREEZE_AFTER_QUIET: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How often the graph file is rewritten while the graph moves (besides at close).
+const FILE_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Changes after the file's position replayed at load rather than scanning the relations table:
+/// at least this many, else a 25th of the file's relations (replaying one change costs about as
+/// much as scanning 25 relations).
+const REPLAY_MIN: i64 = 1_000;
+const REPLAY_PER_RELATION: i64 = 25;
 
 /// A snapshot of the loaded graph: the graph as of the call, immutable, held without a lock.
 pub(crate) struct GraphView(Arc<MemoryGraph>);
@@ -43,6 +60,8 @@ pub struct GraphStats {
     pub relations: usize,
     pub bytes_per_relation: f64,
     pub load_ms: f64,
+    /// Whether the graph was read from its file (else loaded from the database).
+    pub from_file: bool,
 }
 
 /// A graph a panic may have left half-changed is dropped and loaded again.
@@ -53,7 +72,68 @@ fn unload(state: &mut Option<GraphState>) {
 impl Engine {
     fn load_graph(&self) -> Result<GraphState> {
         let started = Instant::now();
-        let state = self.store.snapshot(|c| {
+        let state = match self.graph_from_file() {
+            Some(state) => state,
+            None => self.graph_from_database()?,
+        };
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        *lock::lock(&self.graph_load_ms) = ms;
+        tracing::info!(
+            nodes = state.graph.node_count(),
+            relations = state.graph.edge_count(),
+            load_ms = ms,
+            from_file = state.from_file,
+            "relation graph loaded"
+        );
+        Ok(state)
+    }
+
+    /// The graph of the file beside the database, when there is one of this database's history
+    /// and not too far behind; the changes after it are replayed by the caller.
+    fn graph_from_file(&self) -> Option<GraphState> {
+        let (position, mut graph) = match graph_file::read(&self.cfg.index_dir) {
+            Ok(Some(read)) => read,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(error = %e, "graph file unusable; loading the graph from the database");
+                return None;
+            }
+        };
+        let replay_max = REPLAY_MIN.max(graph.edge_count() as i64 / REPLAY_PER_RELATION);
+        let usable =
+            self.store.read(|c| {
+                Ok(changes::follows(c, &position)?
+                    && changes::max_seq(c)? - position.seq <= replay_max)
+            });
+        match usable {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::info!(
+                    seq = position.seq,
+                    "graph file is from another history or far behind; loading the graph from the database"
+                );
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not check the graph file; loading the graph from the database");
+                return None;
+            }
+        }
+        // Before any walk can hold it: the compact adjacency of a graph a walk holds could not
+        // be installed.
+        graph.freeze();
+        Some(GraphState {
+            graph: Arc::new(graph),
+            seq: position.seq,
+            changed_at: Instant::now(),
+            file_seq: position.seq,
+            file_written_at: Instant::now(),
+            from_file: true,
+        })
+    }
+
+    fn graph_from_database(&self) -> Result<GraphState> {
+        self.store.snapshot(|c| {
             let seq = changes::max_seq(c)?;
             let n = relations::count(c)?;
             let mut graph = MemoryGraph::with_capacity(n / 4, n);
@@ -79,17 +159,59 @@ impl Engine {
                 graph: Arc::new(graph),
                 seq,
                 changed_at: Instant::now(),
+                file_seq: -1,
+                file_written_at: Instant::now(),
+                from_file: false,
             })
-        })?;
-        let ms = started.elapsed().as_secs_f64() * 1e3;
-        *lock::lock(&self.graph_load_ms) = ms;
-        tracing::info!(
-            nodes = state.graph.node_count(),
-            relations = state.graph.edge_count(),
-            load_ms = ms,
-            "relation graph loaded"
+        })
+    }
+
+    /// Writes the graph file when the graph is loaded and moved past it: what closing does, for
+    /// a process that may end before the engine is dropped.
+    pub fn close_graph(&self) -> Result<()> {
+        self.write_graph_file_if_due(true)
+    }
+
+    /// Writes the graph file when the graph moved past it and `force` (at close) or it has been
+    /// quiet for a while and the last write is long enough ago (or there is no file yet). The
+    /// graph is written from a snapshot, without holding the lock.
+    pub(crate) fn write_graph_file_if_due(&self, force: bool) -> Result<()> {
+        let (graph, seq) = {
+            let guard = lock::read_or_reset(&self.graph, unload);
+            let Some(s) = guard.as_ref() else {
+                return Ok(());
+            };
+            let due = s.seq > s.file_seq
+                && (force
+                    || s.file_seq < 0
+                    || (s.file_written_at.elapsed() >= FILE_EVERY
+                        && s.changed_at.elapsed() >= FREEZE_AFTER_QUIET));
+            if !due {
+                return Ok(());
+            }
+            (Arc::clone(&s.graph), s.seq)
+        };
+        let Some(position) = self.store.read(|c| changes::position_at(c, seq))? else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        let written = graph_file::write(&self.cfg.index_dir, &position, &graph);
+        let mut guard = lock::write_or_reset(&self.graph, unload);
+        if let Some(s) = guard.as_mut() {
+            // Also after a failure: tried again after the interval, not on every tick.
+            s.file_written_at = Instant::now();
+            if written.is_ok() {
+                s.file_seq = s.file_seq.max(seq);
+            }
+        }
+        drop(guard);
+        written?;
+        tracing::debug!(
+            relations = graph.edge_count(),
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "graph file written"
         );
-        Ok(state)
+        Ok(())
     }
 
     /// True when the graph is in memory (walks need not load it first).
@@ -214,11 +336,16 @@ impl Engine {
     /// Nodes, relations and memory of the in-memory graph.
     pub fn graph_stats(&self) -> Result<GraphStats> {
         let load_ms = *lock::lock(&self.graph_load_ms);
-        self.with_graph(|g| GraphStats {
-            nodes: g.node_count(),
-            relations: g.edge_count(),
-            bytes_per_relation: g.bytes_per_relation(),
+        let view = self.synced_graph()?;
+        let from_file = lock::read_or_reset(&self.graph, unload)
+            .as_ref()
+            .is_some_and(|s| s.from_file);
+        Ok(GraphStats {
+            nodes: view.node_count(),
+            relations: view.edge_count(),
+            bytes_per_relation: view.bytes_per_relation(),
             load_ms,
+            from_file,
         })
     }
 }

@@ -1,7 +1,7 @@
 //! Background work of a serving process: index soon after writes, pick up other processes' writes,
 //! record accesses, and let go of the index writer when idle so other processes can index.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,8 @@ enum Job {
     CommitText,
     /// Load the relation graph (at start) or apply new change-log entries to it.
     SyncGraph,
-    /// Rebuild the graph's compact adjacency once writes have stopped for a while.
+    /// Rebuild the graph's compact adjacency once writes have stopped for a while, and write the
+    /// graph file when it is due.
     FreezeGraph,
     /// Write recorded accesses (last accessed, access count) to the database.
     FlushAccess,
@@ -34,9 +35,32 @@ enum Job {
     SyncVectors,
 }
 
-/// Handle of the background thread; it stops when the engine is dropped.
+/// Handle of the background thread. The thread ends when the handle or the engine is dropped,
+/// after the tick it is in.
 pub struct Background {
+    stop: Arc<AtomicBool>,
+    ended: std::sync::mpsc::Receiver<()>,
     _thread: std::thread::JoinHandle<()>,
+}
+
+impl Background {
+    /// Stops the thread and waits up to `timeout` for the tick it is in to end; true when it
+    /// did. The thread holds the engine during a tick: after this, the caller's last handle of
+    /// the engine closes it in the caller's thread (writing what the next start reads and
+    /// checkpointing the database), before the process exits.
+    pub fn stop(self, timeout: Duration) -> bool {
+        self.stop.store(true, Ordering::Release);
+        match self.ended.recv_timeout(timeout) {
+            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => true,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => false,
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
 }
 
 impl Engine {
@@ -48,10 +72,23 @@ impl Engine {
         }
         self.background.store(true, Ordering::Release);
         let weak: Weak<Engine> = Arc::downgrade(self);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ended_tx, ended) = std::sync::mpsc::channel();
+        let stopping = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("mnemograph-jobs".into())
-            .spawn(move || run(weak))?;
-        Ok(Background { _thread: thread })
+            .spawn(move || {
+                run(&weak, &stopping);
+                if let Some(engine) = weak.upgrade() {
+                    engine.background.store(false, Ordering::Release);
+                }
+                let _ = ended_tx.send(());
+            })?;
+        Ok(Background {
+            stop,
+            ended,
+            _thread: thread,
+        })
     }
 
     pub(crate) fn note_touched(&self, keys: impl Iterator<Item = MemoryKey>, now: Millis) {
@@ -74,8 +111,15 @@ impl Engine {
     fn run_job(&self, job: Job) -> crate::Result<()> {
         match job {
             Job::CommitText => self.index_pending_text(),
-            Job::SyncGraph => self.sync_graph(),
-            Job::FreezeGraph => self.freeze_graph_if_quiet(),
+            Job::SyncGraph => {
+                self.sync_graph()?;
+                // At once after a load from the database, so the next start reads the file.
+                self.write_graph_file_if_due(false)
+            }
+            Job::FreezeGraph => {
+                self.freeze_graph_if_quiet()?;
+                self.write_graph_file_if_due(false)
+            }
             Job::FlushAccess => {
                 self.flush_touched();
                 Ok(())
@@ -101,12 +145,16 @@ impl Engine {
     }
 }
 
-fn run(weak: Weak<Engine>) {
+fn run(weak: &Weak<Engine>, stop: &AtomicBool) {
+    crate::priority::lower_this_thread();
     let mut last_index = Instant::now();
     let mut first = true;
     loop {
         if !first {
             std::thread::sleep(TICK);
+        }
+        if stop.load(Ordering::Acquire) {
+            return;
         }
         let Some(engine) = weak.upgrade() else { return };
         let mut jobs = Vec::with_capacity(4);
@@ -136,7 +184,13 @@ fn run(weak: Weak<Engine>) {
             jobs.push(Job::ReleaseWriter);
         }
         for job in jobs {
-            if let Err(e) = engine.run_job(job) {
+            // Batch work (embedding, vector graph insertions) goes to the background pool, whose
+            // threads yield to requests, instead of the pool requests use.
+            let done = match crate::priority::background_pool() {
+                Some(pool) => pool.install(|| engine.run_job(job)),
+                None => engine.run_job(job),
+            };
+            if let Err(e) = done {
                 tracing::warn!(?job, error = %e, "background job failed");
             }
         }

@@ -141,6 +141,9 @@ impl Drop for Engine {
         if let Err(e) = self.close_vectors() {
             tracing::warn!(error = %e, "could not write the vector index; it will be rebuilt at next start");
         }
+        if let Err(e) = self.close_graph() {
+            tracing::warn!(error = %e, "could not write the graph file; the next start loads the graph from the database");
+        }
     }
 }
 

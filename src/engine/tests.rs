@@ -907,3 +907,111 @@ fn a_panic_in_a_write_or_a_graph_change_leaves_the_engine_working() {
     );
     assert_eq!(recall_ids(&e, "panics"), [c]);
 }
+
+/// Every relation of the engine's graph as (relation, source, target, kind, weight), sorted.
+fn graph_edges(e: &Engine) -> Vec<(i64, i64, i64, String, f32)> {
+    e.with_graph(|g| {
+        let mut out = Vec::new();
+        g.for_each_edge(|src, dst, d| {
+            out.push((
+                d.relation,
+                src,
+                dst,
+                g.kind_name(d.kind).to_owned(),
+                d.weight,
+            ));
+        });
+        out.sort_by_key(|x| x.0);
+        out
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_restart_reads_the_graph_file_and_replays_what_changed_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("memory.db");
+    let ids: Vec<String> = {
+        let e = Engine::open(Config::for_db(&db)).unwrap();
+        let ids: Vec<String> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|n| remember_one(&e, item(&format!("node {n}"))))
+            .collect();
+        for w in ids.windows(2) {
+            e.relate(&[knows(&w[0], &w[1])]).unwrap().remove(0).unwrap();
+        }
+        e.sync_graph().unwrap();
+        assert!(!e.graph_stats().unwrap().from_file);
+        ids
+    };
+    let file = Config::for_db(&db)
+        .index_dir
+        .join(crate::index::graph_file::FILE_NAME);
+    assert!(file.exists(), "closing writes the graph file");
+    {
+        // Another process changes the relations without loading the graph.
+        let e = Engine::open(Config::for_db(&db)).unwrap();
+        e.relate(&[knows(&ids[0], &ids[3])])
+            .unwrap()
+            .remove(0)
+            .unwrap();
+        e.forget(&[MemoryRef::Id(ids[1].clone())], &[], "t")
+            .unwrap();
+    }
+    let from_file = {
+        let e = Engine::open(Config::for_db(&db)).unwrap();
+        assert!(e.graph_stats().unwrap().from_file);
+        graph_edges(&e)
+    };
+    assert_eq!(
+        from_file.len(),
+        2,
+        "c-d and the new a-d; b's relations went with it"
+    );
+    std::fs::remove_file(&file).unwrap();
+    let e = Engine::open(Config::for_db(&db)).unwrap();
+    assert!(!e.graph_stats().unwrap().from_file);
+    assert_eq!(
+        graph_edges(&e),
+        from_file,
+        "the same graph as from the database"
+    );
+}
+
+#[test]
+fn a_graph_file_of_another_history_or_damaged_is_not_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("memory.db");
+    let backup = dir.path().join("backup.db");
+    let (a, b) = {
+        let e = Engine::open(Config::for_db(&db)).unwrap();
+        (
+            remember_one(&e, item("node a")),
+            remember_one(&e, item("node b")),
+        )
+    };
+    copy_db(&db, &backup);
+    {
+        let e = Engine::open(Config::for_db(&db)).unwrap();
+        e.relate(&[knows(&a, &b)]).unwrap().remove(0).unwrap();
+        e.sync_graph().unwrap();
+    }
+    // The backup from before the relation comes back; the newer graph file stays beside it.
+    copy_db(&backup, &db);
+    {
+        let e = Engine::open(Config::for_db(&db)).unwrap();
+        remember_one(&e, item("node c, written after the restore"));
+        let stats = e.graph_stats().unwrap();
+        assert!(!stats.from_file, "the file is of another history");
+        assert_eq!(stats.relations, 0, "the restored database has no relation");
+    }
+    let file = Config::for_db(&db)
+        .index_dir
+        .join(crate::index::graph_file::FILE_NAME);
+    std::fs::write(&file, b"MGGRAPH1 damaged").unwrap();
+    let e = Engine::open(Config::for_db(&db)).unwrap();
+    e.relate(&[knows(&a, &b)]).unwrap().remove(0).unwrap();
+    let stats = e.graph_stats().unwrap();
+    assert!(!stats.from_file);
+    assert_eq!(stats.relations, 1);
+}

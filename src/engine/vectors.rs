@@ -401,9 +401,19 @@ impl Engine {
         }
         let overlay = lock::read_or_reset(&self.vector_overlay, reset_overlay);
         let n_over = overlay.items.len();
+        // Overlaid memories the index also holds are dropped from its answer: ask for that many
+        // more. Only those: a new memory is not in the index, and asking for more than needed
+        // can turn a graph search into a scan of every vector.
         let found = match &flat {
             Some(f) => f.search(&q[0], k + n_over, scope),
-            None => self.with_vector_index(|ix| ix.search(&q[0], k + n_over, scope))?,
+            None => self.with_vector_index(|ix| {
+                let shadowed = overlay
+                    .items
+                    .keys()
+                    .filter(|&&key| ix.contains(key))
+                    .count();
+                ix.search(&q[0], k + shadowed, scope)
+            })?,
         };
         let mut hits: Vec<(MemoryKey, f32)> = found
             .into_iter()
@@ -629,6 +639,12 @@ mod tests {
             .remove(0)
             .unwrap()
             .id;
+        // Until the background job has loaded the index, reads answer by text (with a
+        // warning); that is not what this test is about.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !e.vectors_loaded() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert_eq!(vector_ids(&e, "kitten napping"), [first.as_str()]);
         // The background job is busy catching up (it holds the catch-up lock) from now on.
         let busy = e.vector_sync.lock().unwrap();
@@ -735,6 +751,12 @@ mod tests {
             e.store.read(crate::store::changes::max_seq).unwrap()
         }; // closed at once: the background job stops, the engine is dropped
         let meta = cfg.vector_index_dir().join("vectors.meta.json");
+        // The background job may hold the engine through the end of its tick (at the low
+        // priority it runs at): then the engine closes in that thread, a little later.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !meta.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let meta: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&meta).expect("a vector dump")).unwrap();
         assert_eq!(meta["position"]["seq"], head, "{meta}");

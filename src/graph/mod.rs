@@ -174,9 +174,30 @@ impl MemoryGraph {
             valid_from: valid_from.unwrap_or(i64::MIN),
             valid_until: valid_until.unwrap_or(i64::MAX),
         };
+        self.add_edge_data(src, dst, data);
+    }
+
+    /// Adds one relation whose kind is already interned, while loading (no check for an
+    /// existing copy of it).
+    pub fn add_edge_data(&mut self, src: Key, dst: Key, data: EdgeData) {
         let (a, b) = (self.node(src), self.node(dst));
         self.g.add_edge(a, b, data);
         self.changed();
+    }
+
+    /// Every interned relation kind, in id order.
+    pub fn kinds(&self) -> &[String] {
+        &self.kinds
+    }
+
+    /// Calls `f(source key, target key, edge)` for every relation, grouped by source.
+    pub fn for_each_edge(&self, mut f: impl FnMut(Key, Key, &EdgeData)) {
+        for n in self.g.node_indices() {
+            let src = self.g[n];
+            for e in self.g.edges_directed(n, PetDirection::Outgoing) {
+                f(src, self.g[e.target()], e.weight());
+            }
+        }
     }
 
     fn insert_edge_unchecked(&mut self, row: &EdgeRow) {

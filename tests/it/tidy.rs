@@ -20,6 +20,7 @@ const OWNERS: &[(&str, &[&str])] = &[
     ("ureq", &["src/embed/"]),
     ("tracing_subscriber", &["src/cli/", "examples/"]),
     ("clap", &["src/cli/"]),
+    ("libc", &["src/priority.rs"]),
 ];
 
 /// Words that start SQL statements: string literals holding them belong in `store`.
