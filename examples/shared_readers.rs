@@ -29,7 +29,8 @@ use fixture::{Corpus, FRESH_BASE};
 
 /// Memories in the database before the writers start.
 const BASE_MEMORIES: usize = 20_000;
-/// Writing processes.
+/// Writing processes (`shared_readers READS WRITERS` sets another number; a third argument
+/// `nowalk` leaves out the walks).
 const WRITERS: usize = 4;
 /// Pause between two `remember` calls of one writer (each writes about 100 memories a second).
 const WRITE_PAUSE: Duration = Duration::from_millis(10);
@@ -54,6 +55,10 @@ fn main() -> ExitCode {
     let reads: usize = args
         .get(1)
         .map_or(READS, |a| a.parse().expect("number of reads"));
+    let writers: usize = args
+        .get(2)
+        .map_or(WRITERS, |a| a.parse().expect("number of writing processes"));
+    let walk = args.get(3).is_none_or(|a| a != "nowalk");
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("memory.db");
     let corpus = Corpus::new();
@@ -102,7 +107,7 @@ fn main() -> ExitCode {
 
     let exe = std::env::current_exe().expect("own path");
     let stop = dir.path().join("stop");
-    let mut writers: Vec<Child> = (0..WRITERS)
+    let mut children: Vec<Child> = (0..writers)
         .map(|p| {
             Command::new(&exe)
                 .args(["--writer", &db.display().to_string(), &p.to_string()])
@@ -114,7 +119,7 @@ fn main() -> ExitCode {
 
     // One deep focused walk always running beside the reads: every reached memory is scored,
     // reading its row from SQLite, while the writers change the graph.
-    let walking = Arc::new(AtomicBool::new(true));
+    let walking = Arc::new(AtomicBool::new(walk));
     let walker = {
         let engine = Arc::clone(&engine);
         let walking = Arc::clone(&walking);
@@ -169,7 +174,7 @@ fn main() -> ExitCode {
     walking.store(false, Ordering::Relaxed);
     let walks = walker.join().expect("walker");
     std::fs::write(&stop, b"").expect("stop the writers");
-    for w in &mut writers {
+    for w in &mut children {
         let status = w.wait().expect("writer ends");
         assert!(status.success(), "a writer failed");
     }
@@ -187,7 +192,7 @@ fn main() -> ExitCode {
     let last_ms = started.elapsed().as_secs_f64() * 1e3;
     assert_eq!(
         last.hits.len(),
-        WRITERS,
+        writers,
         "every writer's last memory is found at once"
     );
     let written = engine.stats().expect("stats").memories as usize - BASE_MEMORIES;
@@ -198,7 +203,7 @@ fn main() -> ExitCode {
             * 1e3
     };
     let p99 = ms(0.99);
-    let report = report(&samples, written, warned, last_ms, &walks, backlog);
+    let report = report(writers, &samples, written, warned, last_ms, &walks, backlog);
     let _ = std::io::stdout().lock().write_all(report.as_bytes());
     if p99 <= FLOOR_P99_MS {
         ExitCode::SUCCESS
@@ -209,6 +214,7 @@ fn main() -> ExitCode {
 
 /// The markdown report of the run.
 fn report(
+    writers: usize,
     samples: &[Duration],
     written: usize,
     warned: usize,
@@ -224,12 +230,12 @@ fn report(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "# Recall in a reading process while {WRITERS} processes write\n"
+        "# Recall in a reading process while {writers} processes write\n"
     );
     let _ = writeln!(out, "Machine: {}", fixture::machine());
     let _ = writeln!(
         out,
-        "{BASE_MEMORIES} memories and {} relations to start; {written} written meanwhile by {WRITERS} processes (one `remember` each every {} ms, each new memory related to a base one); hybrid recall, limit 10, every {} ms; meanwhile {} focused walks (depth 8, both directions, every reached memory scored) ran back to back in the reading process, {:.1} s in all, the longest {:.1} s, reaching up to {} memories.\n",
+        "{BASE_MEMORIES} memories and {} relations to start; {written} written meanwhile by {writers} processes (one `remember` each every {} ms, each new memory related to a base one); hybrid recall, limit 10, every {} ms; meanwhile {} focused walks (depth 8, both directions, every reached memory scored) ran back to back in the reading process, {:.1} s in all, the longest {:.1} s, reaching up to {} memories.\n",
         BASE_MEMORIES * LINKS,
         WRITE_PAUSE.as_millis(),
         READ_PAUSE.as_millis(),
