@@ -25,7 +25,8 @@ pub(crate) struct GraphState {
     pub(crate) changed_at: Instant,
     /// Change-log position of the graph file on disk as far as this process knows (-1: none).
     file_seq: i64,
-    file_written_at: Instant,
+    /// When this process last wrote the file or tried to (`None`: never).
+    file_tried_at: Option<Instant>,
     /// Whether this graph was read from the file (else loaded from the database).
     from_file: bool,
 }
@@ -127,7 +128,7 @@ impl Engine {
             seq: position.seq,
             changed_at: Instant::now(),
             file_seq: position.seq,
-            file_written_at: Instant::now(),
+            file_tried_at: Some(Instant::now()),
             from_file: true,
         })
     }
@@ -160,7 +161,7 @@ impl Engine {
                 seq,
                 changed_at: Instant::now(),
                 file_seq: -1,
-                file_written_at: Instant::now(),
+                file_tried_at: None,
                 from_file: false,
             })
         })
@@ -172,9 +173,10 @@ impl Engine {
         self.write_graph_file_if_due(true)
     }
 
-    /// Writes the graph file when the graph moved past it and `force` (at close) or it has been
-    /// quiet for a while and the last write is long enough ago (or there is no file yet). The
-    /// graph is written from a snapshot, without holding the lock.
+    /// Writes the graph file when the graph moved past it and `force` (at close), this process
+    /// never tried (right after a load from the database), or the graph has been quiet for a
+    /// while and the last try is long enough ago. The graph is written from a snapshot, without
+    /// holding the lock.
     pub(crate) fn write_graph_file_if_due(&self, force: bool) -> Result<()> {
         let (graph, seq) = {
             let guard = lock::read_or_reset(&self.graph, unload);
@@ -183,9 +185,9 @@ impl Engine {
             };
             let due = s.seq > s.file_seq
                 && (force
-                    || s.file_seq < 0
-                    || (s.file_written_at.elapsed() >= FILE_EVERY
-                        && s.changed_at.elapsed() >= FREEZE_AFTER_QUIET));
+                    || s.file_tried_at.is_none_or(|t| {
+                        t.elapsed() >= FILE_EVERY && s.changed_at.elapsed() >= FREEZE_AFTER_QUIET
+                    }));
             if !due {
                 return Ok(());
             }
@@ -199,7 +201,7 @@ impl Engine {
         let mut guard = lock::write_or_reset(&self.graph, unload);
         if let Some(s) = guard.as_mut() {
             // Also after a failure: tried again after the interval, not on every tick.
-            s.file_written_at = Instant::now();
+            s.file_tried_at = Some(Instant::now());
             if written.is_ok() {
                 s.file_seq = s.file_seq.max(seq);
             }
