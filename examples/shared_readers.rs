@@ -3,8 +3,7 @@
 //! job a server runs, and while the reading process itself walks the relation graph back to back
 //! (deep focused walks, one always running). Prints a markdown table of p50/p90/p99/max against
 //! the floor, with the machine it ran on, and checks that the reader finds the writers' last
-//! memories the moment they are committed. The walks run at the priority the server gives task
-//! work, below requests.
+//! memories the moment they are committed.
 //! Run: `cargo run --release --example shared_readers`.
 
 #[allow(dead_code)]
@@ -125,8 +124,6 @@ fn main() -> ExitCode {
         let walking = Arc::clone(&walking);
         let seed = ids[0].clone();
         std::thread::spawn(move || {
-            // A walk this long is a task in the server, whose thread yields to requests.
-            mnemograph::priority::lower_this_thread();
             let req = TraverseRequest {
                 seeds: vec![MemoryRef::Id(seed)],
                 query: None,

@@ -12,7 +12,7 @@ pub mod index;
 mod lock;
 pub mod mcp;
 pub mod model;
-pub mod priority;
+mod priority;
 pub mod store;
 pub mod tasks;
 

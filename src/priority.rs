@@ -1,20 +1,21 @@
-//! Background work yields the CPU to requests: the background thread, the threads it hands batch
-//! work to, and the threads running tasks run at a lower scheduling priority, so a recall answered
-//! while other processes write (and this process indexes their writes, or walks a big graph for a
-//! task) is not slowed by that work.
+//! The bulk of the background work yields the CPU to requests: the HNSW insertions of every
+//! process's new vectors run on a pool of lower-priority threads, so a recall answered while
+//! other processes write (and this process indexes their writes) is not slowed by that work.
+//! Only work that may lag runs there: searches scan the vectors still waiting for the graph.
+//! Loading indexes, committing text and tasks keep the normal priority, so a busy machine does
+//! not starve them.
 
 use std::sync::OnceLock;
 
-/// How far background threads are lowered: to the lowest `nice` level, where a thread gets about
-/// 1/70 of the share of a request thread on the same core. Several processes each run a few
-/// background threads; together they must still leave requests most of the CPU.
+/// How far background threads are lowered (`nice` steps): at 10 a thread gets about a tenth of
+/// the share of a request thread on the same core, and still a share when the machine is busy.
 #[cfg(target_os = "linux")]
-const BACKGROUND_NICE: libc::c_int = 19;
+const BACKGROUND_NICE: libc::c_int = 10;
 
 /// Lowers the scheduling priority of the calling thread (only this thread: on Linux the nice
 /// value belongs to the thread) for good: for threads that only ever do background work. Best
 /// effort: where it is not possible (other systems), nothing changes.
-pub fn lower_this_thread() {
+pub(crate) fn lower_this_thread() {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: plain system calls with no pointers; `gettid` cannot fail.
@@ -30,8 +31,8 @@ pub fn lower_this_thread() {
     }
 }
 
-/// The thread pool background batch work runs on (vector graph insertions): as many threads as
-/// cores, each at the background priority. `None` when threads cannot be started (the work then
+/// The thread pool the HNSW insertions of the background job run on: as many threads as cores,
+/// each at the background priority. `None` when threads cannot be started (the work then
 /// runs on the calling thread).
 pub(crate) fn background_pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();

@@ -406,11 +406,12 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             runtime.shutdown_timeout(std::time::Duration::from_secs(2));
             // Closed here, not in the background thread while the process exits: the graph file
             // and the vector dump written, the database checkpointed. A tick that does not end
-            // in time (a long index build) keeps the engine: the graph file is written anyway.
+            // in time (a long index build) keeps the engine: what the next start reads is
+            // written anyway.
             if !background.stop(std::time::Duration::from_secs(2))
-                && let Err(e) = engine.close_graph()
+                && let Err(e) = engine.prepare_exit()
             {
-                tracing::warn!(error = %e, "could not write the graph file");
+                tracing::warn!(error = %e, "could not write the graph file or checkpoint the database");
             }
             drop(engine);
             served?;

@@ -167,10 +167,18 @@ impl Engine {
         })
     }
 
-    /// Writes the graph file when the graph is loaded and moved past it: what closing does, for
-    /// a process that may end before the engine is dropped.
-    pub fn close_graph(&self) -> Result<()> {
+    /// Writes the graph file when the graph is loaded and moved past it.
+    pub(crate) fn close_graph(&self) -> Result<()> {
         self.write_graph_file_if_due(true)
+    }
+
+    /// What closing does that the next start reads, for a process that ends while another
+    /// thread still holds the engine (so it is never dropped): the graph file written, the
+    /// database's write-ahead log checkpointed.
+    pub fn prepare_exit(&self) -> Result<()> {
+        let graph = self.close_graph();
+        self.store.checkpoint()?;
+        graph
     }
 
     /// Writes the graph file when the graph moved past it and `force` (at close), this process

@@ -138,7 +138,12 @@ impl Engine {
                     // insertions, which would take the cores it needs, wait until it is done.
                     return Ok(());
                 }
-                self.index_staged_vectors(GRAPH_BUDGET)?;
+                // The HNSW insertions, the bulk of the background CPU while others write, run on
+                // the low-priority pool: they yield to requests (searches scan what waits).
+                match crate::priority::background_pool() {
+                    Some(pool) => pool.install(|| self.index_staged_vectors(GRAPH_BUDGET))?,
+                    None => self.index_staged_vectors(GRAPH_BUDGET)?,
+                };
                 self.dump_vectors_if_due(false)
             }
         }
@@ -146,7 +151,6 @@ impl Engine {
 }
 
 fn run(weak: &Weak<Engine>, stop: &AtomicBool) {
-    crate::priority::lower_this_thread();
     let mut last_index = Instant::now();
     let mut first = true;
     loop {
@@ -184,13 +188,7 @@ fn run(weak: &Weak<Engine>, stop: &AtomicBool) {
             jobs.push(Job::ReleaseWriter);
         }
         for job in jobs {
-            // Batch work (embedding, vector graph insertions) goes to the background pool, whose
-            // threads yield to requests, instead of the pool requests use.
-            let done = match crate::priority::background_pool() {
-                Some(pool) => pool.install(|| engine.run_job(job)),
-                None => engine.run_job(job),
-            };
-            if let Err(e) = done {
+            if let Err(e) = engine.run_job(job) {
                 tracing::warn!(?job, error = %e, "background job failed");
             }
         }

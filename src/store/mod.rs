@@ -141,6 +141,16 @@ impl Store {
         Ok(out)
     }
 
+    /// Copies the write-ahead log into the database file as far as no other reader needs it,
+    /// without waiting (as closing the last connection does): for a process that ends while
+    /// another thread still holds the store.
+    pub fn checkpoint(&self) -> Result<()> {
+        let db = lock::lock(&self.writer);
+        db.conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+
     /// Schema version of the open database.
     pub fn schema_version(&self) -> Result<i64> {
         self.read(|db| {

@@ -399,27 +399,11 @@ impl Tasks {
         let executor = Arc::clone(&self.executor);
         let (tool, args) = (tool.to_owned(), args.clone());
         let ctl = LiveControl(Arc::clone(live));
-        let (done, result) = tokio::sync::oneshot::channel();
-        let name = tool.clone();
-        // A thread of its own at the background priority: a long walk or import yields the CPU
-        // to the requests answered meanwhile.
-        let started = std::thread::Builder::new()
-            .name("mnemograph-task".into())
-            .spawn(move || {
-                crate::priority::lower_this_thread();
-                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    executor.execute(&engine, &tool, &args, &ctl)
-                }))
-                .unwrap_or_else(|_| Err(Error::Internal(format!("{tool} panicked"))));
-                let _ = done.send(out);
-            });
-        tokio::spawn(async move {
-            if let Err(e) = started {
-                return Err(Error::Internal(format!("could not start {name}: {e}")));
-            }
-            result
-                .await
-                .unwrap_or_else(|_| Err(Error::Internal(format!("{name} ended without a result"))))
+        tokio::task::spawn_blocking(move || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                executor.execute(&engine, &tool, &args, &ctl)
+            }))
+            .unwrap_or_else(|_| Err(Error::Internal(format!("{tool} panicked"))))
         })
     }
 
