@@ -751,8 +751,8 @@ mod tests {
             e.store.read(crate::store::changes::max_seq).unwrap()
         }; // closed at once: the background job stops, the engine is dropped
         let meta = cfg.vector_index_dir().join("vectors.meta.json");
-        // The background job may hold the engine through the end of its tick (at the low
-        // priority it runs at): then the engine closes in that thread, a little later.
+        // The background job may hold the engine through the end of its tick: then the engine
+        // closes in that thread, a little later (longer on a busy machine).
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while !meta.exists() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
