@@ -908,23 +908,10 @@ fn a_panic_in_a_write_or_a_graph_change_leaves_the_engine_working() {
     assert_eq!(recall_ids(&e, "panics"), [c]);
 }
 
-/// Every relation of the engine's graph as (relation, source, target, kind, weight), sorted.
-fn graph_edges(e: &Engine) -> Vec<(i64, i64, i64, String, f32)> {
-    e.with_graph(|g| {
-        let mut out = Vec::new();
-        g.for_each_edge(|src, dst, d| {
-            out.push((
-                d.relation,
-                src,
-                dst,
-                g.kind_name(d.kind).to_owned(),
-                d.weight,
-            ));
-        });
-        out.sort_by_key(|x| x.0);
-        out
-    })
-    .unwrap()
+/// Every relation of the engine's graph, sorted (see [`crate::graph::tests::edge_list`]).
+#[allow(clippy::type_complexity)]
+fn graph_edges(e: &Engine) -> Vec<(i64, i64, i64, String, f32, i64, i64)> {
+    e.with_graph(crate::graph::tests::edge_list).unwrap()
 }
 
 #[test]

@@ -460,6 +460,26 @@ pub(crate) mod tests {
         }
     }
 
+    /// Every relation of `g` as (relation, source, target, kind, weight, valid from, valid
+    /// until), sorted by relation.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn edge_list(g: &MemoryGraph) -> Vec<(i64, Key, Key, String, f32, i64, i64)> {
+        let mut out = Vec::new();
+        g.for_each_edge(|src, dst, e| {
+            out.push((
+                e.relation,
+                src,
+                dst,
+                g.kind_name(e.kind).to_owned(),
+                e.weight,
+                e.valid_from,
+                e.valid_until,
+            ));
+        });
+        out.sort_by_key(|e| e.0);
+        out
+    }
+
     #[test]
     fn upsert_replace_and_remove() {
         let mut g = MemoryGraph::from_rows([row(1, 10, 20, "a", 1.0), row(2, 20, 30, "b", 0.5)], 2);

@@ -13,8 +13,7 @@
 //! Layout (little-endian): magic `MGFLAT01`; header length (u32) and JSON header (model, dim,
 //! count, position); `count` keys (u64); `count` scales (f32); `count × dim` codes (i8).
 
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -103,7 +102,6 @@ impl FlatVectors {
             count: self.keys.len(),
             position: self.position.clone(),
         })?;
-        let temp = dir.join(format!("{FILE_NAME}.{}.tmp", std::process::id()));
         let mut buf =
             Vec::with_capacity(12 + header.len() + self.keys.len() * 12 + self.codes.len());
         buf.extend_from_slice(MAGIC);
@@ -116,16 +114,7 @@ impl FlatVectors {
             buf.extend_from_slice(&s.to_le_bytes());
         }
         buf.extend(self.codes.iter().map(|c| *c as u8));
-        let written = (|| -> std::io::Result<()> {
-            let mut f = File::create(&temp)?;
-            f.write_all(&buf)?;
-            f.sync_all()?;
-            fs::rename(&temp, dir.join(FILE_NAME))
-        })();
-        if written.is_err() {
-            let _ = fs::remove_file(&temp);
-        }
-        Ok(written?)
+        Ok(crate::index::write_atomically(dir, FILE_NAME, &[&buf])?)
     }
 
     /// Reads the file of `model` and `dim` from `dir`: `None` when there is none, an error when

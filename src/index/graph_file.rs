@@ -11,7 +11,6 @@
 //! (f32), valid from and until (i64, the open ends as `i64::MIN` / `i64::MAX`).
 
 use std::fs::{self, File};
-use std::io::Write;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -56,20 +55,12 @@ pub fn write(dir: &Path, position: &LogPosition, graph: &MemoryGraph) -> Result<
         count: records.len() / RECORD,
         checksum: checksum(&records),
     })?;
-    let temp = dir.join(format!("{FILE_NAME}.{}.tmp", std::process::id()));
-    let written = (|| -> std::io::Result<()> {
-        let mut f = File::create(&temp)?;
-        f.write_all(MAGIC)?;
-        f.write_all(&(header.len() as u32).to_le_bytes())?;
-        f.write_all(&header)?;
-        f.write_all(&records)?;
-        f.sync_all()?;
-        fs::rename(&temp, dir.join(FILE_NAME))
-    })();
-    if written.is_err() {
-        let _ = fs::remove_file(&temp);
-    }
-    Ok(written?)
+    let hlen = (header.len() as u32).to_le_bytes();
+    Ok(crate::index::write_atomically(
+        dir,
+        FILE_NAME,
+        &[MAGIC, &hlen, &header, &records],
+    )?)
 }
 
 /// The position recorded in the file, reading only its header: `None` when there is none.
@@ -166,7 +157,7 @@ fn checksum(bytes: &[u8]) -> u64 {
 mod tests {
     use super::*;
     use crate::graph::Direction;
-    use crate::graph::tests::row;
+    use crate::graph::tests::{edge_list as edges, row};
 
     fn position(seq: i64) -> LogPosition {
         LogPosition {
@@ -174,23 +165,6 @@ mod tests {
             seq,
             stamp: 42,
         }
-    }
-
-    fn edges(g: &MemoryGraph) -> Vec<(i64, i64, i64, String, f32, i64, i64)> {
-        let mut out = Vec::new();
-        g.for_each_edge(|src, dst, e| {
-            out.push((
-                e.relation,
-                src,
-                dst,
-                g.kind_name(e.kind).to_owned(),
-                e.weight,
-                e.valid_from,
-                e.valid_until,
-            ));
-        });
-        out.sort_by_key(|e| e.0);
-        out
     }
 
     #[test]
