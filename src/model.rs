@@ -59,6 +59,22 @@ pub struct Memory {
     pub version: i64,
     /// Set when the memory was forgotten (soft delete).
     pub deleted_at: Option<Millis>,
+    /// Id of the memory a consolidation run merged this one into (it is then forgotten too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_into: Option<String>,
+    /// Set when a consolidation run archived the memory: out of recall and traversal by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived_at: Option<Millis>,
+    /// Salience (0–1) as computed at `salience_at`; it decays from there with time unused and is
+    /// reinforced by use (`engine::curate::salience`).
+    #[serde(default = "default_salience")]
+    pub salience: f64,
+    #[serde(default)]
+    pub salience_at: Millis,
+}
+
+fn default_salience() -> f64 {
+    DEFAULT_IMPORTANCE
 }
 
 /// What a caller supplies to create a memory (already validated).
@@ -182,6 +198,26 @@ pub struct TaskRow {
     pub cancel_requested: bool,
 }
 
+/// One consolidation run as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRow {
+    pub id: String,
+    /// `tool:<owner>`, `cli` or `scheduler`.
+    pub started_by: String,
+    pub namespaces: Vec<String>,
+    pub steps: Vec<String>,
+    pub policy: serde_json::Value,
+    /// `running`, `completed`, `cancelled`, `failed`, `interrupted` or `undone`.
+    pub state: String,
+    pub counts: serde_json::Value,
+    pub checkpoint: Option<serde_json::Value>,
+    pub task_id: Option<String>,
+    pub started_at: Millis,
+    pub ended_at: Option<Millis>,
+    pub undone_at: Option<Millis>,
+    pub undone_by: Option<String>,
+}
+
 /// One previous version of a memory or relation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {
@@ -228,6 +264,8 @@ pub struct RecallQuery {
     pub expand: u8,
     /// Report each signal's rank and score on every hit.
     pub explain: bool,
+    /// Also rank archived memories (consolidation archives what went unused for long).
+    pub include_archived: bool,
     /// Weights of the text and vector signals in the fusion; `None`: the engine's default,
     /// text 1 and vector 0.5 (`engine::recall::DEFAULT_WEIGHTS`).
     pub weights: Option<(f32, f32)>,
@@ -290,6 +328,8 @@ pub struct Explain {
     /// Multipliers applied to the fused score.
     pub importance_boost: f32,
     pub recency_boost: f32,
+    /// Salience (decayed with time unused, reinforced by use).
+    pub salience_boost: f32,
     /// Score inherited through graph expansion (decayed), when that was higher.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expanded: Option<f32>,

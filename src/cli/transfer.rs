@@ -14,14 +14,14 @@ use crate::formats::InFormat;
 use crate::tasks::status_message;
 
 /// Prints progress to stderr, not more often than every `every`.
-struct Progress {
+pub(super) struct Progress {
     terminal: bool,
     every: Duration,
     last: Mutex<Option<Instant>>,
 }
 
 impl Progress {
-    fn new() -> Progress {
+    pub(super) fn new() -> Progress {
         let terminal = std::io::stderr().is_terminal();
         Progress {
             terminal,
@@ -49,7 +49,7 @@ impl Progress {
         )
     }
 
-    fn finish(&self) {
+    pub(super) fn finish(&self) {
         if self.terminal {
             let _ = writeln!(std::io::stderr());
         }

@@ -103,7 +103,11 @@ impl Engine {
         }
         let now = batch.iter().map(|(_, t)| *t).max().unwrap_or(0);
         let keys: Vec<MemoryKey> = batch.into_iter().map(|(k, _)| k).collect();
-        if let Err(e) = self.store.write(|tx| memories::touch(tx, &keys, now)) {
+        let reinforce = |s, at| crate::engine::curate::salience::reinforced(s, at, now);
+        if let Err(e) = self
+            .store
+            .write(|tx| memories::touch(tx, &keys, now, reinforce))
+        {
             tracing::warn!(error = %e, "could not record memory accesses");
         }
     }

@@ -2,6 +2,7 @@
 //! restore, stats. It is the only place that coordinates the store and the derived indexes; it
 //! never knows about MCP or async runtimes.
 
+pub mod curate;
 mod estimate;
 pub mod export;
 mod flat;

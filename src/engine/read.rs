@@ -19,6 +19,8 @@ const MAX_GET: usize = 100;
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoryDetail {
     pub memory: Memory,
+    /// The id asked for when consolidation merged that memory into `memory` (its survivor).
+    pub merged: Option<String>,
     pub relations: Vec<Relation>,
     pub history: Option<Vec<HistoryEntry>>,
 }
@@ -43,9 +45,36 @@ impl DoctorReport {
     }
 }
 
+/// Longest chain of merges `get` follows.
+const MAX_MERGE_HOPS: usize = 16;
+
+/// The live memory a merged one ended in, and the id asked for; `m` itself otherwise.
+fn survivor_of(c: &crate::store::Db, m: Memory) -> Result<(Memory, Option<String>)> {
+    if m.deleted_at.is_none() || m.merged_into.is_none() {
+        return Ok((m, None));
+    }
+    let asked = m.id.clone();
+    let mut at = m;
+    for _ in 0..MAX_MERGE_HOPS {
+        let Some(into) = at
+            .merged_into
+            .as_deref()
+            .filter(|_| at.deleted_at.is_some())
+        else {
+            break;
+        };
+        match memories::by_id(c, into)? {
+            Some(next) => at = next,
+            None => break,
+        }
+    }
+    Ok((at, Some(asked)))
+}
+
 impl Engine {
     /// Memories by id or name, each with its live relations and, when asked, its history.
-    /// Unknown references fail the call with the reference named.
+    /// Unknown references fail the call with the reference named. A memory consolidation merged
+    /// away answers with its survivor (and `merged` names the id asked for).
     pub fn get(&self, refs: &[MemoryRef], with_history: bool) -> Result<Vec<MemoryDetail>> {
         if refs.is_empty() {
             return Err(Error::invalid(
@@ -85,13 +114,14 @@ impl Engine {
                     };
                     Error::not_found("memory", id, format!("check entry {i}: use an id from remember/recall, or a name with its namespace"))
                 })?;
+                let (memory, merged) = survivor_of(c, memory)?;
                 let relations = relations::around(c, memory.key, MAX_RELATIONS_PER_MEMORY)?;
                 let history = if with_history {
                     Some(history::of(c, Entity::Memory, memory.key.0, MAX_HISTORY)?)
                 } else {
                     None
                 };
-                out.push(MemoryDetail { memory, relations, history });
+                out.push(MemoryDetail { memory, merged, relations, history });
             }
             Ok(out)
         })?;

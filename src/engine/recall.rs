@@ -27,6 +27,9 @@ const MIN_CANDIDATES: usize = 100;
 pub const IMPORTANCE_BOOST: f32 = 0.2;
 /// A memory created just now is boosted by 1 + RECENCY_BOOST, one half-life ago by half that.
 pub const RECENCY_BOOST: f32 = 0.1;
+/// Salience 1 multiplies the fused score by 1 + SALIENCE_BOOST / 2, salience 0 by
+/// 1 − SALIENCE_BOOST / 2: what is used often ranks a little higher than what went unused.
+pub const SALIENCE_BOOST: f32 = 0.1;
 /// Half-life of the recency boost.
 pub const RECENCY_HALF_LIFE_MS: f64 = 30.0 * 24.0 * 3_600_000.0;
 /// A neighbour reached through graph expansion inherits this share of its source's score per
@@ -128,7 +131,7 @@ impl Engine {
             }
         }
         let keys: Vec<MemoryKey> = cands.keys().copied().collect();
-        let mut rows = self.load_rows(&keys)?;
+        let mut rows = self.load_rows(&keys, q.include_archived)?;
         // Vector candidates have not been filtered yet; text ones have (by the index).
         cands.retain(|k, _| rows.get(k).is_some_and(|m| matches(q, m)));
 
@@ -312,11 +315,12 @@ impl Engine {
         }
     }
 
-    fn load_rows(&self, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey, Memory>> {
+    /// Live rows of `keys` (archived ones only when asked for).
+    fn load_rows(&self, keys: &[MemoryKey], archived: bool) -> Result<HashMap<MemoryKey, Memory>> {
         let rows = self.store.read(|c| memories::by_keys(c, keys))?;
         Ok(rows
             .into_iter()
-            .filter(|m| m.deleted_at.is_none())
+            .filter(|m| m.deleted_at.is_none() && (archived || m.archived_at.is_none()))
             .map(|m| (m.key, m))
             .collect())
     }
@@ -379,7 +383,7 @@ impl Engine {
             .filter(|k| !rows.contains_key(k))
             .copied()
             .collect();
-        rows.extend(self.load_rows(&missing)?);
+        rows.extend(self.load_rows(&missing, q.include_archived)?);
         let mut index: HashMap<MemoryKey, usize> = ranked
             .iter()
             .enumerate()
@@ -408,6 +412,7 @@ impl Engine {
                             expanded: Some(inherited),
                             importance_boost: 1.0,
                             recency_boost: 1.0,
+                            salience_boost: 1.0,
                             score: inherited,
                             ..Explain::default()
                         },
@@ -457,7 +462,7 @@ impl Engine {
 }
 
 /// Lower-cased words (letters and digits) of a text.
-fn word_set(text: &str) -> HashSet<String> {
+pub(crate) fn word_set(text: &str) -> HashSet<String> {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
@@ -465,7 +470,7 @@ fn word_set(text: &str) -> HashSet<String> {
 }
 
 /// Shared words over all words of two sets (1 when both are empty).
-fn jaccard(a: &HashSet<String>, b: &HashSet<String>) -> f32 {
+pub(crate) fn jaccard(a: &HashSet<String>, b: &HashSet<String>) -> f32 {
     let union = a.union(b).count();
     if union == 0 {
         return 1.0;
@@ -489,6 +494,7 @@ fn score(c: &mut Candidate, m: &Memory, mode: RecallMode, wt: f32, wv: f32, now:
     e.vector_similarity = c.vector.map(|(_, s)| s);
     e.importance_boost = 1.0;
     e.recency_boost = 1.0;
+    e.salience_boost = 1.0;
     match mode {
         RecallMode::Text => e.fused = c.text.map_or(0.0, |(_, s)| s),
         RecallMode::Vector => e.fused = c.vector.map_or(0.0, |(_, s)| s),
@@ -497,15 +503,21 @@ fn score(c: &mut Candidate, m: &Memory, mode: RecallMode, wt: f32, wv: f32, now:
                 + c.vector.map_or(0.0, |(r, _)| wv / (RRF_K + r as f32));
             e.importance_boost = importance_boost(m.importance);
             e.recency_boost = recency_boost(m.created_at, now);
+            e.salience_boost = salience_boost(crate::engine::curate::salience::of(m, now));
         }
     }
-    e.score = e.fused * e.importance_boost * e.recency_boost;
+    e.score = e.fused * e.importance_boost * e.recency_boost * e.salience_boost;
     c.score = e.score;
 }
 
 /// The importance multiplier (1 at the default importance 0.5).
 pub fn importance_boost(importance: f64) -> f32 {
     1.0 + IMPORTANCE_BOOST * (importance as f32 - 0.5)
+}
+
+/// The salience multiplier (1 at salience 0.5).
+pub fn salience_boost(salience: f64) -> f32 {
+    1.0 + SALIENCE_BOOST * (salience as f32 - 0.5)
 }
 
 /// The recency multiplier: 1 + RECENCY_BOOST halved every half-life of age.
@@ -535,6 +547,8 @@ mod tests {
     #[test]
     fn boosts_are_neutral_at_defaults_and_bounded() {
         assert_eq!(importance_boost(0.5), 1.0);
+        assert_eq!(salience_boost(0.5), 1.0);
+        assert!((salience_boost(1.0) - 1.05).abs() < 1e-6);
         assert!((importance_boost(1.0) - 1.1).abs() < 1e-6);
         assert!((recency_boost(0, 0) - 1.1).abs() < 1e-6);
         let half = RECENCY_HALF_LIFE_MS as i64;

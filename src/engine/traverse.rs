@@ -41,6 +41,10 @@ pub struct WorkProgress {
     pub kind: WorkKind,
     /// Records that failed (imports).
     pub errors: u64,
+    /// Memories merged and archived, summaries written (consolidation).
+    pub merged: u64,
+    pub archived: u64,
+    pub summaries: u64,
 }
 
 /// The kind of long work, which decides how its progress reads.
@@ -53,6 +57,8 @@ pub enum WorkKind {
     Import,
     /// An export: memories and relations written.
     Export,
+    /// A consolidation run: memories examined, merged, archived, summaries written.
+    Consolidate,
 }
 
 /// How a long call reports progress and learns it should stop.

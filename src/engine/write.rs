@@ -393,6 +393,17 @@ impl Engine {
                 let m = lookup(tx, r, true)?.ok_or_else(|| {
                     Error::not_found("memory", describe(r), format!("check `{field}`"))
                 })?;
+                if !forget && m.deleted_at.is_none() && m.archived_at.is_some() {
+                    // Restoring an archived memory brings it back for good.
+                    history::record(tx, Entity::Memory, m.key.0, op, actor, now, &snapshot(&m))?;
+                    let mut back = m.clone();
+                    back.archived_at = None;
+                    back.updated_at = now;
+                    memories::save(tx, &back)?;
+                    changes::log_memory(tx, m.key, changes::ChangeOp::Upsert)?;
+                    report.memories.push(m.id);
+                    continue;
+                }
                 if m.deleted_at.is_some() == forget {
                     report.memories.push(m.id); // already in the wanted state
                     continue;
@@ -409,6 +420,9 @@ impl Engine {
                 history::record(tx, Entity::Memory, m.key.0, op, actor, now, &snapshot(&m))?;
                 let mut changed = m.clone();
                 changed.deleted_at = forget.then_some(now);
+                if !forget {
+                    changed.merged_into = None;
+                }
                 changed.version += 1;
                 changed.updated_at = now;
                 memories::save(tx, &changed)?;

@@ -435,6 +435,10 @@ mod tests {
             superseded_by: None,
             version: 2,
             deleted_at: None,
+            merged_into: None,
+            archived_at: None,
+            salience: 0.5,
+            salience_at: 0,
         }
     }
 

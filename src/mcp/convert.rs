@@ -150,6 +150,7 @@ pub(super) fn recall_query(p: &dto::RecallParams) -> Result<RecallQuery> {
         },
         expand: p.expand.unwrap_or(0).min(2),
         explain: p.explain.unwrap_or(false),
+        include_archived: p.include_archived.unwrap_or(false),
         weights: match p.weights.as_deref() {
             None => None,
             Some(&[t, v]) => Some((t, v)),
@@ -266,6 +267,7 @@ pub(super) fn memory_out(m: Memory) -> dto::MemoryOut {
         version: m.version,
         access_count: m.access_count,
         forgotten_at: m.deleted_at.map(format_time),
+        archived_at: m.archived_at.map(format_time),
     }
 }
 
@@ -298,6 +300,9 @@ fn history_out(h: HistoryEntry) -> dto::HistoryOut {
 
 pub(super) fn detail_out(d: MemoryDetail) -> dto::DetailOut {
     dto::DetailOut {
+        merged: d
+            .merged
+            .map(|id| format!("{id} was merged into this memory by consolidation")),
         memory: memory_out(d.memory),
         relations: d.relations.into_iter().map(relation_out).collect(),
         history: d.history.map(|h| h.into_iter().map(history_out).collect()),
@@ -325,6 +330,7 @@ mod tests {
             mode: None,
             explain: None,
             weights: None,
+            include_archived: None,
         }
     }
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 pub struct LinkInput {
     /// Target id, or name in the same namespace.
     pub to: String,
-    /// Relation kind, e.g. about, part_of, caused_by.
+    /// e.g. about, part_of, caused_by.
     pub kind: String,
     /// 0–1, default 1.
     pub weight: Option<f64>,
@@ -63,7 +63,7 @@ pub struct RelationInput {
     pub weight: Option<f64>,
     /// Any JSON object.
     pub metadata: Option<serde_json::Value>,
-    /// Where names resolve. Default "default".
+    /// For names; default "default".
     pub namespace: Option<String>,
 }
 
@@ -99,14 +99,18 @@ pub struct RecallParams {
     pub cursor: Option<String>,
     /// Full content instead of snippets.
     pub full: Option<bool>,
-    /// Add related memories up to this many hops out (0–8; 3+ may run as a task).
+    /// Hops of related memories to add (0–8; 3+ may be a task).
     pub expand: Option<u8>,
-    /// hybrid (default: text + vector), text or vector.
+    /// hybrid (default), text or vector.
     pub mode: Option<ModeInput>,
-    /// Per-signal ranks and scores.
+    /// Per-signal ranks and scores (for tuning; not in the schema).
+    #[schemars(skip)]
     pub explain: Option<bool>,
-    /// Fusion weights [text, vector], default [1, 0.5].
+    /// Fusion weights [text, vector], default [1, 0.5] (for tuning; not in the schema).
+    #[schemars(skip)]
     pub weights: Option<Vec<f32>>,
+    /// Also archived memories.
+    pub include_archived: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
@@ -124,7 +128,7 @@ pub struct GetParams {
     pub ids: Option<Vec<String>>,
     /// Memory names.
     pub names: Option<Vec<String>>,
-    /// Where names resolve. Default "default".
+    /// For names; default "default".
     pub namespace: Option<String>,
     /// Include previous versions.
     pub history: Option<bool>,
@@ -176,7 +180,7 @@ pub struct ForgetParams {
     pub ids: Option<Vec<String>>,
     /// Memory names.
     pub names: Option<Vec<String>>,
-    /// Where names resolve. Default "default".
+    /// For names; default "default".
     pub namespace: Option<String>,
     /// Relations by id or by from, to, kind.
     pub relations: Option<Vec<RelationRefInput>>,
@@ -212,6 +216,9 @@ pub struct MemoryOut {
     pub access_count: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forgotten_at: Option<String>,
+    /// Set when consolidation archived it (out of recall until asked for or restored).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub archived_at: Option<String>,
 }
 
 fn is_empty_object(v: &serde_json::Value) -> bool {
@@ -329,6 +336,9 @@ pub struct HistoryOut {
 
 #[derive(Debug, Serialize)]
 pub struct DetailOut {
+    /// The id asked for, when consolidation merged it into this memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merged: Option<String>,
     #[serde(flatten)]
     pub memory: MemoryOut,
     pub relations: Vec<RelationOut>,
@@ -534,7 +544,7 @@ pub struct ImportSourceInput {
 pub struct ImportParams {
     /// Exactly one of path and text.
     pub source: ImportSourceInput,
-    /// mnemograph | mcp-memory | memorygraph | locomo | markdown (default: detected).
+    /// mnemograph, mcp-memory, memorygraph, locomo or markdown; default detected.
     pub format: Option<String>,
     /// For all records (default: their own, or default).
     pub namespace: Option<String>,
@@ -565,7 +575,7 @@ pub struct ExportParams {
     pub format: Option<String>,
     /// Default all.
     pub namespaces: Option<Vec<String>>,
-    /// Only what this walk reaches, with the relations between.
+    /// Only what this walk reaches.
     pub subgraph: Option<SubgraphInput>,
     /// New file in the import roots (default: inline, ≤ 256 KiB).
     pub path: Option<String>,
@@ -585,4 +595,31 @@ pub struct ExportOut {
     pub path: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConsolidateParams {
+    /// Default all.
+    pub namespaces: Option<Vec<String>>,
+    /// Subset of merge, decay, archive, hygiene.
+    pub steps: Option<Vec<String>>,
+    /// Overrides: merge_similarity, merge_overlap, merge_neighbours, half_life_days, archive_below, archive_unused_days.
+    pub policy: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Report, write nothing.
+    pub dry_run: Option<bool>,
+    /// Undo this run (its id) instead.
+    pub undo: Option<String>,
+    /// With undo: first undo later runs built on it.
+    pub cascade: Option<bool>,
+    /// List recent runs instead.
+    pub runs: Option<bool>,
+    /// Set by the server: who asked (the task owner).
+    #[serde(default, rename = "_by")]
+    #[schemars(skip)]
+    pub by: Option<String>,
+    /// Set by the server for clients without tasks: the run must fit the inline limit.
+    #[serde(default, rename = "_inline")]
+    #[schemars(skip)]
+    pub inline: Option<bool>,
 }

@@ -2,6 +2,7 @@
 //! conversion, and the mapping of errors. Both protocol eras are served over stdio.
 
 mod convert;
+mod curation;
 pub mod dto;
 mod errors;
 mod guard;
@@ -109,6 +110,12 @@ impl ServerHandler for MemoryServer {
         let name = request.name.as_ref();
         let res = if name == "tasks" {
             task_api::list(&self.tasks, self.owner(&context), args).await
+        } else if name == "consolidate"
+            && !curation::is_run(&serde_json::Value::Object(args.clone()))
+        {
+            curation::call(&self.engine, self.owner(&context), args)
+                .await
+                .map(CallToolResponse::Complete)
         } else if work::is_long(name, &serde_json::Value::Object(args.clone())) {
             task_api::call_long(&self.tasks, self.owner(&context), name, args, &context).await
         } else {

@@ -108,6 +108,13 @@ pub(crate) async fn call_long(
         // A client that cannot poll gets a bounded import; repeating the call goes on.
         args["_max_records"] = json!(crate::mcp::transfer::INLINE_IMPORT_LIMIT);
     }
+    if tool == "consolidate" {
+        // The run records who started it; a client that cannot poll must fit the inline limit.
+        args["_by"] = json!(owner);
+        if cap != Capability::Tasks {
+            args["_inline"] = json!(true);
+        }
+    }
     let engine = Arc::clone(tasks.engine());
     let (tool_owned, args_for_estimate) = (tool.to_owned(), args.clone());
     let estimate = tokio::task::spawn_blocking(move || {

@@ -125,6 +125,12 @@ fn compact(v: &mut serde_json::Value) {
                     }
                 }
             }
+            // An array's property says what it holds; its items need not say it again.
+            if o.contains_key("description")
+                && let Some(Value::Object(items)) = o.get_mut("items")
+            {
+                items.remove("description");
+            }
             if o.get("type").is_some_and(|t| t == "object")
                 && o.get("properties")
                     .is_some_and(|p| p.as_object().is_some_and(|p| p.is_empty()))
@@ -145,52 +151,52 @@ pub fn all() -> Vec<Tool> {
     vec![
         tool::<dto::RememberParams>(
             "remember",
-            "Store memories. Same content in a namespace is stored once (the repeat returns its id, duplicate=true). links relate them to existing memories.",
+            "Store memories (a repeat returns the stored id, duplicate=true); links relate them to existing ones.",
             Hints(false, false, true),
         ),
         tool::<dto::RecallParams>(
             "recall",
-            "Search memories by words and meaning (BM25 + vectors). Plain words or a question. Snippets unless full=true; next_cursor pages; expand adds related memories.",
+            "Search memories by words and meaning. Snippets unless full=true; expand adds related memories.",
             Hints(true, false, true),
         ),
         tool::<dto::RelateParams>(
             "relate",
-            "Create or update relations between memories (unique on from, to, kind). Ends by id or by name in the namespace.",
+            "Create or update relations (unique on from, to, kind); ends by id or name.",
             Hints(false, false, true),
         ),
         tool::<dto::GetParams>(
             "get",
-            "Fetch memories by ids or names with their relations; history=true adds previous versions.",
+            "Memories by ids or names, with relations; history=true adds past versions.",
             Hints(true, false, true),
         ),
         tool::<dto::UpdateParams>(
             "update",
-            "Change one memory's content, kind, tags, importance, metadata or validity. The previous version is kept in history.",
+            "Change one memory; the previous version is kept in history.",
             Hints(false, false, false),
         ),
         tool::<dto::ForgetParams>(
             "forget",
-            "Soft-delete memories (by ids or names) and relations. Kept in history; `restore` undoes it.",
+            "Soft-delete memories and relations; `restore` undoes it.",
             Hints(false, true, true),
         ),
         tool::<dto::ForgetParams>(
             "restore",
-            "Undo `forget` for memories (by ids or names) and relations.",
+            "Undo `forget`, or bring archived memories back.",
             Hints(false, false, true),
         ),
         tool::<dto::TraverseParams>(
             "traverse",
-            "Walk relations from seeds (ids, names or a query's hits) to ranked nodes, paths or a subgraph. Big walks may become tasks.",
+            "Walk relations from seeds to ranked nodes, paths or a subgraph. Big walks may become tasks.",
             Hints(true, false, true),
         ),
         tool::<dto::FindPathsParams>(
             "find_paths",
-            "Strongest path between two memories (product of weights) plus up to k alternatives.",
+            "Strongest path between two memories plus up to k alternatives.",
             Hints(true, false, true),
         ),
         tool::<dto::ImportParams>(
             "import",
-            "Bulk-load memories and relations from a file, folder or text. Idempotent; big imports become tasks.",
+            "Bulk-load memories and relations from a file, folder or text. Idempotent; may become a task.",
             Hints(false, false, true),
         ),
         tool::<dto::ExportParams>(
@@ -198,14 +204,19 @@ pub fn all() -> Vec<Tool> {
             "Write memories and relations (all, some namespaces or a subgraph) to a file or inline.",
             Hints(true, false, true),
         ),
+        tool::<dto::ConsolidateParams>(
+            "consolidate",
+            "Merge near-duplicates, archive the long unused, tidy relations. Nothing is deleted: undo a run by id. dry_run previews.",
+            Hints(false, false, false),
+        ),
         tool::<dto::TasksParams>(
             "tasks",
-            "Your recent long-running calls (tasks) with status and progress.",
+            "Your recent tasks with status and progress.",
             Hints(true, false, true),
         ),
         tool::<dto::StatsParams>(
             "stats",
-            "Counts of memories per namespace and kind, relations, index lag and database size.",
+            "Counts per namespace and kind, relations, index lag, database size.",
             Hints(true, false, true),
         ),
     ]

@@ -28,6 +28,7 @@ const DEFAULT_MAX_HOPS: u8 = 6;
 pub fn is_long(tool: &str, args: &Value) -> bool {
     match tool {
         "traverse" | "find_paths" | "import" | "export" => true,
+        "consolidate" => crate::mcp::curation::is_run(args),
         "recall" => args
             .get("expand")
             .and_then(Value::as_u64)
@@ -331,6 +332,7 @@ impl Executor for McpExecutor {
             "recall" => run_recall(engine, args, ctl),
             "import" => crate::mcp::transfer::run_import(engine, args, ctl),
             "export" => crate::mcp::transfer::run_export(engine, args, ctl),
+            "consolidate" => crate::mcp::curation::run(engine, args, ctl),
             other => Err(Error::invalid(
                 "tool",
                 format!("`{other}` does not run as a task"),
@@ -344,13 +346,14 @@ impl Executor for McpExecutor {
     }
 
     fn resumable(&self, tool: &str) -> bool {
-        tool == "import"
+        matches!(tool, "import" | "consolidate")
     }
 
     fn work_kind(&self, tool: &str) -> WorkKind {
         match tool {
             "import" => WorkKind::Import,
             "export" => WorkKind::Export,
+            "consolidate" => WorkKind::Consolidate,
             _ => WorkKind::Walk,
         }
     }
@@ -360,6 +363,7 @@ impl Executor for McpExecutor {
 pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
     match tool {
         "import" | "export" => crate::mcp::transfer::estimate(engine, tool, args),
+        "consolidate" => crate::mcp::curation::estimate(engine, args),
         "traverse" => {
             let req = traverse_request(parse("traverse", args)?)?;
             let seeds = engine.check_traverse(&req)?;

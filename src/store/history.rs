@@ -20,6 +20,91 @@ impl Entity {
             Entity::Relation => "relation",
         }
     }
+
+    fn parse(s: &str) -> Entity {
+        if s == "relation" {
+            Entity::Relation
+        } else {
+            Entity::Memory
+        }
+    }
+}
+
+/// Keeps `previous` of one entity changed by consolidation run `run` (`null` when the run
+/// created it), so the run can be undone.
+#[allow(clippy::too_many_arguments)]
+pub fn record_in_run(
+    db: &Db,
+    entity: Entity,
+    key: i64,
+    op: &str,
+    actor: &str,
+    at: Millis,
+    previous: &serde_json::Value,
+    run: &str,
+) -> Result<()> {
+    db.conn
+        .prepare_cached(
+            "INSERT INTO history (entity, entity_key, op, actor, at, previous, run) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            entity.as_str(),
+            key,
+            op,
+            actor,
+            at,
+            serde_json::to_string(previous)?,
+            run
+        ])?;
+    Ok(())
+}
+
+/// One change a run made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunEntry {
+    pub seq: i64,
+    pub entity: Entity,
+    pub key: i64,
+    pub op: String,
+    /// The version before the change (`null`: the run created the entity).
+    pub previous: serde_json::Value,
+}
+
+/// Every change run `run` made, in the order it made them.
+pub fn of_run(db: &Db, run: &str) -> Result<Vec<RunEntry>> {
+    let mut stmt = db.conn.prepare_cached(
+        "SELECT seq, entity, entity_key, op, previous FROM history WHERE run = ?1 ORDER BY seq",
+    )?;
+    let rows = stmt.query_map([run], |r| {
+        let entity: String = r.get(1)?;
+        let previous: String = r.get(4)?;
+        Ok(RunEntry {
+            seq: r.get(0)?,
+            entity: Entity::parse(&entity),
+            key: r.get(2)?,
+            op: r.get(3)?,
+            previous: serde_json::from_str(&previous).unwrap_or(serde_json::Value::Null),
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Changes of one entity recorded after history position `after`: (actor, run) of each.
+pub fn changed_after(
+    db: &Db,
+    entity: Entity,
+    key: i64,
+    after: i64,
+) -> Result<Vec<(String, Option<String>)>> {
+    let mut stmt = db.conn.prepare_cached(
+        "SELECT actor, run FROM history WHERE entity = ?1 AND entity_key = ?2 AND seq > ?3 \
+         ORDER BY seq",
+    )?;
+    let rows = stmt.query_map(params![entity.as_str(), key, after], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 /// Keeps `previous` (the version before `op`) of one entity.

@@ -10,7 +10,7 @@ use crate::model::{Memory, MemoryKey, Millis, NewMemory, Stats};
 
 const COLS: &str = "key, id, namespace, kind, name, content, tags, importance, metadata, \
     created_at, updated_at, accessed_at, access_count, valid_from, valid_until, superseded_by, \
-    version, deleted_at";
+    version, deleted_at, merged_into, archived_at, salience, salience_at";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Memory> {
     let tags: String = r.get(6)?;
@@ -34,6 +34,10 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Memory> {
         superseded_by: r.get(15)?,
         version: r.get(16)?,
         deleted_at: r.get(17)?,
+        merged_into: r.get(18)?,
+        archived_at: r.get(19)?,
+        salience: r.get(20)?,
+        salience_at: r.get(21)?,
     })
 }
 
@@ -50,6 +54,8 @@ pub struct Stamps {
     pub updated_at: Millis,
     pub accessed_at: Option<Millis>,
     pub access_count: i64,
+    /// When the memory enters this database (its salience decays from then).
+    pub stored_at: Millis,
 }
 
 impl Stamps {
@@ -60,6 +66,7 @@ impl Stamps {
             updated_at: now,
             accessed_at: None,
             access_count: 0,
+            stored_at: now,
         }
     }
 }
@@ -74,8 +81,9 @@ pub fn insert_with(db: &Db, id: &str, m: &NewMemory, at: Stamps) -> Result<Memor
     let conn = &db.conn;
     let mut stmt = conn.prepare_cached(
         "INSERT INTO memories (id, namespace, kind, name, content, tags, importance, metadata, \
-         content_hash, created_at, updated_at, valid_from, valid_until, accessed_at, access_count) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+         content_hash, created_at, updated_at, valid_from, valid_until, accessed_at, access_count, \
+         salience, salience_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?7, ?16)",
     )?;
     stmt.execute(params![
         id,
@@ -93,6 +101,7 @@ pub fn insert_with(db: &Db, id: &str, m: &NewMemory, at: Stamps) -> Result<Memor
         m.valid_until,
         at.accessed_at,
         at.access_count,
+        at.stored_at,
     ])?;
     let key = MemoryKey(conn.last_insert_rowid());
     Ok(Memory {
@@ -114,6 +123,10 @@ pub fn insert_with(db: &Db, id: &str, m: &NewMemory, at: Stamps) -> Result<Memor
         superseded_by: None,
         version: 1,
         deleted_at: None,
+        merged_into: None,
+        archived_at: None,
+        salience: m.importance,
+        salience_at: at.stored_at,
     })
 }
 
@@ -124,7 +137,8 @@ pub fn save(db: &Db, m: &Memory) -> Result<()> {
     let mut stmt = conn.prepare_cached(
         "UPDATE memories SET kind = ?2, name = ?3, content = ?4, tags = ?5, importance = ?6, \
          metadata = ?7, content_hash = ?8, updated_at = ?9, valid_from = ?10, valid_until = ?11, \
-         superseded_by = ?12, version = ?13, deleted_at = ?14 WHERE key = ?1",
+         superseded_by = ?12, version = ?13, deleted_at = ?14, merged_into = ?15, archived_at = ?16 \
+         WHERE key = ?1",
     )?;
     stmt.execute(params![
         m.key.0,
@@ -141,7 +155,29 @@ pub fn save(db: &Db, m: &Memory) -> Result<()> {
         m.superseded_by,
         m.version,
         m.deleted_at,
+        m.merged_into,
+        m.archived_at,
     ])?;
+    Ok(())
+}
+
+/// Writes every column of `m` back, timestamps, usage and salience included (what consolidation
+/// changes on a survivor, and what undoing it puts back).
+pub fn save_all(db: &Db, m: &Memory) -> Result<()> {
+    save(db, m)?;
+    db.conn
+        .prepare_cached(
+            "UPDATE memories SET created_at = ?2, accessed_at = ?3, access_count = ?4, \
+             salience = ?5, salience_at = ?6 WHERE key = ?1",
+        )?
+        .execute(params![
+            m.key.0,
+            m.created_at,
+            m.accessed_at,
+            m.access_count,
+            m.salience,
+            m.salience_at
+        ])?;
     Ok(())
 }
 
@@ -327,16 +363,80 @@ pub fn relation_counts(db: &Db, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey,
     Ok(out)
 }
 
-/// Records that these memories were returned to a caller.
-pub fn touch(db: &Db, keys: &[MemoryKey], now: Millis) -> Result<()> {
+/// Records that these memories were returned to a caller; `reinforce` gives the new salience
+/// from the stored one and the time it was computed at.
+pub fn touch(
+    db: &Db,
+    keys: &[MemoryKey],
+    now: Millis,
+    reinforce: impl Fn(f64, Millis) -> f64,
+) -> Result<()> {
     let conn = &db.conn;
+    let mut read =
+        conn.prepare_cached("SELECT salience, salience_at FROM memories WHERE key = ?1")?;
     let mut stmt = conn.prepare_cached(
-        "UPDATE memories SET accessed_at = ?2, access_count = access_count + 1 WHERE key = ?1",
+        "UPDATE memories SET accessed_at = ?2, access_count = access_count + 1, salience = ?3, \
+         salience_at = ?2 WHERE key = ?1",
     )?;
     for k in keys {
-        stmt.execute(params![k.0, now])?;
+        let Some((s, at)) = read
+            .query_row([k.0], |r| Ok((r.get::<_, f64>(0)?, r.get::<_, i64>(1)?)))
+            .optional()?
+        else {
+            continue;
+        };
+        stmt.execute(params![k.0, now, reinforce(s, at)])?;
     }
     Ok(())
+}
+
+/// Up to `n` memories of `namespace` with keys above `after`, in key order, that are neither
+/// forgotten nor (unless `archived`) archived: what a consolidation run examines.
+pub fn scan_page(
+    db: &Db,
+    namespace: &str,
+    after: MemoryKey,
+    n: usize,
+    archived: bool,
+) -> Result<Vec<Memory>> {
+    let conn = &db.conn;
+    let sql = format!(
+        "SELECT {COLS} FROM memories WHERE namespace = ?1 AND key > ?2 AND deleted_at IS NULL \
+         AND (?4 OR archived_at IS NULL) ORDER BY key LIMIT ?3"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![namespace, after.0, n as i64, archived], from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Groups of two or more live, unarchived memories of `namespace` that share kind, content and
+/// validity, as keys in key order (exact repeats, for consolidation).
+pub fn exact_repeats(db: &Db, namespace: &str) -> Result<Vec<Vec<MemoryKey>>> {
+    let conn = &db.conn;
+    let mut stmt = conn.prepare_cached(
+        "SELECT group_concat(key) FROM (SELECT key, kind, content_hash, valid_from, valid_until \
+         FROM memories WHERE namespace = ?1 AND deleted_at IS NULL AND archived_at IS NULL \
+         ORDER BY key) GROUP BY kind, content_hash, valid_from, valid_until HAVING count(*) > 1",
+    )?;
+    let rows = stmt.query_map([namespace], |r| r.get::<_, String>(0))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let keys: Vec<MemoryKey> = row?
+            .split(',')
+            .filter_map(|k| k.parse().ok().map(MemoryKey))
+            .collect();
+        out.push(keys);
+    }
+    Ok(out)
+}
+
+/// The namespaces that hold at least one memory, forgotten or not, in name order.
+pub fn namespaces(db: &Db) -> Result<Vec<String>> {
+    let conn = &db.conn;
+    let mut stmt =
+        conn.prepare_cached("SELECT DISTINCT namespace FROM memories ORDER BY namespace")?;
+    let rows = stmt.query_map([], |r| r.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 /// Counts per namespace and kind of live memories, and totals.

@@ -8,6 +8,7 @@ pub mod history;
 pub mod import_keys;
 pub mod memories;
 pub mod relations;
+pub mod runs;
 pub mod tasks;
 pub mod vectors;
 

@@ -283,3 +283,134 @@ pub fn live_edges_around(db: &Db, key: MemoryKey) -> Result<Vec<EdgeRow>> {
     let rows = stmt.query_map([key.0], edge_from_row)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
+
+/// Every column of one relation, with the internal keys of its ends: what consolidation keeps in
+/// history before it changes a relation, and what undoing it writes back.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RelationRow {
+    pub key: i64,
+    pub id: String,
+    pub src: i64,
+    pub dst: i64,
+    pub kind: String,
+    pub weight: f64,
+    pub metadata: serde_json::Value,
+    pub created_at: Millis,
+    pub reinforced_at: Millis,
+    pub valid_from: Option<Millis>,
+    pub valid_until: Option<Millis>,
+    pub deleted_at: Option<Millis>,
+}
+
+const ROW_COLS: &str = "key, id, src, dst, kind, weight, metadata, created_at, reinforced_at, \
+    valid_from, valid_until, deleted_at";
+
+fn relation_row(r: &Row<'_>) -> rusqlite::Result<RelationRow> {
+    let metadata: String = r.get(6)?;
+    Ok(RelationRow {
+        key: r.get(0)?,
+        id: r.get(1)?,
+        src: r.get(2)?,
+        dst: r.get(3)?,
+        kind: r.get(4)?,
+        weight: r.get(5)?,
+        metadata: serde_json::from_str(&metadata).unwrap_or(serde_json::Value::Null),
+        created_at: r.get(7)?,
+        reinforced_at: r.get(8)?,
+        valid_from: r.get(9)?,
+        valid_until: r.get(10)?,
+        deleted_at: r.get(11)?,
+    })
+}
+
+/// One relation row by key, forgotten or not.
+pub fn row(db: &Db, key: i64) -> Result<Option<RelationRow>> {
+    let sql = format!("SELECT {ROW_COLS} FROM relations WHERE key = ?1");
+    Ok(db
+        .conn
+        .prepare_cached(&sql)?
+        .query_row([key], relation_row)
+        .optional()?)
+}
+
+/// The relation (src, dst, kind) as a row, forgotten or not.
+pub fn row_between(db: &Db, src: i64, dst: i64, kind: &str) -> Result<Option<RelationRow>> {
+    let sql = format!("SELECT {ROW_COLS} FROM relations WHERE src = ?1 AND dst = ?2 AND kind = ?3");
+    Ok(db
+        .conn
+        .prepare_cached(&sql)?
+        .query_row(params![src, dst, kind], relation_row)
+        .optional()?)
+}
+
+/// Relations from or to `key` that are not forgotten, whatever the state of their other end, in
+/// key order.
+pub fn rows_around(db: &Db, key: MemoryKey) -> Result<Vec<RelationRow>> {
+    let sql = format!(
+        "SELECT {ROW_COLS} FROM relations WHERE src = ?1 AND deleted_at IS NULL \
+         UNION SELECT {ROW_COLS} FROM relations WHERE dst = ?1 AND deleted_at IS NULL ORDER BY key"
+    );
+    let mut stmt = db.conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map([key.0], relation_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Relations of `namespace` (by their source) that are not forgotten, with keys above `after`, in
+/// key order, at most `n`.
+pub fn rows_page_in(db: &Db, namespace: &str, after: i64, n: usize) -> Result<Vec<RelationRow>> {
+    let sql = format!(
+        "SELECT {ROW_COLS} FROM relations WHERE key > ?2 AND deleted_at IS NULL \
+         AND src IN (SELECT key FROM memories WHERE namespace = ?1) ORDER BY key LIMIT ?3"
+    );
+    let mut stmt = db.conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![namespace, after, n as i64], relation_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Writes every column of `r` to the row with its key.
+pub fn write_row(db: &Db, r: &RelationRow) -> Result<()> {
+    db.conn
+        .prepare_cached(
+            "UPDATE relations SET id = ?2, src = ?3, dst = ?4, kind = ?5, weight = ?6, metadata = ?7, \
+             created_at = ?8, reinforced_at = ?9, valid_from = ?10, valid_until = ?11, \
+             deleted_at = ?12 WHERE key = ?1",
+        )?
+        .execute(params![
+            r.key,
+            r.id,
+            r.src,
+            r.dst,
+            r.kind,
+            r.weight,
+            serde_json::to_string(&r.metadata)?,
+            r.created_at,
+            r.reinforced_at,
+            r.valid_from,
+            r.valid_until,
+            r.deleted_at
+        ])?;
+    Ok(())
+}
+
+/// Inserts `r` (its `key` is ignored); returns the new key.
+pub fn insert_row(db: &Db, r: &RelationRow) -> Result<i64> {
+    db.conn
+        .prepare_cached(
+            "INSERT INTO relations (id, src, dst, kind, weight, metadata, created_at, reinforced_at, \
+             valid_from, valid_until, deleted_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )?
+        .execute(params![
+            r.id,
+            r.src,
+            r.dst,
+            r.kind,
+            r.weight,
+            serde_json::to_string(&r.metadata)?,
+            r.created_at,
+            r.reinforced_at,
+            r.valid_from,
+            r.valid_until,
+            r.deleted_at
+        ])?;
+    Ok(db.conn.last_insert_rowid())
+}

@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::error::{Error, Result};
 
 /// Version this build writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 /// Oldest version this build can migrate from (0 is an empty file).
 pub const OLDEST_SUPPORTED_SCHEMA: i64 = 0;
 
@@ -139,6 +139,42 @@ CREATE TABLE meta (
 ALTER TABLE changes ADD COLUMN stamp INTEGER NOT NULL DEFAULT 0;
 "#;
 
+/// Version 7: consolidation. A memory can be merged into another (`merged_into`, and it is then
+/// forgotten), archived (`archived_at`: out of recall and traversal by default) and carries a
+/// salience computed at `salience_at` that decays from there. History rows name the run that
+/// wrote them, runs are rows, and one lease row per job keeps runs to one at a time.
+const V7: &str = r#"
+ALTER TABLE memories ADD COLUMN merged_into TEXT;
+ALTER TABLE memories ADD COLUMN archived_at INTEGER;
+ALTER TABLE memories ADD COLUMN salience REAL NOT NULL DEFAULT 0.5;
+ALTER TABLE memories ADD COLUMN salience_at INTEGER NOT NULL DEFAULT 0;
+UPDATE memories SET salience = importance;
+ALTER TABLE history ADD COLUMN run TEXT;
+CREATE INDEX history_run ON history(run, seq) WHERE run IS NOT NULL;
+CREATE TABLE runs (
+    id          TEXT PRIMARY KEY,
+    started_by  TEXT NOT NULL,
+    namespaces  TEXT NOT NULL,
+    steps       TEXT NOT NULL,
+    policy      TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    counts      TEXT NOT NULL DEFAULT '{}',
+    checkpoint  TEXT,
+    task_id     TEXT,
+    started_at  INTEGER NOT NULL,
+    ended_at    INTEGER,
+    undone_at   INTEGER,
+    undone_by   TEXT
+);
+CREATE INDEX runs_started ON runs(started_at);
+CREATE TABLE leases (
+    name          TEXT PRIMARY KEY,
+    holder        TEXT NOT NULL,
+    run_id        TEXT,
+    heartbeat_at  INTEGER NOT NULL
+) WITHOUT ROWID;
+"#;
+
 /// Brings the database up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -156,7 +192,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
             reason: format!("version {version} is too old to migrate"),
         });
     }
-    let steps: [&str; 6] = [V1, V2, V3, V4, V5, V6];
+    let steps: [&str; 7] = [V1, V2, V3, V4, V5, V6, V7];
     for (i, sql) in steps.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         // Another process may have migrated while we waited for the lock.
@@ -169,6 +205,14 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
             tx.execute(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('database_id', ?1)",
                 [crate::store::new_id("db_")],
+            )?;
+        }
+        if i + 1 == 7 {
+            // Salience decays from when the memory entered this database, not from its
+            // (possibly imported, old) creation time: existing memories start now.
+            tx.execute(
+                "UPDATE memories SET salience_at = ?1",
+                [crate::model::now_millis()],
             )?;
         }
         tx.pragma_update(None, "user_version", i as i64 + 1)?;

@@ -84,10 +84,25 @@ pub fn short_id(id: &str) -> &str {
 }
 
 /// One-line human summary of progress: "visited 48,211 nodes · depth 3/5 · frontier 9,804",
-/// "imported 41,200 / 100,000 items · 3 errors".
+/// "imported 41,200 / 100,000 items · 3 errors",
+/// "examined 41,200 / 100,000 memories · 812 merged · 40 archived · 12 summaries".
 pub fn status_message(p: &WorkProgress) -> String {
     match p.kind {
         WorkKind::Walk => {}
+        WorkKind::Consolidate => {
+            let mut s = format!("examined {}", group(p.done));
+            if p.total > 0 {
+                s.push_str(&format!(" / {}", group(p.total)));
+            }
+            let plural = if p.summaries == 1 { "y" } else { "ies" };
+            s.push_str(&format!(
+                " memories · {} merged · {} archived · {} summar{plural}",
+                group(p.merged),
+                group(p.archived),
+                group(p.summaries)
+            ));
+            return s;
+        }
         WorkKind::Import | WorkKind::Export => {
             let verb = if p.kind == WorkKind::Import {
                 "imported"
@@ -122,7 +137,7 @@ pub fn status_message(p: &WorkProgress) -> String {
 pub fn work_done(p: &WorkProgress) -> u64 {
     match p.kind {
         WorkKind::Walk => p.visited + p.done,
-        WorkKind::Import | WorkKind::Export => p.done,
+        WorkKind::Import | WorkKind::Export | WorkKind::Consolidate => p.done,
     }
 }
 
@@ -134,6 +149,9 @@ pub fn progress_json(p: &WorkProgress) -> Value {
         }
         WorkKind::Import => json!({"done": p.done, "total": p.total, "errors": p.errors}),
         WorkKind::Export => json!({"done": p.done, "total": p.total}),
+        WorkKind::Consolidate => {
+            json!({"done": p.done, "total": p.total, "merged": p.merged, "archived": p.archived, "summaries": p.summaries})
+        }
     }
 }
 
@@ -185,6 +203,9 @@ impl Live {
             p.total = e.total;
             p.kind = e.kind;
             p.errors = e.errors;
+            p.merged = e.merged;
+            p.archived = e.archived;
+            p.summaries = e.summaries;
         }
         p
     }
@@ -201,6 +222,9 @@ impl Control for LiveControl {
             e.total = p.total;
             e.kind = p.kind;
             e.errors = p.errors;
+            e.merged = p.merged;
+            e.archived = p.archived;
+            e.summaries = p.summaries;
         }
     }
 

@@ -5,6 +5,7 @@
 mod bad_input;
 mod cli;
 mod concurrency;
+mod curation;
 mod durability;
 mod faults;
 mod fuzz;

@@ -356,6 +356,7 @@ impl Engine {
                     updated_at: rec.updated_at.unwrap_or(created),
                     accessed_at: rec.accessed_at,
                     access_count: rec.access_count.unwrap_or(0).max(0),
+                    stored_at: now,
                 };
                 let m = memories::insert_with(tx, &id, new, stamps)?;
                 changes::log_memory(tx, m.key, changes::ChangeOp::Insert)?;

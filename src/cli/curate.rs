@@ -1,0 +1,123 @@
+//! `mnemograph consolidate` for operators and cron: progress on stderr, one summary line (or the
+//! report as JSON) on stdout, exit code 0 when the run completed or another run holds the lease.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use crate::cli::transfer::Progress;
+use crate::engine::Engine;
+use crate::engine::curate::{ConsolidateRequest, RunReport};
+use crate::model::format_time;
+
+/// What the command was asked to do.
+pub(super) struct Call {
+    pub namespaces: Vec<String>,
+    pub steps: Vec<String>,
+    pub policy: Option<String>,
+    pub dry_run: bool,
+    pub json: bool,
+    pub undo: Option<String>,
+    pub cascade: bool,
+    pub runs: bool,
+}
+
+fn summary(r: &RunReport) -> String {
+    let c = &r.counts;
+    let what = if r.dry_run { "dry run" } else { "run" };
+    let id = r.run_id.as_deref().unwrap_or("");
+    format!(
+        "{what} {id} {} in {:.1} s: examined {} memories · {} merged into {} · {} archived · relations {} moved, {} folded, {} closed",
+        r.state,
+        r.millis as f64 / 1e3,
+        c.examined,
+        c.merged,
+        c.survivors,
+        c.archived,
+        c.relations_moved,
+        c.relations_folded,
+        c.relations_closed
+    )
+    .replace("  ", " ")
+}
+
+pub(super) fn run(engine: &Engine, call: Call) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    if call.runs {
+        for r in engine.consolidation_runs(20)? {
+            writeln!(
+                out,
+                "{}  {:<11} {}  by {}  {}",
+                r.id,
+                r.state,
+                format_time(r.started_at),
+                r.started_by,
+                r.counts
+            )?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(id) = &call.undo {
+        let r = engine.undo_consolidation(id, call.cascade, "cli")?;
+        if call.json {
+            writeln!(out, "{}", serde_json::to_string(&r)?)?;
+        } else {
+            writeln!(
+                out,
+                "undid {}: {} memories and {} relations put back",
+                r.runs.join(", "),
+                r.memories,
+                r.relations
+            )?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let policy = match &call.policy {
+        Some(p) => Some(serde_json::from_str(p).map_err(|e| {
+            anyhow::anyhow!(
+                "--policy is not JSON ({e}); give an object like '{{\"archive_below\": 0.1}}'"
+            )
+        })?),
+        None => None,
+    };
+    let req = ConsolidateRequest {
+        namespaces: (!call.namespaces.is_empty()).then_some(call.namespaces),
+        steps: (!call.steps.is_empty()).then_some(call.steps),
+        policy,
+        dry_run: call.dry_run,
+        started_by: "cli".into(),
+    };
+    let progress = Progress::new();
+    let res = engine.consolidate(&req, &progress);
+    progress.finish();
+    let report = res?;
+    if call.json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+    } else if let Some(holder) = &report.held_by {
+        writeln!(
+            out,
+            "skipped: run {holder} holds the database; nothing done"
+        )?;
+    } else {
+        writeln!(out, "{}", summary(&report))?;
+        for w in &report.warnings {
+            writeln!(out, "warning: {w}")?;
+        }
+        if report.dry_run {
+            for ex in &report.examples {
+                let into = ex
+                    .into
+                    .as_deref()
+                    .map(|i| format!(" → {i}"))
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "  {:<8} {}{into}: {}",
+                    ex.step,
+                    ex.ids.join(", "),
+                    ex.text
+                )?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,73 @@
+//! The recorded write path of a run: every change keeps the previous version in history under
+//! the run's id (`null` when the run created the row) and appends to the change log, in the
+//! caller's transaction.
+
+use crate::engine::curate::Run;
+use crate::engine::write::snapshot;
+use crate::error::Result;
+use crate::model::Memory;
+use crate::store::history::{self, Entity};
+use crate::store::relations::{self, RelationRow};
+use crate::store::{Db, changes, memories};
+
+impl Run<'_> {
+    /// Replaces memory `old` by `new` (same key).
+    pub(crate) fn save_memory(&self, tx: &Db, old: &Memory, new: &Memory, op: &str) -> Result<()> {
+        history::record_in_run(
+            tx,
+            Entity::Memory,
+            old.key.0,
+            op,
+            &self.actor,
+            self.now,
+            &snapshot(old),
+            &self.id,
+        )?;
+        memories::save_all(tx, new)?;
+        let change = if new.deleted_at.is_some() {
+            changes::ChangeOp::Delete
+        } else {
+            changes::ChangeOp::Upsert
+        };
+        changes::log_memory(tx, new.key, change)
+    }
+
+    /// Replaces relation `old` by `new` (same key).
+    pub(crate) fn save_relation(
+        &self,
+        tx: &Db,
+        old: &RelationRow,
+        new: &RelationRow,
+        op: &str,
+    ) -> Result<()> {
+        history::record_in_run(
+            tx,
+            Entity::Relation,
+            old.key,
+            op,
+            &self.actor,
+            self.now,
+            &serde_json::to_value(old)?,
+            &self.id,
+        )?;
+        relations::write_row(tx, new)?;
+        changes::log_relation(tx, new.key)
+    }
+
+    /// Creates relation `new`; returns its key.
+    pub(crate) fn insert_relation(&self, tx: &Db, new: &RelationRow, op: &str) -> Result<i64> {
+        let key = relations::insert_row(tx, new)?;
+        history::record_in_run(
+            tx,
+            Entity::Relation,
+            key,
+            op,
+            &self.actor,
+            self.now,
+            &serde_json::Value::Null,
+            &self.id,
+        )?;
+        changes::log_relation(tx, key)?;
+        Ok(key)
+    }
+}

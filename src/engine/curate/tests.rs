@@ -1,0 +1,496 @@
+//! Consolidation on small hand-made graphs in a real database, text index and vector index.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::*;
+use crate::config::Config;
+use crate::embed::hashing::HashingEmbedder;
+use crate::engine::traverse::Progressing;
+use crate::engine::{ExportRequest, Link, OutFormat, RelateItem, RememberItem};
+use crate::model::{MemoryRef, RecallMode, RecallQuery};
+
+fn engine() -> (tempfile::TempDir, Engine) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config::for_db(dir.path().join("memory.db"));
+    let e = Engine::open_with(cfg, Some(Arc::new(HashingEmbedder::new(256)))).unwrap();
+    (dir, e)
+}
+
+fn put(e: &Engine, items: Vec<RememberItem>) -> Vec<String> {
+    e.remember(&items)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.unwrap().id)
+        .collect()
+}
+
+fn note(content: &str) -> RememberItem {
+    RememberItem {
+        content: content.into(),
+        ..RememberItem::default()
+    }
+}
+
+fn req(steps: &[&str], policy: serde_json::Value) -> ConsolidateRequest {
+    ConsolidateRequest {
+        steps: Some(steps.iter().map(|s| s.to_string()).collect()),
+        policy: Some(policy),
+        started_by: "test".into(),
+        ..ConsolidateRequest::default()
+    }
+}
+
+fn consolidate(e: &Engine, r: &ConsolidateRequest) -> RunReport {
+    e.consolidate(r, &Progressing::default()).unwrap()
+}
+
+fn get(e: &Engine, id: &str) -> crate::engine::MemoryDetail {
+    e.get(&[MemoryRef::Id(id.into())], false).unwrap().remove(0)
+}
+
+fn export(e: &Engine) -> String {
+    let mut out = Vec::new();
+    let r = ExportRequest {
+        namespaces: None,
+        format: OutFormat::Jsonl,
+        subgraph: None,
+        vectors: false,
+        history: false,
+    };
+    e.export(&r, &mut out, &Progressing::default()).unwrap();
+    // The header carries the time of the export; everything after it is the data.
+    let text = String::from_utf8(out).unwrap();
+    text.split_once('\n').unwrap().1.to_owned()
+}
+
+fn relate(e: &Engine, from: &str, to: &str, kind: &str, weight: f64) {
+    let r = RelateItem {
+        from: from.into(),
+        to: to.into(),
+        kind: kind.into(),
+        weight: Some(weight),
+        metadata: None,
+        namespace: None,
+    };
+    e.relate(&[r]).unwrap().remove(0).unwrap();
+}
+
+fn recall(e: &Engine, text: &str, include_archived: bool) -> Vec<String> {
+    e.recall(&RecallQuery {
+        text: text.into(),
+        limit: 10,
+        mode: RecallMode::Text,
+        include_archived,
+        ..RecallQuery::default()
+    })
+    .unwrap()
+    .hits
+    .into_iter()
+    .map(|h| h.memory.id)
+    .collect()
+}
+
+#[test]
+fn merge_folds_repeats_and_near_duplicates_into_one_survivor_with_every_relation() {
+    let (_d, e) = engine();
+    let ids = put(
+        &e,
+        vec![
+            RememberItem {
+                tags: vec!["work".into()],
+                ..note("Alice is the tech lead of the Atlas project.")
+            },
+            RememberItem {
+                tags: vec!["people".into()],
+                importance: Some(0.8),
+                ..note("Alice is the tech lead of the Atlas project.")
+            },
+            note("Alice is the tech lead of the Atlas project! She joined in 2021."),
+            note("Bob drinks green tea every morning."),
+            RememberItem {
+                kind: Some("episode".into()),
+                ..note("Alice is the tech lead of the Atlas project.")
+            },
+        ],
+    );
+    // The second is a repeat of the first by remember's own rule, so it is the same id.
+    assert_eq!(ids[0], ids[1]);
+    let (alice, near, bob, episode) = (&ids[0], &ids[2], &ids[3], &ids[4]);
+    relate(&e, near, bob, "knows", 0.5);
+    relate(&e, alice, bob, "knows", 0.5);
+    relate(&e, bob, near, "mentions", 1.0);
+    relate(&e, alice, near, "same_as", 1.0);
+
+    let report = consolidate(&e, &req(&["merge"], json!({"merge_similarity": 0.8})));
+    assert_eq!(report.state, "completed");
+    assert_eq!(
+        (report.counts.merged, report.counts.survivors),
+        (1, 1),
+        "{report:?}"
+    );
+    // The longest content survives; the other's sentence says nothing new.
+    let ex = &report.examples[0];
+    assert_eq!(
+        (ex.ids.clone(), ex.into.clone()),
+        (vec![alice.clone()], Some(near.clone()))
+    );
+    let survivor = get(&e, near).memory;
+    assert_eq!(
+        survivor.content,
+        "Alice is the tech lead of the Atlas project! She joined in 2021."
+    );
+    assert_eq!(survivor.tags, vec!["work".to_string()]);
+    assert_eq!(survivor.metadata["merged_from"], json!([alice]));
+    // The merged memory answers with its survivor, and says so.
+    let via = get(&e, alice);
+    assert_eq!(via.memory.id, *near);
+    assert_eq!(via.merged.as_deref(), Some(alice.as_str()));
+    // Another kind is never merged.
+    assert!(get(&e, episode).merged.is_none());
+    // Relations moved: alice→bob folded into near→bob (weights combined), bob→near stays,
+    // alice→near became a self-loop and was closed.
+    let around = get(&e, near).relations;
+    let mut edges: Vec<(String, String, String, f64)> = around
+        .iter()
+        .map(|r| (r.from.clone(), r.to.clone(), r.kind.clone(), r.weight))
+        .collect();
+    edges.sort_by(|a, b| a.2.cmp(&b.2));
+    assert_eq!(
+        edges,
+        vec![
+            (near.clone(), bob.clone(), "knows".into(), 0.75),
+            (bob.clone(), near.clone(), "mentions".into(), 1.0),
+        ]
+    );
+    assert_eq!(
+        (
+            report.counts.relations_folded,
+            report.counts.relations_moved,
+            report.counts.relations_closed
+        ),
+        (1, 0, 1)
+    );
+    // The merged memory left recall.
+    let mut found = recall(&e, "tech lead", false);
+    found.sort();
+    let mut want = vec![near.clone(), episode.clone()];
+    want.sort();
+    assert_eq!(found, want);
+}
+
+#[test]
+fn exact_repeats_merge_without_vectors_and_named_memories_never_merge_into_another_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open_with(Config::for_db(dir.path().join("m.db")), None).unwrap();
+    let ids = put(
+        &e,
+        vec![
+            note("the sky is blue"),
+            RememberItem {
+                valid_from: Some(5),
+                ..note("the sky is blue")
+            },
+            RememberItem {
+                name: Some("sky".into()),
+                ..note("the sky is blue")
+            },
+            RememberItem {
+                name: Some("heaven".into()),
+                ..note("the sky is blue")
+            },
+        ],
+    );
+    let report = consolidate(&e, &req(&["merge"], json!({})));
+    assert!(report.warnings[0].contains("no embedder"), "{report:?}");
+    assert_eq!(report.counts.merged, 1, "{report:?}");
+    // The unnamed one went into a named one; the other name and the dated one stay.
+    let first = get(&e, &ids[0]);
+    assert!(first.memory.name.is_some() && first.merged.is_some());
+    for id in &ids[1..] {
+        assert!(get(&e, id).merged.is_none());
+    }
+}
+
+#[test]
+fn archive_takes_unused_low_salience_memories_out_of_recall_until_restored() {
+    let (_d, e) = engine();
+    let ids = put(
+        &e,
+        vec![
+            note("the old printer code is 4411"),
+            RememberItem {
+                importance: Some(0.95),
+                ..note("the old alarm code is 9182")
+            },
+            RememberItem {
+                tags: vec!["pinned".into()],
+                ..note("the old gate code is 7000")
+            },
+            RememberItem {
+                name: Some("door".into()),
+                ..note("the old door code is 1234")
+            },
+        ],
+    );
+    let policy = json!({"archive_below": 0.6, "archive_unused_days": 0});
+    let report = consolidate(&e, &req(&["decay", "archive"], policy));
+    assert_eq!(report.counts.archived, 1, "{report:?}");
+    assert_eq!(report.counts.low_salience, 3, "{report:?}");
+    assert_eq!(report.examples[0].ids, vec![ids[0].clone()]);
+    assert!(get(&e, &ids[0]).memory.archived_at.is_some());
+    assert!(recall(&e, "printer", false).is_empty());
+    assert_eq!(recall(&e, "printer", true), vec![ids[0].clone()]);
+    e.restore(&[MemoryRef::Id(ids[0].clone())], &[], "test")
+        .unwrap();
+    assert!(get(&e, &ids[0]).memory.archived_at.is_none());
+    assert_eq!(recall(&e, "printer", false), vec![ids[0].clone()]);
+}
+
+#[test]
+fn undo_restores_exactly_the_state_before_and_a_dry_run_writes_nothing() {
+    let (_d, e) = engine();
+    let ids = put(
+        &e,
+        vec![
+            note("Carol moved to Lisbon in May 2023."),
+            note("Carol moved to Lisbon in May 2023!"),
+            note("Carol moved to Lisbon in May 2023."),
+            note("Dan sells bicycles."),
+            note("an unused detail nobody asks about"),
+        ],
+    );
+    relate(&e, &ids[1], &ids[3], "knows", 0.4);
+    relate(&e, &ids[3], &ids[3], "likes", 0.4);
+    let before = export(&e);
+    let head = e.store.read(crate::store::changes::max_seq).unwrap();
+    let policy = json!({"merge_similarity": 0.8, "archive_below": 0.6, "archive_unused_days": 0});
+    let dry = consolidate(
+        &e,
+        &ConsolidateRequest {
+            dry_run: true,
+            ..req(&["merge", "decay", "archive", "hygiene"], policy.clone())
+        },
+    );
+    assert!(dry.run_id.is_none());
+    assert!(
+        dry.counts.merged >= 1 && dry.counts.archived >= 1,
+        "{dry:?}"
+    );
+    assert_eq!(e.store.read(crate::store::changes::max_seq).unwrap(), head);
+    assert!(e.consolidation_runs(10).unwrap().is_empty());
+    assert_eq!(export(&e), before);
+
+    let run = consolidate(&e, &req(&["merge", "decay", "archive", "hygiene"], policy));
+    assert_eq!(run.counts.merged, dry.counts.merged, "{run:?} vs {dry:?}");
+    assert_eq!(run.counts.relations_closed, 1, "the self-loop");
+    assert_ne!(export(&e), before);
+    let id = run.run_id.clone().unwrap();
+    let undone = e.undo_consolidation(&id, false, "test").unwrap();
+    assert_eq!(undone.runs, vec![id.clone()]);
+    assert_eq!(export(&e), before);
+    assert_eq!(recall(&e, "Lisbon", false).len(), 2);
+    // Undoing twice, or an unknown run, is refused by name.
+    let again = e.undo_consolidation(&id, false, "test").unwrap_err();
+    assert!(again.to_string().contains("undone already"), "{again}");
+    let unknown = e.undo_consolidation("run_nope", false, "test").unwrap_err();
+    assert!(unknown.to_string().contains("run_nope"), "{unknown}");
+}
+
+#[test]
+fn undo_of_a_run_later_runs_built_on_is_refused_or_cascades_newest_first() {
+    let (_d, e) = engine();
+    let ids = put(
+        &e,
+        vec![
+            note("Erin plays the cello."),
+            note("Erin plays the cello!"),
+            note("Erin plays the cello?"),
+        ],
+    );
+    let merge = |e: &Engine| consolidate(e, &req(&["merge"], json!({"merge_similarity": 0.8})));
+    let before = export(&e);
+    let first = merge(&e).run_id.unwrap();
+    // A later change by someone else to a survivor: undo would overwrite it.
+    // A later run that archives what the first one merged builds on it.
+    e.remember(&[note("Erin plays the cello, loudly.")])
+        .unwrap();
+    let archive = json!({"archive_below": 0.6, "archive_unused_days": 0});
+    let second = consolidate(&e, &req(&["archive"], archive)).run_id.unwrap();
+    let refused = e.undo_consolidation(&first, false, "test").unwrap_err();
+    assert!(refused.to_string().contains(&second), "{refused}");
+    let report = e.undo_consolidation(&first, true, "test").unwrap();
+    assert_eq!(report.runs, vec![second.clone(), first.clone()]);
+    let after: Vec<String> = export(&e).lines().map(str::to_owned).collect();
+    for line in before.lines() {
+        assert!(after.iter().any(|l| l == line), "{line} is back as it was");
+    }
+    assert!(get(&e, &ids[0]).memory.archived_at.is_none());
+    // A user's own change after a run blocks its undo.
+    let third = merge(&e).run_id.unwrap();
+    let kept = get(&e, &ids[0]).memory.id;
+    e.update(
+        &MemoryRef::Id(kept),
+        &crate::model::MemoryPatch {
+            importance: Some(0.7),
+            ..Default::default()
+        },
+        "tool:update",
+    )
+    .unwrap();
+    let blocked = e.undo_consolidation(&third, true, "test").unwrap_err();
+    assert!(blocked.to_string().contains("tool:update"), "{blocked}");
+}
+
+#[test]
+fn bad_requests_name_the_field_and_write_nothing() {
+    let (_d, e) = engine();
+    put(&e, vec![note("something")]);
+    let head = e.store.read(crate::store::changes::max_seq).unwrap();
+    let ctl = Progressing::default();
+    for (r, field) in [
+        (req(&["merge", "shrink"], json!({})), "steps[1]"),
+        (
+            req(&["merge"], json!({"half_life_days": 0})),
+            "policy.half_life_days",
+        ),
+        (
+            req(&["merge"], json!({"merge_similarity": 2})),
+            "policy.merge_similarity",
+        ),
+        (
+            ConsolidateRequest {
+                namespaces: Some(vec!["nowhere".into()]),
+                ..req(&["merge"], json!({}))
+            },
+            "namespaces[0]",
+        ),
+    ] {
+        match e.consolidate(&r, &ctl).unwrap_err() {
+            Error::InvalidArgument { field: f, .. } => assert_eq!(f, field),
+            other => panic!("{other}"),
+        }
+    }
+    assert_eq!(e.store.read(crate::store::changes::max_seq).unwrap(), head);
+    assert!(e.consolidation_runs(10).unwrap().is_empty());
+}
+
+#[test]
+fn a_second_run_while_one_holds_the_lease_is_skipped_and_names_it() {
+    let (_d, e) = engine();
+    put(&e, vec![note("x")]);
+    e.store
+        .write(|tx| {
+            runs::take_lease(
+                tx,
+                LEASE,
+                "run:run_other",
+                Some("run_other"),
+                now_millis(),
+                LEASE_STALE_MS,
+            )
+            .map(drop)
+        })
+        .unwrap();
+    let r = consolidate(&e, &req(&["merge"], json!({})));
+    assert_eq!(
+        (r.state.as_str(), r.held_by.as_deref()),
+        ("skipped", Some("run_other"))
+    );
+    assert!(e.consolidation_runs(10).unwrap().is_empty());
+}
+
+/// Cancelled after its first committed batch, as a stopped task would be.
+#[derive(Default)]
+struct StopAfterFirstBatch {
+    batches: std::sync::atomic::AtomicU32,
+}
+
+impl Control for StopAfterFirstBatch {
+    fn report(&self, _p: &WorkProgress) {}
+    fn is_cancelled(&self) -> bool {
+        self.batches.load(std::sync::atomic::Ordering::Relaxed) >= 1
+    }
+    fn checkpointed(&self, _c: &serde_json::Value) {
+        self.batches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_cancelled_run_keeps_what_it_committed_consistent_and_undoable() {
+    let (_d, e) = engine();
+    let mut items = Vec::new();
+    for i in 0..120 {
+        items.push(note(&format!("fact number {i} about topic {i}")));
+        items.push(note(&format!("fact number {i} about topic {i}")));
+    }
+    // Remember refuses twins: store the second of each pair with another kind, then make it a
+    // note through update so the pair are exact repeats.
+    let ids = put(&e, items.iter().step_by(2).cloned().collect());
+    let twins = put(
+        &e,
+        items
+            .iter()
+            .step_by(2)
+            .map(|i| RememberItem {
+                valid_from: Some(1),
+                ..i.clone()
+            })
+            .collect(),
+    );
+    for t in &twins {
+        e.update(
+            &MemoryRef::Id(t.clone()),
+            &crate::model::MemoryPatch {
+                valid_from: Some(None),
+                ..Default::default()
+            },
+            "test",
+        )
+        .unwrap();
+    }
+    let before = export(&e);
+    let ctl = StopAfterFirstBatch::default();
+    let err = e
+        .consolidate(&req(&["merge"], json!({})), &ctl)
+        .unwrap_err();
+    assert!(matches!(err, Error::Cancelled), "{err}");
+    let run = e.consolidation_runs(1).unwrap().remove(0);
+    assert_eq!(run.state, "cancelled");
+    let merged: u64 = serde_json::from_value(run.counts["merged"].clone()).unwrap();
+    assert_eq!(merged, super::merge::CLUSTERS_PER_BATCH as u64, "one batch");
+    assert!(ids.len() == 120);
+    e.undo_consolidation(&run.id, false, "test").unwrap();
+    assert_eq!(export(&e), before);
+    // A full run after it merges every pair.
+    let full = consolidate(&e, &req(&["merge"], json!({})));
+    assert_eq!(full.counts.merged, 120);
+}
+
+#[test]
+fn link_targets_of_merged_memories_resolve_to_the_survivor() {
+    let (_d, e) = engine();
+    let ids = put(
+        &e,
+        vec![
+            note("Frank repairs old radios."),
+            note("Frank repairs old radios!"),
+        ],
+    );
+    consolidate(&e, &req(&["merge"], json!({"merge_similarity": 0.8})));
+    let survivor = get(&e, &ids[1]).memory.id;
+    let linked = put(
+        &e,
+        vec![RememberItem {
+            links: vec![Link {
+                to: survivor.clone(),
+                kind: "about".into(),
+                weight: None,
+            }],
+            ..note("radios need valves")
+        }],
+    );
+    assert_eq!(get(&e, &linked[0]).relations[0].to, survivor);
+}
