@@ -11,6 +11,15 @@
 //! `cargo run --release --example locomo -- path/to/locomo10.json [--weights TEXT:VECTOR]…`
 //! Each `--weights` adds a hybrid row with those fusion weights. `data/locomo/sample.json` is a
 //! tiny made-up file in the same shape; the tests here run on it.
+//!
+//! `--mess` adds a realistic mess: every turn re-stated once in other words by a deterministic
+//! script (synonym swaps, sentences reordered, "X said:"), as an agent re-remembering it would
+//! (metadata `restates` names the turn, for scoring only); every seventh turn's record stored
+//! again near-exactly (its final punctuation changed, its metadata kept), and every eleventh
+//! exactly, as a client sending a record twice would. `--consolidate` then scores text and hybrid recall before and after a consolidation
+//! run with the default policy, and reports memories before and after, the run time, and the
+//! merges that were wrong (a memory merged into another turn's survivor). A hit counts for the
+//! turn it states: its own turn id, or the turn a re-statement re-states.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -34,7 +43,8 @@ macro_rules! say {
     }};
 }
 
-const USAGE: &str = "usage: locomo PATH/TO/locomo10.json [--weights TEXT:VECTOR]...";
+const USAGE: &str =
+    "usage: locomo PATH/TO/locomo10.json [--weights TEXT:VECTOR]... [--mess] [--consolidate]";
 /// Question categories scored (5, adversarial, has no evidence to find).
 const CATEGORIES: [u64; 4] = [1, 2, 3, 4];
 const K: usize = 10;
@@ -45,6 +55,10 @@ struct Args {
     path: PathBuf,
     /// Extra hybrid rows, one per `--weights TEXT:VECTOR`.
     weights: Vec<(f32, f32)>,
+    /// Add re-statements and repeats of the turns.
+    mess: bool,
+    /// Score before and after a consolidation run.
+    consolidate: bool,
 }
 
 /// One question to score: its conversation's namespace, its text, its evidence turn ids.
@@ -101,9 +115,14 @@ fn writeln_err(s: &str) {
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut path = None;
     let mut weights = Vec::new();
+    let (mut mess, mut consolidate) = (false, false);
     let mut args = args.into_iter();
     while let Some(a) = args.next() {
-        if a == "--weights" {
+        if a == "--mess" {
+            mess = true;
+        } else if a == "--consolidate" {
+            consolidate = true;
+        } else if a == "--weights" {
             let v = args.next().ok_or("--weights needs a value such as 1:1")?;
             weights.push(parse_weights(&v)?);
         } else if let Some(v) = a.strip_prefix("--weights=") {
@@ -115,7 +134,12 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
         }
     }
     let path = path.ok_or("no data file given")?;
-    Ok(Args { path, weights })
+    Ok(Args {
+        path,
+        weights,
+        mess,
+        consolidate,
+    })
 }
 
 /// `TEXT:VECTOR`, two non-negative numbers, not both 0 (what recall's `weights` accepts).
@@ -170,6 +194,21 @@ fn run(args: &Args) -> anyhow::Result<()> {
         corpus.import_s,
         corpus.questions.len()
     );
+    let mess = if args.mess {
+        let m = add_mess(&corpus)?;
+        say!(
+            "mess: {} re-statements and {} near-exact repeats stored; {} exact repeats were the stored memory again (remember's identity)\n",
+            m.restated.len(),
+            m.near.len(),
+            m.exact
+        );
+        Some(m)
+    } else {
+        None
+    };
+    if args.consolidate {
+        return before_and_after(&corpus, mess.as_ref());
+    }
     say!("| ranking | expand | R@5 | R@10 | NDCG@10 | p50 ms |");
     say!("|---|---|---|---|---|---|");
     for setup in setups(&args.weights) {
@@ -287,15 +326,286 @@ fn ranked(engine: &Engine, q: &Question, setup: &Setup) -> anyhow::Result<Vec<St
         ..RecallQuery::default()
     });
     match page {
-        Ok(p) => Ok(p
-            .hits
-            .into_iter()
-            .filter_map(|h| h.memory.metadata["dia_id"].as_str().map(str::to_owned))
-            .collect()),
+        // A turn stated twice (a re-statement beside its turn) counts once, where it ranks first.
+        Ok(p) => {
+            let mut seen = HashSet::new();
+            Ok(p.hits
+                .into_iter()
+                .filter_map(|h| turn_of(&h.memory.metadata))
+                .filter(|t| seen.insert(t.clone()))
+                .collect())
+        }
         // A question with no searchable words finds nothing.
         Err(e) if e.is_user_error() => Ok(Vec::new()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The turn a memory states: its own turn id, or the one it re-states.
+fn turn_of(metadata: &Value) -> Option<String> {
+    metadata["dia_id"]
+        .as_str()
+        .or_else(|| metadata["restates"].as_str())
+        .map(str::to_owned)
+}
+
+/// Word swaps of the re-statements (both ways).
+const SYNONYMS: [(&str, &str); 24] = [
+    ("went", "headed"),
+    ("great", "wonderful"),
+    ("really", "truly"),
+    ("happy", "glad"),
+    ("think", "believe"),
+    ("big", "large"),
+    ("love", "adore"),
+    ("started", "began"),
+    ("help", "assist"),
+    ("friends", "pals"),
+    ("amazing", "incredible"),
+    ("recently", "lately"),
+    ("awesome", "fantastic"),
+    ("beautiful", "lovely"),
+    ("hard", "tough"),
+    ("kids", "children"),
+    ("job", "work"),
+    ("trip", "journey"),
+    ("photo", "picture"),
+    ("glad", "pleased"),
+    ("excited", "thrilled"),
+    ("important", "significant"),
+    ("nice", "pleasant"),
+    ("so", "very"),
+];
+
+/// A turn said again in other words: "Speaker said:", synonyms swapped, sentences in another
+/// order.
+fn restate(content: &str) -> String {
+    let (speaker, text) = match content.split_once(": ") {
+        Some((s, t)) if !s.contains(' ') || s.len() < 24 => (Some(s), t),
+        _ => (None, content),
+    };
+    let swapped: Vec<String> = text
+        .split(' ')
+        .map(|w| {
+            let core = w.trim_end_matches(|c: char| !c.is_alphanumeric());
+            let tail = &w[core.len()..];
+            let lower = core.to_lowercase();
+            let other = SYNONYMS.iter().find_map(|&(a, b)| {
+                if lower == a {
+                    Some(b)
+                } else if lower == b {
+                    Some(a)
+                } else {
+                    None
+                }
+            });
+            match other {
+                Some(o) => format!("{o}{tail}"),
+                None => w.to_owned(),
+            }
+        })
+        .collect();
+    let joined = swapped.join(" ");
+    let mut sentences: Vec<&str> = joined
+        .split_inclusive(['.', '!', '?'])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if sentences.len() > 1 {
+        sentences.rotate_left(1);
+    }
+    let body = sentences.join(" ");
+    match speaker {
+        Some(s) => format!("{s} said: {body}"),
+        None => body,
+    }
+}
+
+/// What [`add_mess`] stored: (memory id, the turn it states).
+struct Mess {
+    restated: Vec<(String, String)>,
+    near: Vec<(String, String)>,
+    exact: usize,
+}
+
+/// Adds the re-statements and repeats of every turn (see the module docs), through `remember`.
+fn add_mess(corpus: &Corpus) -> anyhow::Result<Mess> {
+    use mnemograph::engine::RememberItem;
+    let mut mess = Mess {
+        restated: Vec::new(),
+        near: Vec::new(),
+        exact: 0,
+    };
+    for (namespace, turns) in turns_by_namespace(corpus)? {
+        let mut items = Vec::new();
+        let mut what = Vec::new();
+        for (i, (_, turn, content, metadata)) in turns.iter().enumerate() {
+            let item = |content: String, metadata: Value| RememberItem {
+                content,
+                kind: Some("episode".into()),
+                namespace: Some(namespace.clone()),
+                metadata: Some(metadata),
+                ..RememberItem::default()
+            };
+            items.push(item(
+                restate(content),
+                serde_json::json!({ "restates": turn }),
+            ));
+            what.push((0, turn.clone()));
+            if i % 7 == 3 {
+                let near = match content.strip_suffix(['.', '!', '?']) {
+                    Some(c) => format!("{c}!!"),
+                    None => format!("{content}!"),
+                };
+                items.push(item(near, metadata.clone()));
+                what.push((1, turn.clone()));
+            }
+            if i % 11 == 5 {
+                items.push(item(content.clone(), metadata.clone()));
+                what.push((2, turn.clone()));
+            }
+        }
+        for chunk in items.chunks(500).zip(what.chunks(500)) {
+            for (r, (sort, turn)) in corpus.engine.remember(chunk.0)?.into_iter().zip(chunk.1) {
+                let r = r?;
+                match (sort, r.duplicate) {
+                    (_, true) => mess.exact += 1,
+                    (0, false) => mess.restated.push((r.id, turn.clone())),
+                    (_, false) => mess.near.push((r.id, turn.clone())),
+                }
+            }
+        }
+    }
+    corpus.engine.reindex_vectors()?;
+    Ok(mess)
+}
+
+/// A turn as exported: id, turn id, content, metadata.
+type Turn = (String, String, String, Value);
+
+/// Every live turn of the corpus by namespace, from an export.
+fn turns_by_namespace(
+    corpus: &Corpus,
+) -> anyhow::Result<std::collections::BTreeMap<String, Vec<Turn>>> {
+    use mnemograph::engine::{ExportRequest, OutFormat};
+    let mut out = Vec::new();
+    let req = ExportRequest {
+        namespaces: None,
+        format: OutFormat::Jsonl,
+        subgraph: None,
+        vectors: false,
+        history: false,
+    };
+    corpus
+        .engine
+        .export(&req, &mut out, &Progressing::default())?;
+    let mut by_ns = std::collections::BTreeMap::<String, Vec<_>>::new();
+    for line in String::from_utf8(out)?.lines() {
+        let v: Value = serde_json::from_str(line)?;
+        if v["type"] != "memory" {
+            continue;
+        }
+        if let (Some(id), Some(ns), Some(turn), Some(content)) = (
+            v["id"].as_str(),
+            v["namespace"].as_str(),
+            v["metadata"]["dia_id"].as_str(),
+            v["content"].as_str(),
+        ) {
+            by_ns.entry(ns.to_owned()).or_default().push((
+                id.to_owned(),
+                turn.to_owned(),
+                content.to_owned(),
+                v["metadata"].clone(),
+            ));
+        }
+    }
+    Ok(by_ns)
+}
+
+/// Merged memories and how many of them went into another turn's survivor.
+fn wrong_merges(engine: &Engine, memories: &[(String, String)]) -> anyhow::Result<(usize, usize)> {
+    use mnemograph::model::MemoryRef;
+    let (mut merged, mut wrong) = (0, 0);
+    for chunk in memories.chunks(100) {
+        let refs: Vec<MemoryRef> = chunk
+            .iter()
+            .map(|(id, _)| MemoryRef::Id(id.clone()))
+            .collect();
+        for (d, (_, turn)) in engine.get(&refs, false)?.into_iter().zip(chunk) {
+            if d.merged.is_some() {
+                merged += 1;
+                if turn_of(&d.memory.metadata).as_deref() != Some(turn.as_str()) {
+                    wrong += 1;
+                }
+            }
+        }
+    }
+    Ok((merged, wrong))
+}
+
+/// Scores text and default hybrid recall, consolidates with the default policy, scores again.
+fn before_and_after(corpus: &Corpus, mess: Option<&Mess>) -> anyhow::Result<()> {
+    use mnemograph::engine::curate::ConsolidateRequest;
+    let rows = [&setups(&[])[0], &setups(&[])[2]];
+    let memories_before = corpus.engine.stats()?.memories;
+    let repeats: HashSet<&str> = mess
+        .map(|m| m.near.iter().map(|(id, _)| id.as_str()).collect())
+        .unwrap_or_default();
+    let originals: Vec<(String, String)> = turns_by_namespace(corpus)?
+        .into_values()
+        .flatten()
+        .filter(|(id, ..)| !repeats.contains(id.as_str()))
+        .map(|(id, turn, _, _)| (id, turn))
+        .collect();
+    let mut before = Vec::new();
+    for setup in rows {
+        before.push(evaluate(corpus, setup)?);
+    }
+    let started = Instant::now();
+    let report = corpus.engine.consolidate(
+        &ConsolidateRequest {
+            started_by: "example:locomo".into(),
+            ..ConsolidateRequest::default()
+        },
+        &Progressing::default(),
+    )?;
+    let run_s = started.elapsed().as_secs_f64();
+    corpus.engine.reindex_vectors()?;
+    let memories_after = corpus.engine.stats()?.memories;
+    say!(
+        "consolidation: {} merged into {} survivors, {} archived, in {run_s:.1} s; memories {memories_before} → {memories_after}",
+        report.counts.merged,
+        report.counts.survivors,
+        report.counts.archived
+    );
+    for (label, list) in [
+        ("turns of the conversations", Some(&originals)),
+        ("re-statements", mess.map(|m| &m.restated)),
+        ("near-exact repeats", mess.map(|m| &m.near)),
+    ] {
+        if let Some(list) = list {
+            let (merged, wrong) = wrong_merges(&corpus.engine, list)?;
+            say!(
+                "{label}: {} stored, {merged} merged, {wrong} into another turn's survivor ({:.1} % of merged)",
+                list.len(),
+                100.0 * wrong as f64 / merged.max(1) as f64
+            );
+        }
+    }
+    say!("\n| ranking | R@10 before | R@10 after | NDCG@10 before | NDCG@10 after |");
+    say!("|---|---|---|---|---|");
+    for (setup, b) in rows.iter().zip(&before) {
+        let a = evaluate(corpus, setup)?;
+        say!(
+            "| {} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            setup.label,
+            b.1,
+            a.1,
+            b.2,
+            a.2
+        );
+    }
+    Ok(())
 }
 
 /// Mean recall@5, recall@10 and NDCG@10 over the questions, and the median recall time.
@@ -347,6 +657,17 @@ mod tests {
     }
 
     #[test]
+    fn restatements_swap_words_and_reorder_sentences() {
+        assert_eq!(
+            restate("Melanie: I went to the beach. It was so great!"),
+            "Melanie said: It was very wonderful! I headed to the beach."
+        );
+        assert_eq!(restate("no speaker here"), "no speaker here");
+        let m = args(&["f.json", "--mess", "--consolidate"]).unwrap();
+        assert!(m.mess && m.consolidate);
+    }
+
+    #[test]
     fn weights_flags_add_hybrid_rows() {
         assert_eq!(parse_weights("1:1"), Ok((1.0, 1.0)));
         assert_eq!(parse_weights(" 1 : 0.25 "), Ok((1.0, 0.25)));
@@ -361,6 +682,8 @@ mod tests {
             Ok(Args {
                 path: "f.json".into(),
                 weights: vec![(1.0, 1.0), (2.0, 1.0)],
+                mess: false,
+                consolidate: false,
             })
         );
         assert!(args(&[]).is_err());

@@ -962,6 +962,24 @@ impl VectorIndex {
         hits.into_iter().map(|h| (h.key, h.score)).collect()
     }
 
+    /// The k nearest live keys through the graph alone, with a candidate list of `ef` (the
+    /// staged vectors are scanned as always): for finding near-duplicates of every memory in
+    /// turn, whose nearest neighbours a short list finds. Never a scan of the whole index.
+    pub fn nearest(&self, query: &[f32], k: usize, ef: usize) -> Vec<(u64, f32)> {
+        let Some(query) = self.query_vector(query) else {
+            return Vec::new();
+        };
+        let st = self.read();
+        if k == 0 || st.live_count() == 0 {
+            return Vec::new();
+        }
+        let hits = st.graph_search(&query, k, ef.max(k), None);
+        st.with_staged(&query, k, None, hits)
+            .into_iter()
+            .map(|h| (h.key, h.score))
+            .collect()
+    }
+
     /// Exact top k over all live vectors in scope (brute force): the ground truth of [`search`],
     /// with the same scores.
     ///

@@ -12,11 +12,13 @@ use rayon::prelude::*;
 use crate::engine::curate::{Batch, Example, Run, truncate};
 use crate::engine::recall::{jaccard, word_set};
 use crate::error::Result;
-use crate::index::vector::Scope;
 use crate::model::{Memory, MemoryKey};
 use crate::store::relations::{self, RelationRow};
 use crate::store::{Db, memories, new_id, vectors};
 
+/// Candidate list of the graph search for each memory's near-duplicates: they are its very
+/// nearest neighbours, which a short list finds.
+const SEARCH_LIST: usize = 64;
 /// Clusters applied per transaction.
 pub(super) const CLUSTERS_PER_BATCH: usize = 50;
 
@@ -33,20 +35,20 @@ type Rank = (
     std::cmp::Reverse<bool>,
     std::cmp::Reverse<i64>,
     std::cmp::Reverse<i64>,
-    std::cmp::Reverse<usize>,
     i64,
+    std::cmp::Reverse<usize>,
     MemoryKey,
 );
 
 /// The order in which memories become survivors: named first, then the most important, the
-/// most used, the longest, the oldest.
+/// most used, the oldest (the first wording; later ones add their new sentences), the longest.
 fn rank(m: &Memory) -> Rank {
     (
         std::cmp::Reverse(m.name.is_some()),
         std::cmp::Reverse((m.importance * 1e6) as i64),
         std::cmp::Reverse(m.access_count),
-        std::cmp::Reverse(m.content.len()),
         m.created_at,
+        std::cmp::Reverse(m.content.len()),
         m.key,
     )
 }
@@ -162,7 +164,7 @@ fn plan(run: &mut Run<'_>, ns: &str) -> Result<Vec<Cluster>> {
                 return Vec::new();
             };
             engine
-                .with_loaded_vector_index(|ix| ix.search(&v.vec, k, Scope::All))
+                .with_loaded_vector_index(|ix| ix.nearest(&v.vec, k, SEARCH_LIST))
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(key, s)| (MemoryKey(key as i64), s))
