@@ -494,3 +494,120 @@ fn link_targets_of_merged_memories_resolve_to_the_survivor() {
     );
     assert_eq!(get(&e, &linked[0]).relations[0].to, survivor);
 }
+
+/// A run that stops after its first committed batch, then (as an adopted task would) goes on
+/// from the checkpoint it saved.
+#[derive(Default)]
+struct Resuming {
+    inner: StopAfterFirstBatch,
+    stop: bool,
+    from: Option<serde_json::Value>,
+    saved: std::sync::Mutex<Option<serde_json::Value>>,
+}
+
+impl Control for Resuming {
+    fn report(&self, _p: &WorkProgress) {}
+    fn is_cancelled(&self) -> bool {
+        self.stop && self.inner.is_cancelled()
+    }
+    fn resume_from(&self) -> Option<serde_json::Value> {
+        self.from.clone()
+    }
+    fn checkpointed(&self, c: &serde_json::Value) {
+        self.inner.checkpointed(c);
+        *self.saved.lock().unwrap() = Some(c.clone());
+    }
+}
+
+const CLUSTERS_PER_BATCH_U64: u64 = super::merge::CLUSTERS_PER_BATCH as u64;
+
+/// The memories of an export without `updated_at` (the time a run changed them; relations moved
+/// by a run get new random ids, so they are left out too).
+fn memory_lines(export: &str) -> Vec<serde_json::Value> {
+    export
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "memory")
+        .map(|mut v| {
+            v.as_object_mut().unwrap().remove("updated_at");
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_stopped_mid_way_resumes_under_its_id_and_ends_like_an_uninterrupted_one() {
+    let (dir, e) = engine();
+    let mut items = Vec::new();
+    for i in 0..90 {
+        items.push(note(&format!("fact number {i} about topic {i}.")));
+        items.push(note(&format!("fact number {i} about topic {i}!")));
+    }
+    items.push(note("nobody asked about this old detail"));
+    put(&e, items);
+    drop(e);
+    let twin = dir.path().join("twin.db");
+    crate::engine::tests::copy_db(&dir.path().join("memory.db"), &twin);
+    let policy = json!({"merge_similarity": 0.8, "archive_below": 0.6, "archive_unused_days": 0});
+
+    let whole = Engine::open_with(
+        Config::for_db(dir.path().join("memory.db")),
+        Some(Arc::new(HashingEmbedder::new(256))),
+    )
+    .unwrap();
+    let all = consolidate(&whole, &req(&["merge", "archive"], policy.clone()));
+    assert!(
+        all.counts.merged > CLUSTERS_PER_BATCH_U64,
+        "more than one batch: {all:?}"
+    );
+
+    let e = Engine::open_with(
+        Config::for_db(twin),
+        Some(Arc::new(HashingEmbedder::new(256))),
+    )
+    .unwrap();
+    let first = Resuming {
+        stop: true,
+        ..Resuming::default()
+    };
+    assert!(matches!(
+        e.consolidate(&req(&["merge", "archive"], policy.clone()), &first),
+        Err(Error::Cancelled)
+    ));
+    let checkpoint = first.saved.lock().unwrap().clone().unwrap();
+    let id = checkpoint["run"].as_str().unwrap().to_owned();
+    // As if its process had died: the row still says running and the lease is its own.
+    e.store
+        .write(|tx| {
+            let row = runs::get(tx, &id)?.unwrap();
+            runs::finish(tx, &id, "running", &row.counts, now_millis())?;
+            runs::take_lease(
+                tx,
+                LEASE,
+                &format!("run:{id}"),
+                Some(&id),
+                now_millis(),
+                LEASE_STALE_MS,
+            )
+            .map(drop)
+        })
+        .unwrap();
+    let resumed = e
+        .consolidate(
+            &req(&["merge", "archive"], policy),
+            &Resuming {
+                from: Some(checkpoint),
+                ..Resuming::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(resumed.run_id.as_deref(), Some(id.as_str()));
+    assert_eq!(resumed.counts.merged, all.counts.merged, "{resumed:?}");
+    assert_eq!(resumed.counts.archived, all.counts.archived);
+    let runs = e.consolidation_runs(10).unwrap();
+    assert_eq!(runs.len(), 1, "one run, resumed under its id");
+    assert_eq!(runs[0].state, "completed");
+    assert_eq!(memory_lines(&export(&e)), memory_lines(&export(&whole)));
+    // And it undoes as one run.
+    e.undo_consolidation(&id, false, "test").unwrap();
+}
