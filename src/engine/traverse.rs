@@ -355,6 +355,39 @@ impl Engine {
         Ok(outcome.reached.iter().map(|r| MemoryKey(r.key)).collect())
     }
 
+    /// Takes the memories consolidation archived out of a walk's listing (they are walked
+    /// through, so what lies behind them is still reached; seeds are always listed), reading
+    /// rows only until `limit` nodes are kept.
+    fn drop_archived(
+        &self,
+        order: &mut Vec<usize>,
+        reached: &[crate::graph::traverse::Reached],
+        limit: usize,
+    ) -> Result<()> {
+        let mut kept = Vec::with_capacity(limit.min(order.len()));
+        for chunk in order.chunks(FOCUS_BATCH) {
+            if kept.len() >= limit {
+                break;
+            }
+            let keys: Vec<MemoryKey> = chunk.iter().map(|&i| MemoryKey(reached[i].key)).collect();
+            let archived: HashSet<i64> = self
+                .store
+                .read(|c| memories::by_keys(c, &keys))?
+                .into_iter()
+                .filter(|m| m.archived_at.is_some())
+                .map(|m| m.key.0)
+                .collect();
+            kept.extend(
+                chunk
+                    .iter()
+                    .copied()
+                    .filter(|&i| reached[i].depth == 0 || !archived.contains(&reached[i].key)),
+            );
+        }
+        *order = kept;
+        Ok(())
+    }
+
     pub fn traverse(&self, req: &TraverseRequest, ctl: &dyn Control) -> Result<TraverseResult> {
         let seeds = self.check_traverse(req)?;
         let view = self.synced_graph_or_cancelled(|| ctl.is_cancelled())?;
@@ -421,6 +454,7 @@ impl Engine {
                     .then(a.cmp(&b))
             });
         }
+        self.drop_archived(&mut order, &outcome.reached, req.limit)?;
         order.truncate(req.limit);
 
         // Materialise only what the answer lists (plus path ancestors).

@@ -12,9 +12,12 @@ pub const REINFORCEMENT: f64 = 0.2;
 
 const DAY_MS: f64 = 86_400_000.0;
 
-/// `salience` computed at `at`, decayed to `now` with the half-life `half_life_days`.
+/// `salience` computed at `at`, decayed to `now` with the half-life `half_life_days`, by whole
+/// days of age: memories stored or used on the same day keep equal saliences, so recall's boost
+/// never reorders ties by milliseconds (pages of one query stay consistent while its hits are
+/// reinforced).
 pub fn decayed(salience: f64, at: Millis, now: Millis, half_life_days: f64) -> f64 {
-    let age_days = (now - at).max(0) as f64 / DAY_MS;
+    let age_days = ((now - at).max(0) / DAY_MS as i64) as f64;
     (salience * 0.5f64.powf(age_days / half_life_days)).clamp(0.0, 1.0)
 }
 
@@ -39,6 +42,7 @@ mod tests {
         assert!((decayed(0.8, 0, 30 * day, 30.0) - 0.4).abs() < 1e-9);
         assert!((decayed(0.8, 0, 60 * day, 30.0) - 0.2).abs() < 1e-9);
         assert_eq!(decayed(0.8, 10, 0, 30.0), 0.8, "no growth before its time");
+        assert_eq!(decayed(0.8, 0, day - 1, 30.0), 0.8, "whole days only");
         let once = reinforced(0.5, 0, 0);
         assert!((once - 0.6).abs() < 1e-9);
         assert!(reinforced(once, 0, 0) > once);

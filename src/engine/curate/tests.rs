@@ -611,3 +611,52 @@ fn a_run_stopped_mid_way_resumes_under_its_id_and_ends_like_an_uninterrupted_one
     // And it undoes as one run.
     e.undo_consolidation(&id, false, "test").unwrap();
 }
+
+#[test]
+fn a_walk_goes_through_archived_memories_without_listing_them() {
+    use crate::engine::traverse::{Shape, TraverseRequest};
+    use crate::graph::Direction;
+    let (_d, e) = engine();
+    let ids = put(
+        &e,
+        vec![
+            RememberItem {
+                importance: Some(0.95),
+                ..note("the seed project")
+            },
+            note("an old meeting nobody recalls"),
+            RememberItem {
+                importance: Some(0.95),
+                ..note("the decision that meeting took")
+            },
+        ],
+    );
+    relate(&e, &ids[0], &ids[1], "has", 1.0);
+    relate(&e, &ids[1], &ids[2], "led_to", 1.0);
+    let policy = json!({"archive_below": 0.6, "archive_unused_days": 0});
+    assert_eq!(
+        consolidate(&e, &req(&["archive"], policy)).counts.archived,
+        1
+    );
+    let walk = e
+        .traverse(
+            &TraverseRequest {
+                seeds: vec![MemoryRef::Id(ids[0].clone())],
+                query: None,
+                namespaces: crate::model::NamespaceScope::All,
+                depth: 2,
+                direction: Direction::Out,
+                kinds: Vec::new(),
+                min_weight: 0.0,
+                valid_at: None,
+                max_nodes: 100,
+                shape: Shape::Nodes,
+                focus: None,
+                limit: 10,
+            },
+            &Progressing::default(),
+        )
+        .unwrap();
+    let listed: Vec<&str> = walk.nodes.iter().map(|n| n.memory.id.as_str()).collect();
+    assert_eq!(listed, vec![ids[0].as_str(), ids[2].as_str()]);
+}
