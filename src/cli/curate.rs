@@ -10,14 +10,31 @@ use crate::engine::curate::{ConsolidateRequest, RunReport};
 use crate::model::format_time;
 
 /// What the command was asked to do.
+#[derive(Debug, clap::Args)]
 pub(super) struct Call {
+    /// Only these namespaces (repeatable; default all).
+    #[arg(long = "namespace")]
     pub namespaces: Vec<String>,
+    /// Only these steps (repeatable): merge, decay, archive, hygiene.
+    #[arg(long = "step")]
     pub steps: Vec<String>,
+    /// Policy overrides as JSON, e.g. '{"archive_unused_days": 180}'.
+    #[arg(long)]
     pub policy: Option<String>,
+    /// Report what would change (with examples); write nothing.
+    #[arg(long)]
     pub dry_run: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
     pub json: bool,
+    /// Undo this run instead.
+    #[arg(long)]
     pub undo: Option<String>,
+    /// With --undo: undo later runs built on it first, newest first.
+    #[arg(long)]
     pub cascade: bool,
+    /// List the recent runs instead.
+    #[arg(long)]
     pub runs: bool,
 }
 

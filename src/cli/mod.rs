@@ -208,32 +208,7 @@ enum Command {
     /// Consolidate memory: merge near-duplicates, decay salience, archive the long unused, tidy
     /// relations. Nothing is deleted; every run can be undone. Safe to run from cron: when
     /// another run holds the database this one says so and exits 0.
-    Consolidate {
-        /// Only these namespaces (repeatable; default all).
-        #[arg(long)]
-        namespace: Vec<String>,
-        /// Only these steps (repeatable): merge, decay, archive, hygiene.
-        #[arg(long)]
-        step: Vec<String>,
-        /// Policy overrides as JSON, e.g. '{"archive_unused_days": 180}'.
-        #[arg(long)]
-        policy: Option<String>,
-        /// Report what would change (with examples); write nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-        /// Undo this run instead.
-        #[arg(long)]
-        undo: Option<String>,
-        /// With --undo: undo later runs built on it first, newest first.
-        #[arg(long)]
-        cascade: bool,
-        /// List the recent runs instead.
-        #[arg(long)]
-        runs: bool,
-    },
+    Consolidate(curate::Call),
     /// Long-running calls (MCP tasks) recorded in the database.
     Tasks {
         #[command(subcommand)]
@@ -487,27 +462,8 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Consolidate {
-            namespace,
-            step,
-            policy,
-            dry_run,
-            json,
-            undo,
-            cascade,
-            runs,
-        } => {
+        Command::Consolidate(call) => {
             let engine = open(cfg)?;
-            let call = curate::Call {
-                namespaces: namespace,
-                steps: step,
-                policy,
-                dry_run,
-                json,
-                undo,
-                cascade,
-                runs,
-            };
             curate::run(&engine, call)
         }
         Command::Stats => {

@@ -43,6 +43,18 @@ pub fn record_in_run(
     previous: &serde_json::Value,
     run: &str,
 ) -> Result<()> {
+    insert(db, entity, key, (op, actor, at), previous, Some(run))
+}
+
+/// One history row; `run` names the consolidation run that wrote it, if any.
+fn insert(
+    db: &Db,
+    entity: Entity,
+    key: i64,
+    (op, actor, at): (&str, &str, Millis),
+    previous: &serde_json::Value,
+    run: Option<&str>,
+) -> Result<()> {
     db.conn
         .prepare_cached(
             "INSERT INTO history (entity, entity_key, op, actor, at, previous, run) \
@@ -117,20 +129,7 @@ pub fn record(
     at: Millis,
     previous: &serde_json::Value,
 ) -> Result<()> {
-    let conn = &db.conn;
-    conn.prepare_cached(
-        "INSERT INTO history (entity, entity_key, op, actor, at, previous) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
-    .execute(params![
-        entity.as_str(),
-        key,
-        op,
-        actor,
-        at,
-        serde_json::to_string(previous)?
-    ])?;
-    Ok(())
+    insert(db, entity, key, (op, actor, at), previous, None)
 }
 
 /// Every kept version of one entity, newest first.

@@ -42,8 +42,12 @@ fn archivable(run: &Run<'_>, m: &Memory, decay: bool) -> bool {
         && salience(run, m, decay) < run.policy.archive_below
 }
 
-/// The decay step: counts the memories of `ns` whose salience fell below the archive threshold.
-pub(super) fn measure(run: &mut Run<'_>, ns: &str) -> Result<()> {
+/// Calls `f` with each page of the live, unarchived memories of `ns`, then reports progress.
+fn for_each_page(
+    run: &mut Run<'_>,
+    ns: &str,
+    mut f: impl FnMut(&mut Run<'_>, &[Memory]) -> Result<()>,
+) -> Result<()> {
     let mut after = MemoryKey(0);
     loop {
         let page = run
@@ -52,28 +56,28 @@ pub(super) fn measure(run: &mut Run<'_>, ns: &str) -> Result<()> {
             .read(|c| memories::scan_page(c, ns, after, super::PAGE, false))?;
         let Some(last) = page.last() else { break };
         after = last.key;
-        let low = page
-            .iter()
-            .filter(|m| salience(run, m, true) < run.policy.archive_below)
-            .count();
-        run.counts.low_salience += low as u64;
         run.saw(page.len());
+        f(run, &page)?;
         run.tick()?;
     }
     Ok(())
 }
 
+/// The decay step: counts the memories of `ns` whose salience fell below the archive threshold.
+pub(super) fn measure(run: &mut Run<'_>, ns: &str) -> Result<()> {
+    for_each_page(run, ns, |run, page| {
+        let low = page
+            .iter()
+            .filter(|m| salience(run, m, true) < run.policy.archive_below)
+            .count();
+        run.counts.low_salience += low as u64;
+        Ok(())
+    })
+}
+
 /// The archive step over `ns`.
 pub(super) fn run(run: &mut Run<'_>, ns: &str, decay: bool) -> Result<()> {
-    let mut after = MemoryKey(0);
-    loop {
-        let page = run
-            .engine
-            .store
-            .read(|c| memories::scan_page(c, ns, after, super::PAGE, false))?;
-        let Some(last) = page.last() else { break };
-        after = last.key;
-        run.saw(page.len());
+    for_each_page(run, ns, |run, page| {
         let chosen: Vec<(MemoryKey, i64)> = page
             .iter()
             .filter(|m| archivable(run, m, decay))
@@ -87,9 +91,8 @@ pub(super) fn run(run: &mut Run<'_>, ns: &str, decay: bool) -> Result<()> {
                 run.commit(|run, tx| archive(run, tx, chunk, decay))?;
             }
         }
-        run.tick()?;
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Archives the memories of `chosen` that are still as planned and still archivable.
