@@ -15,7 +15,7 @@ pub(super) struct Call {
     /// Only these namespaces (repeatable; default all).
     #[arg(long = "namespace")]
     pub namespaces: Vec<String>,
-    /// Only these steps (repeatable): merge, decay, archive, hygiene.
+    /// Only these steps (repeatable): merge, summarise, contradictions, decay, archive, hygiene.
     #[arg(long = "step")]
     pub steps: Vec<String>,
     /// Policy overrides as JSON, e.g. '{"archive_unused_days": 180}'.
@@ -43,12 +43,15 @@ fn summary(r: &RunReport) -> String {
     let what = if r.dry_run { "dry run" } else { "run" };
     let id = r.run_id.as_deref().unwrap_or("");
     format!(
-        "{what} {id} {} in {:.1} s: examined {} memories · {} merged into {} · {} archived · relations {} moved, {} folded, {} closed",
+        "{what} {id} {} in {:.1} s: examined {} memories · {} merged into {} · {} summaries · {} contradictions ({} resolved) · {} archived · relations {} moved, {} folded, {} closed",
         r.state,
         r.millis as f64 / 1e3,
         c.examined,
         c.merged,
         c.survivors,
+        c.summaries,
+        c.contradictions,
+        c.resolved,
         c.archived,
         c.relations_moved,
         c.relations_folded,

@@ -205,8 +205,8 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
-    /// Consolidate memory: merge near-duplicates, decay salience, archive the long unused, tidy
-    /// relations. Nothing is deleted; every run can be undone. Safe to run from cron: when
+    /// Consolidate memory: merge near-duplicates, summarise old episodes, flag contradictions,
+    /// decay salience, archive the long unused, tidy relations. Nothing is deleted; every run can be undone. Safe to run from cron: when
     /// another run holds the database this one says so and exits 0.
     Consolidate(curate::Call),
     /// Long-running calls (MCP tasks) recorded in the database.

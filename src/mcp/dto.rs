@@ -602,9 +602,9 @@ pub struct ExportOut {
 pub struct ConsolidateParams {
     /// Default all.
     pub namespaces: Option<Vec<String>>,
-    /// Subset of merge, decay, archive, hygiene.
+    /// Subset of merge, summarise, contradictions, decay, archive, hygiene.
     pub steps: Option<Vec<String>>,
-    /// Overrides: merge_similarity, merge_overlap, merge_neighbours, half_life_days, archive_below, archive_unused_days.
+    /// Overrides, e.g. {"resolve":"newest"}; a wrong key's error lists them.
     pub policy: Option<serde_json::Map<String, serde_json::Value>>,
     /// Report, write nothing.
     pub dry_run: Option<bool>,

@@ -206,7 +206,7 @@ pub fn all() -> Vec<Tool> {
         ),
         tool::<dto::ConsolidateParams>(
             "consolidate",
-            "Merge near-duplicates, archive the long unused, tidy relations. Nothing is deleted: undo a run by id. dry_run previews.",
+            "Merge near-duplicates, summarise old episodes, flag contradictions, archive the unused. Nothing is deleted: undo a run by id.",
             Hints(false, false, false),
         ),
         tool::<dto::TasksParams>(

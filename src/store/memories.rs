@@ -468,6 +468,41 @@ pub fn stats(db: &Db) -> Result<Stats> {
     })
 }
 
+/// Live, unarchived memories of `namespace` that hold at `now` and state a slot of a subject —
+/// metadata `subject` and `attribute` (one of `attributes`, compared without case) — where
+/// one slot has two or more such memories: candidates of contradictions, ordered by subject,
+/// attribute, then start (`valid_from`, else creation).
+pub fn shared_slots(
+    db: &Db,
+    namespace: &str,
+    attributes: &[String],
+    now: Millis,
+) -> Result<Vec<Memory>> {
+    if attributes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks = vec!["?"; attributes.len()].join(", ");
+    let slot = "json_extract(metadata, '$.subject')";
+    let attr = "lower(json_extract(metadata, '$.attribute'))";
+    let live = format!(
+        "namespace = ?1 AND deleted_at IS NULL AND archived_at IS NULL \
+         AND (valid_until IS NULL OR valid_until > ?2) AND json_valid(metadata) \
+         AND json_type(metadata, '$.subject') = 'text' AND {attr} IN ({marks})"
+    );
+    let sql = format!(
+        "SELECT {COLS} FROM memories WHERE {live} AND ({slot}, {attr}) IN ( \
+           SELECT {slot}, {attr} FROM memories WHERE {live} GROUP BY 1, 2 HAVING count(*) > 1) \
+         ORDER BY {slot}, {attr}, coalesce(valid_from, created_at), key"
+    );
+    let mut args: Vec<rusqlite::types::Value> = vec![namespace.to_owned().into(), now.into()];
+    for _ in 0..2 {
+        args.extend(attributes.iter().map(|a| a.to_lowercase().into()));
+    }
+    let mut stmt = db.conn.prepare(&sql)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(args), from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -414,3 +414,81 @@ pub fn insert_row(db: &Db, r: &RelationRow) -> Result<i64> {
         ])?;
     Ok(db.conn.last_insert_rowid())
 }
+
+/// Groups of memories `part_of` one memory: for each target in `namespace`, the live memories
+/// of kind `kind` (archived ones too) that point to it with a live `part_of` relation, in
+/// creation order; only groups of at least `min` members (what the summarise step condenses).
+pub fn part_of_groups(
+    db: &Db,
+    namespace: &str,
+    kind: &str,
+    min: usize,
+) -> Result<Vec<(MemoryKey, Vec<MemoryKey>)>> {
+    let mut stmt = db.conn.prepare_cached(
+        "SELECT r.dst, s.key FROM relations r JOIN memories s ON s.key = r.src \
+         WHERE r.kind = 'part_of' AND r.deleted_at IS NULL AND s.namespace = ?1 AND s.kind = ?2 \
+         AND s.deleted_at IS NULL ORDER BY r.dst, s.created_at, s.key",
+    )?;
+    let rows = stmt.query_map(params![namespace, kind], |r| {
+        Ok((MemoryKey(r.get(0)?), MemoryKey(r.get(1)?)))
+    })?;
+    let mut out: Vec<(MemoryKey, Vec<MemoryKey>)> = Vec::new();
+    for row in rows {
+        let (dst, src) = row?;
+        match out.last_mut() {
+            Some((d, members)) if *d == dst => members.push(src),
+            _ => out.push((dst, vec![src])),
+        }
+    }
+    out.retain(|(_, members)| members.len() >= min);
+    Ok(out)
+}
+
+/// Whether a live memory of kind `summary` points to `key` with a live `summarizes` relation.
+pub fn is_summarised(db: &Db, key: MemoryKey) -> Result<bool> {
+    Ok(db
+        .conn
+        .prepare_cached(
+            "SELECT 1 FROM relations r JOIN memories s ON s.key = r.src WHERE r.dst = ?1 \
+             AND r.kind = 'summarizes' AND r.deleted_at IS NULL AND s.deleted_at IS NULL \
+             AND s.kind = 'summary' LIMIT 1",
+        )?
+        .query_row([key.0], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// Live relations of `namespace` (by source) of the given kinds, between live memories, that
+/// hold at `now`, where the source has at least two such relations of one kind to different
+/// targets: the candidates of single-valued contradictions, ordered by source, kind, then start
+/// (`valid_from`, else creation).
+pub fn multi_valued(
+    db: &Db,
+    namespace: &str,
+    kinds: &[String],
+    now: Millis,
+) -> Result<Vec<RelationRow>> {
+    if kinds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks = vec!["?"; kinds.len()].join(", ");
+    let live = "r.deleted_at IS NULL AND (r.valid_until IS NULL OR r.valid_until > ?2) \
+        AND s.deleted_at IS NULL AND d.deleted_at IS NULL AND s.namespace = ?1";
+    let sql = format!(
+        "SELECT r.key, r.id, r.src, r.dst, r.kind, r.weight, r.metadata, r.created_at, \
+         r.reinforced_at, r.valid_from, r.valid_until, r.deleted_at \
+         FROM relations r JOIN memories s ON s.key = r.src JOIN memories d ON d.key = r.dst \
+         WHERE {live} AND r.kind IN ({marks}) AND (r.src, r.kind) IN ( \
+           SELECT r.src, r.kind FROM relations r JOIN memories s ON s.key = r.src \
+           JOIN memories d ON d.key = r.dst WHERE {live} AND r.kind IN ({marks}) \
+           GROUP BY r.src, r.kind HAVING count(DISTINCT r.dst) > 1) \
+         ORDER BY r.src, r.kind, coalesce(r.valid_from, r.created_at), r.key"
+    );
+    let mut args: Vec<rusqlite::types::Value> = vec![namespace.to_owned().into(), now.into()];
+    for _ in 0..2 {
+        args.extend(kinds.iter().map(|k| k.clone().into()));
+    }
+    let mut stmt = db.conn.prepare(&sql)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(args), relation_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}

@@ -6,11 +6,13 @@
 //! and apply each planned change only when its rows are still as planned.
 
 mod archive;
+mod contradict;
 mod hygiene;
 mod merge;
 mod policy;
 mod record;
 pub mod salience;
+mod summarise;
 mod undo;
 
 use std::time::Instant;
@@ -23,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::model::{Millis, RunRow, now_millis};
 use crate::store::{self, memories, runs};
 
-pub use policy::{Policy, Step};
+pub use policy::{Policy, Resolve, Step};
 pub use undo::UndoReport;
 
 /// Name of the lease that keeps consolidation to one run at a time per database.
@@ -66,6 +68,14 @@ pub struct Counts {
     pub relations_closed: u64,
     /// Memories whose salience is below the archive threshold (whether archived or not).
     pub low_salience: u64,
+    /// Summaries written.
+    #[serde(default)]
+    pub summaries: u64,
+    /// Contradictions found, and those resolved (the older one's validity ended).
+    #[serde(default)]
+    pub contradictions: u64,
+    #[serde(default)]
+    pub resolved: u64,
 }
 
 /// One example of what a step changed (or would change).
@@ -137,6 +147,9 @@ impl Counts {
         self.relations_folded += o.relations_folded;
         self.relations_closed += o.relations_closed;
         self.low_salience += o.low_salience;
+        self.summaries += o.summaries;
+        self.contradictions += o.contradictions;
+        self.resolved += o.resolved;
     }
 }
 
@@ -149,6 +162,7 @@ impl Run<'_> {
             total: self.total,
             merged: self.counts.merged,
             archived: self.counts.archived,
+            summaries: self.counts.summaries,
             ..WorkProgress::default()
         });
         if self.ctl.is_cancelled() {
@@ -355,6 +369,8 @@ impl Engine {
                     Step::Merge => merge::run(run, ns)?,
                     Step::Decay => archive::measure(run, ns)?,
                     Step::Archive => archive::run(run, ns, decay)?,
+                    Step::Summarise => summarise::run(run, ns)?,
+                    Step::Contradictions => contradict::run(run, ns)?,
                     Step::Hygiene => hygiene::run(run, ns)?,
                 }
                 run.tick()?;

@@ -15,20 +15,45 @@ pub enum Step {
     Decay,
     /// Archive memories of low salience, unused for long, not pinned, not named.
     Archive,
+    /// Condense groups of old episodes (the parts of one memory) into a linked summary.
+    Summarise,
+    /// Find memories and relations that cannot both hold now; link them, or close the older.
+    Contradictions,
     /// Close self-loops, re-point relations left on merged memories, fold duplicate relations.
     Hygiene,
 }
 
 impl Step {
-    pub const ALL: [Step; 4] = [Step::Merge, Step::Decay, Step::Archive, Step::Hygiene];
+    /// Summaries come before archiving, so episodes about to be archived are condensed first;
+    /// contradictions after merging, so a repeated fact is not its own contradiction.
+    pub const ALL: [Step; 6] = [
+        Step::Merge,
+        Step::Summarise,
+        Step::Contradictions,
+        Step::Decay,
+        Step::Archive,
+        Step::Hygiene,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Step::Merge => "merge",
             Step::Decay => "decay",
             Step::Archive => "archive",
+            Step::Summarise => "summarise",
+            Step::Contradictions => "contradictions",
             Step::Hygiene => "hygiene",
         }
+    }
+
+    /// The step called `name` (American spelling accepted).
+    fn named(name: &str) -> Option<Step> {
+        let name = if name == "summarize" {
+            "summarise"
+        } else {
+            name
+        };
+        Step::ALL.into_iter().find(|s| s.name() == name)
     }
 }
 
@@ -55,7 +80,7 @@ pub(crate) fn parse_steps(asked: Option<&[String]>) -> Result<Vec<Step>> {
         ));
     }
     for (i, s) in asked.iter().enumerate() {
-        if !Step::ALL.iter().any(|k| k.name() == s) {
+        if Step::named(s).is_none() {
             return Err(Error::invalid(
                 format!("steps[{i}]"),
                 format!("{s:?} is not a step"),
@@ -65,7 +90,7 @@ pub(crate) fn parse_steps(asked: Option<&[String]>) -> Result<Vec<Step>> {
     }
     Ok(Step::ALL
         .into_iter()
-        .filter(|k| asked.iter().any(|s| s == k.name()))
+        .filter(|k| asked.iter().any(|s| Step::named(s) == Some(*k)))
         .collect())
 }
 
@@ -85,7 +110,44 @@ pub struct Policy {
     pub archive_below: f64,
     /// Days a memory must have gone unused before it may be archived (≥ 0).
     pub archive_unused_days: f64,
+    /// Days since its newest part after which a group of episodes is summarised (≥ 0).
+    pub summarise_after_days: f64,
+    /// Fewest episodes a group needs to be summarised (2–10,000).
+    pub summarise_min_sources: usize,
+    /// Longest summary, in characters (100–10,000).
+    pub summary_max_chars: usize,
+    /// Relation kinds, and fact attributes (metadata `attribute`), that hold one value at a time.
+    pub single_valued: Vec<String>,
+    /// What to do with a contradiction: `"link"` (link and report) or `"newest"` (also end the
+    /// older one's validity where the newer one starts).
+    pub resolve: Resolve,
 }
+
+/// How the contradictions step resolves what it finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resolve {
+    /// Link the two and report them; both stay valid.
+    Link,
+    /// Also end the older one's validity where the newer one's starts (nothing is deleted).
+    Newest,
+}
+
+/// Single-valued relation kinds and attributes when the policy names none.
+pub(super) const SINGLE_VALUED: [&str; 12] = [
+    "works_at",
+    "lives_in",
+    "status",
+    "located_in",
+    "employer",
+    "role",
+    "title",
+    "married_to",
+    "age",
+    "email",
+    "phone",
+    "address",
+];
 
 impl Default for Policy {
     fn default() -> Self {
@@ -96,6 +158,11 @@ impl Default for Policy {
             half_life_days: DEFAULT_HALF_LIFE_DAYS,
             archive_below: 0.05,
             archive_unused_days: 90.0,
+            summarise_after_days: 30.0,
+            summarise_min_sources: 5,
+            summary_max_chars: 600,
+            single_valued: SINGLE_VALUED.iter().map(|s| (*s).to_owned()).collect(),
+            resolve: Resolve::Link,
         }
     }
 }
@@ -128,7 +195,7 @@ impl Policy {
                 Error::invalid(
                     field,
                     e.inner().to_string(),
-                    "give an object with any of merge_similarity, merge_overlap, merge_neighbours, half_life_days, archive_below, archive_unused_days",
+                    "give an object with any of merge_similarity, merge_overlap, merge_neighbours, half_life_days, archive_below, archive_unused_days, summarise_after_days, summarise_min_sources, summary_max_chars, single_valued, resolve (\"link\" or \"newest\")",
                 )
             })?,
         };
@@ -150,6 +217,43 @@ impl Policy {
             36_500.0,
             false,
         )?;
+        range(
+            "summarise_after_days",
+            p.summarise_after_days,
+            0.0,
+            36_500.0,
+            false,
+        )?;
+        range(
+            "summarise_min_sources",
+            p.summarise_min_sources as f64,
+            2.0,
+            10_000.0,
+            false,
+        )?;
+        range(
+            "summary_max_chars",
+            p.summary_max_chars as f64,
+            100.0,
+            10_000.0,
+            false,
+        )?;
+        if p.single_valued.len() > 1_000 {
+            return Err(Error::invalid(
+                "policy.single_valued",
+                format!("lists {} kinds", p.single_valued.len()),
+                "list at most 1000 relation kinds or attributes",
+            ));
+        }
+        for (i, k) in p.single_valued.iter().enumerate() {
+            if k.trim().is_empty() || k.len() > 200 {
+                return Err(Error::invalid(
+                    format!("policy.single_valued[{i}]"),
+                    "is empty or longer than 200 bytes",
+                    "give relation kinds or attributes such as \"works_at\"",
+                ));
+            }
+        }
         Ok(p)
     }
 }
@@ -173,7 +277,8 @@ mod tests {
         assert_eq!(parse_steps(None).unwrap(), Step::ALL.to_vec());
         let e = parse_steps(Some(&["merge".into(), "vacuum".into()])).unwrap_err();
         assert!(
-            e.to_string().contains("merge, decay, archive, hygiene"),
+            e.to_string()
+                .contains("merge, summarise, contradictions, decay, archive, hygiene"),
             "{e}"
         );
         assert_eq!(field_of(e), "steps[1]");
@@ -193,6 +298,13 @@ mod tests {
             (json!({"merge_neighbours": 0}), "policy.merge_neighbours"),
             (json!({"half_life": 3}), "policy.half_life"),
             (json!({"archive_below": "low"}), "policy.archive_below"),
+            (json!({"summary_max_chars": 10}), "policy.summary_max_chars"),
+            (
+                json!({"summarise_min_sources": 1}),
+                "policy.summarise_min_sources",
+            ),
+            (json!({"resolve": "oldest"}), "policy.resolve"),
+            (json!({"single_valued": [""]}), "policy.single_valued[0]"),
         ] {
             assert_eq!(field_of(Policy::parse(Some(&v)).unwrap_err()), field, "{v}");
         }

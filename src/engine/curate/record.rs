@@ -5,7 +5,7 @@
 use crate::engine::curate::Run;
 use crate::engine::write::snapshot;
 use crate::error::Result;
-use crate::model::Memory;
+use crate::model::{Memory, NewMemory};
 use crate::store::history::{self, Entity};
 use crate::store::relations::{self, RelationRow};
 use crate::store::{Db, changes, memories};
@@ -30,6 +30,29 @@ impl Run<'_> {
             changes::ChangeOp::Upsert
         };
         changes::log_memory(tx, new.key, change)
+    }
+
+    /// Creates memory `new` with `stamps`; returns it.
+    pub(crate) fn insert_memory(
+        &self,
+        tx: &Db,
+        new: &NewMemory,
+        stamps: memories::Stamps,
+        op: &str,
+    ) -> Result<Memory> {
+        let m = memories::insert_with(tx, &crate::store::new_id("m_"), new, stamps)?;
+        history::record_in_run(
+            tx,
+            Entity::Memory,
+            m.key.0,
+            op,
+            &self.actor,
+            self.now,
+            &serde_json::Value::Null,
+            &self.id,
+        )?;
+        changes::log_memory(tx, m.key, changes::ChangeOp::Insert)?;
+        Ok(m)
     }
 
     /// Replaces relation `old` by `new` (same key).

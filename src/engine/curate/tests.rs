@@ -660,3 +660,217 @@ fn a_walk_goes_through_archived_memories_without_listing_them() {
     let listed: Vec<&str> = walk.nodes.iter().map(|n| n.memory.id.as_str()).collect();
     assert_eq!(listed, vec![ids[0].as_str(), ids[2].as_str()]);
 }
+
+fn episode(content: &str, session: &str) -> RememberItem {
+    RememberItem {
+        kind: Some("episode".into()),
+        links: vec![Link {
+            to: session.into(),
+            kind: "part_of".into(),
+            weight: None,
+        }],
+        ..note(content)
+    }
+}
+
+#[test]
+fn summarise_condenses_an_old_session_into_one_linked_summary_that_keeps_names_and_dates() {
+    let (_d, e) = engine();
+    put(
+        &e,
+        vec![
+            RememberItem {
+                kind: Some("session".into()),
+                name: Some("session 1".into()),
+                ..note("Chat between Caroline and Melanie on 8 May 2023.")
+            },
+            RememberItem {
+                kind: Some("session".into()),
+                name: Some("session 2".into()),
+                ..note("A short chat.")
+            },
+        ],
+    );
+    let turns = put(
+        &e,
+        vec![
+            episode("Caroline: Hey Mel! Good to see you.", "session 1"),
+            episode(
+                "Caroline: I went to the LGBTQ support group on 7 May 2023. It was powerful.",
+                "session 1",
+            ),
+            episode("Melanie: Wow, the support group sounds great.", "session 1"),
+            episode(
+                "Melanie: I took 3 pottery classes with my kids.",
+                "session 1",
+            ),
+            episode("Caroline: Thanks!", "session 1"),
+            episode(
+                "Caroline: The support group made me feel accepted.",
+                "session 1",
+            ),
+            // Too few turns to summarise.
+            episode("Melanie: See you soon.", "session 2"),
+            episode("Caroline: Bye!", "session 2"),
+        ],
+    );
+    let before = export(&e);
+    let policy = json!({"summarise_after_days": 0});
+    // Episodes younger than the policy's age are left alone.
+    let young = consolidate(&e, &req(&["summarise"], json!({})));
+    assert_eq!(young.counts.summaries, 0);
+
+    let dry = consolidate(
+        &e,
+        &ConsolidateRequest {
+            dry_run: true,
+            ..req(&["summarize"], policy.clone())
+        },
+    );
+    assert_eq!(dry.counts.summaries, 1);
+    assert!(dry.examples[0].text.contains("7 May 2023"), "{dry:?}");
+    assert_eq!(export(&e), before, "a dry run writes nothing");
+
+    let r = consolidate(&e, &req(&["summarise"], policy.clone()));
+    assert_eq!(r.counts.summaries, 1, "{r:?}");
+    let id = &r.examples[0].ids[0];
+    let summary = get(&e, id);
+    assert_eq!(summary.memory.kind, "summary");
+    let text = &summary.memory.content;
+    for kept in [
+        "Caroline",
+        "Melanie",
+        "7 May 2023",
+        "3 pottery classes",
+        "2023",
+    ] {
+        assert!(text.contains(kept), "{kept:?} missing from {text}");
+    }
+    assert!(text.chars().count() <= 600, "{text}");
+    let mut linked: Vec<&str> = summary
+        .relations
+        .iter()
+        .filter(|r| r.kind == "summarizes" && r.from == *id)
+        .map(|r| r.to.as_str())
+        .collect();
+    linked.sort();
+    let session = get(&e, "session 1").memory.id;
+    let mut expected: Vec<&str> = turns[..6].iter().map(String::as_str).collect();
+    expected.push(&session);
+    expected.sort();
+    assert_eq!(
+        linked, expected,
+        "the summary links every source and the session"
+    );
+    // Sources stay; the summary is found by recall like any memory.
+    assert!(get(&e, &turns[1]).memory.deleted_at.is_none());
+    assert!(recall(&e, "pottery classes", false).contains(id));
+
+    // A session summarised once is not summarised again; undo forgets the summary.
+    assert_eq!(
+        consolidate(&e, &req(&["summarise"], policy))
+            .counts
+            .summaries,
+        0
+    );
+    e.undo_consolidation(r.run_id.as_deref().unwrap(), false, "test")
+        .unwrap();
+    assert_eq!(export(&e), before);
+}
+
+#[test]
+fn contradictions_link_or_end_the_older_statement_and_are_found_once() {
+    let (_d, e) = engine();
+    put(
+        &e,
+        vec![
+            RememberItem {
+                kind: Some("entity".into()),
+                name: Some("Alice".into()),
+                ..note("Alice, an engineer.")
+            },
+            RememberItem {
+                kind: Some("entity".into()),
+                name: Some("Acme".into()),
+                ..note("Acme, a maker of anvils.")
+            },
+            RememberItem {
+                kind: Some("entity".into()),
+                name: Some("Globex".into()),
+                ..note("Globex, a maker of everything.")
+            },
+        ],
+    );
+    let slot = |attr: &str, value: &str| RememberItem {
+        kind: Some("fact".into()),
+        metadata: Some(json!({"subject": "Alice", "attribute": attr, "value": value})),
+        ..note(&format!("Alice {attr} {value}."))
+    };
+    let paris = put(
+        &e,
+        vec![
+            slot("lives_in", "Paris"),
+            slot("likes", "tea"),
+            // The same value twice is no contradiction between the two.
+            RememberItem {
+                content: "Alice lives in Paris, still.".into(),
+                ..slot("lives_in", "Paris")
+            },
+        ],
+    );
+    relate(&e, "Alice", "Acme", "works_at", 1.0);
+    relate(&e, "Alice", "Acme", "knows", 1.0);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let berlin = put(
+        &e,
+        vec![slot("Lives_In", "Berlin"), slot("likes", "coffee")],
+    );
+    relate(&e, "Alice", "Globex", "works_at", 1.0);
+    relate(&e, "Alice", "Globex", "knows", 1.0);
+    let before = export(&e);
+
+    let r = consolidate(&e, &req(&["contradictions"], json!({})));
+    // Both Paris facts against Berlin (newest), and Acme against Globex for works_at; `likes`
+    // and `knows` hold many values.
+    assert_eq!(r.counts.contradictions, 3, "{r:?}");
+    assert_eq!(r.counts.resolved, 0);
+    let berlin_links = get(&e, &berlin[0]).relations;
+    let contradicted: Vec<&str> = berlin_links
+        .iter()
+        .filter(|l| l.kind == "contradicts" && l.from == berlin[0])
+        .map(|l| l.to.as_str())
+        .collect();
+    assert!(
+        contradicted.contains(&paris[0].as_str()),
+        "{berlin_links:?}"
+    );
+    let acme = get(&e, "Acme").relations;
+    let works = acme.iter().find(|l| l.kind == "works_at").unwrap();
+    assert!(works.metadata["contradicted_by"].is_string(), "{works:?}");
+    assert!(works.valid_until.is_none());
+    assert!(get(&e, &paris[0]).memory.valid_until.is_none());
+    // Found once.
+    let again = consolidate(&e, &req(&["contradictions"], json!({})));
+    assert_eq!(again.counts.contradictions, 0, "{again:?}");
+
+    let resolved = consolidate(&e, &req(&["contradictions"], json!({"resolve": "newest"})));
+    assert_eq!(resolved.counts.contradictions, 0);
+    assert_eq!(resolved.counts.resolved, 3, "{resolved:?}");
+    let newer = get(&e, &berlin[0]).memory;
+    assert_eq!(
+        get(&e, &paris[0]).memory.valid_until,
+        Some(newer.created_at)
+    );
+    let acme = get(&e, "Acme").relations;
+    assert!(
+        acme.iter()
+            .find(|l| l.kind == "works_at")
+            .unwrap()
+            .valid_until
+            .is_some()
+    );
+    // Nothing deleted; both undone, newest first, give back the state before.
+    e.undo_consolidation(r.run_id.as_deref().unwrap(), true, "test")
+        .unwrap();
+    assert_eq!(export(&e), before);
+}

@@ -1,0 +1,469 @@
+//! The summarise step: a group of old episodes — the parts (`part_of`) of one memory, such as
+//! the turns of a session — gets a `summary` memory linked `summarizes` to every episode and to
+//! the memory they are part of. Extractive, no model call: the sentences most central to the
+//! group (their memory's vector near the group's centroid, their words shared with other
+//! episodes), without repeats, preferring sentences that bring names, dates and numbers not yet
+//! kept, capped in length, in the order they were said, under a header naming the group and its
+//! dates. Episodes stay as they are; a group already summarised is left alone.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::engine::curate::merge::sentences;
+use crate::engine::curate::{Batch, Example, Run, truncate};
+use crate::engine::recall::{jaccard, word_set};
+use crate::error::Result;
+use crate::model::{Memory, MemoryKey, Millis, NewMemory, format_time};
+use crate::store::relations::{self, RelationRow};
+use crate::store::{Db, memories, new_id, vectors};
+
+/// The kind of memory this step condenses.
+const EPISODE: &str = "episode";
+/// The kind of memory it writes, and the relation kind that links it to its sources.
+pub(super) const SUMMARY: &str = "summary";
+pub(super) const SUMMARIZES: &str = "summarizes";
+/// Groups summarised per transaction.
+const GROUPS_PER_BATCH: usize = 20;
+/// Sentences a summary may draw on per group (the earliest, when a group says more).
+const MAX_SENTENCES: usize = 1_000;
+/// Share of words two kept sentences may have in common.
+const REPEAT_OVERLAP: f32 = 0.5;
+/// Weight of each name, date or number a sentence adds to what is kept (at most three count).
+const NEW_FACT_BONUS: f32 = 0.15;
+/// Share of the best sentence's score a sentence needs to be kept.
+const MIN_SHARE_OF_BEST: f32 = 0.3;
+const DAY_MS: f64 = 86_400_000.0;
+
+/// A summary planned for one group, with the versions it was planned from.
+struct Planned {
+    anchor: (MemoryKey, i64),
+    sources: Vec<(MemoryKey, i64)>,
+    memory: NewMemory,
+    created_at: Millis,
+}
+
+pub(super) fn run(run: &mut Run<'_>, ns: &str) -> Result<()> {
+    let engine = run.engine;
+    let groups = engine
+        .store
+        .read(|c| relations::part_of_groups(c, ns, EPISODE, run.policy.summarise_min_sources))?;
+    for chunk in groups.chunks(GROUPS_PER_BATCH) {
+        let planned = engine.store.read(|c| plan(run, c, ns, chunk))?;
+        run.saw(chunk.iter().map(|(_, m)| m.len()).sum());
+        if run.dry_run {
+            let batch = engine.store.read(|c| write(run, c, &planned))?;
+            run.add(batch);
+        } else {
+            run.commit(|run, tx| write(run, tx, &planned))?;
+        }
+        run.tick()?;
+    }
+    Ok(())
+}
+
+/// Plans the summaries of `groups` that are due: anchor live, not summarised yet, every episode
+/// older than the policy's age.
+fn plan(
+    run: &Run<'_>,
+    db: &Db,
+    ns: &str,
+    groups: &[(MemoryKey, Vec<MemoryKey>)],
+) -> Result<Vec<Planned>> {
+    let cutoff = run.now - (run.policy.summarise_after_days * DAY_MS) as Millis;
+    let model = run.engine.embedder().map(|e| e.model_id().to_owned());
+    let mut out = Vec::new();
+    for (anchor, members) in groups {
+        let Some(anchor) = memories::by_key(db, *anchor)? else {
+            continue;
+        };
+        if anchor.deleted_at.is_some() || relations::is_summarised(db, anchor.key)? {
+            continue;
+        }
+        let rows = memories::by_keys(db, members)?;
+        let by_key: HashMap<MemoryKey, Memory> = rows.into_iter().map(|m| (m.key, m)).collect();
+        let episodes: Vec<&Memory> = members.iter().filter_map(|k| by_key.get(k)).collect();
+        let newest = episodes
+            .iter()
+            .map(|m| m.created_at)
+            .max()
+            .unwrap_or(Millis::MAX);
+        if episodes.len() < run.policy.summarise_min_sources || newest > cutoff {
+            continue;
+        }
+        let vecs = match &model {
+            Some(model) => vectors::current(db, model, members)?,
+            None => HashMap::new(),
+        };
+        let central = centrality(
+            episodes
+                .iter()
+                .map(|m| vecs.get(&m.key).map(|v| &v.vec[..])),
+        );
+        let texts: Vec<(&str, f32)> = episodes
+            .iter()
+            .zip(&central)
+            .map(|(m, c)| (m.content.as_str(), *c))
+            .collect();
+        let oldest = episodes
+            .iter()
+            .map(|m| m.created_at)
+            .min()
+            .unwrap_or(newest);
+        let content = extract(
+            &header(&anchor.content, episodes.len(), oldest, newest),
+            &texts,
+            run.policy.summary_max_chars,
+        );
+        out.push(Planned {
+            anchor: (anchor.key, anchor.version),
+            sources: episodes.iter().map(|m| (m.key, m.version)).collect(),
+            memory: NewMemory {
+                namespace: ns.to_owned(),
+                kind: SUMMARY.into(),
+                name: None,
+                content,
+                tags: vec![SUMMARY.into()],
+                importance: 0.5,
+                metadata: serde_json::json!({"summary_of": anchor.id, "sources": episodes.len()}),
+                valid_from: None,
+                valid_until: None,
+            },
+            created_at: newest,
+        });
+    }
+    Ok(out)
+}
+
+/// Writes the planned summaries whose group is as planned and still unsummarised.
+fn write(run: &Run<'_>, db: &Db, planned: &[Planned]) -> Result<Batch> {
+    let mut batch = Batch::default();
+    'groups: for p in planned {
+        for &(key, version) in std::iter::once(&p.anchor).chain(&p.sources) {
+            match memories::by_key(db, key)? {
+                Some(m) if m.version == version && m.deleted_at.is_none() => {}
+                _ => continue 'groups,
+            }
+        }
+        if relations::is_summarised(db, p.anchor.0)? {
+            continue;
+        }
+        batch.counts.summaries += 1;
+        let mut ids = Vec::new();
+        if !run.dry_run {
+            let stamps = memories::Stamps {
+                created_at: p.created_at,
+                ..memories::Stamps::now(run.now)
+            };
+            let summary = run.insert_memory(db, &p.memory, stamps, "summarise")?;
+            for &(dst, _) in std::iter::once(&p.anchor).chain(&p.sources) {
+                let link = RelationRow {
+                    key: 0,
+                    id: new_id("r_"),
+                    src: summary.key.0,
+                    dst: dst.0,
+                    kind: SUMMARIZES.into(),
+                    weight: 1.0,
+                    metadata: serde_json::json!({}),
+                    created_at: run.now,
+                    reinforced_at: run.now,
+                    valid_from: None,
+                    valid_until: None,
+                    deleted_at: None,
+                };
+                run.insert_relation(db, &link, "summarise")?;
+            }
+            ids.push(summary.id);
+        }
+        batch.examples.push(Example {
+            step: "summarise".into(),
+            ids,
+            into: None,
+            text: truncate(&p.memory.content, 400),
+        });
+    }
+    Ok(batch)
+}
+
+/// How central each episode is: the cosine of its vector to the group's mean, scaled to 0–1
+/// over the group (1 for every episode when none has a vector; the middle for one without).
+fn centrality<'a>(vecs: impl Iterator<Item = Option<&'a [f32]>>) -> Vec<f32> {
+    let vecs: Vec<Option<&[f32]>> = vecs.collect();
+    let dim = vecs.iter().flatten().map(|v| v.len()).next().unwrap_or(0);
+    let mut mean = vec![0f32; dim];
+    for v in vecs.iter().flatten().filter(|v| v.len() == dim) {
+        for (m, x) in mean.iter_mut().zip(v.iter()) {
+            *m += x;
+        }
+    }
+    let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm == 0.0 {
+        return vec![1.0; vecs.len()];
+    }
+    let cos: Vec<Option<f32>> = vecs
+        .iter()
+        .map(|v| {
+            v.filter(|v| v.len() == dim).map(|v| {
+                let n = v
+                    .iter()
+                    .map(|x| x * x)
+                    .sum::<f32>()
+                    .sqrt()
+                    .max(f32::EPSILON);
+                v.iter().zip(&mean).map(|(a, b)| a * b).sum::<f32>() / (n * norm)
+            })
+        })
+        .collect();
+    let lo = cos.iter().flatten().copied().fold(f32::INFINITY, f32::min);
+    let hi = cos
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max);
+    let span = (hi - lo).max(f32::EPSILON);
+    cos.iter()
+        .map(|c| c.map_or(0.5, |c| if hi > lo { (c - lo) / span } else { 1.0 }))
+        .collect()
+}
+
+/// The first line of a summary: what the group is part of and when it was said.
+fn header(anchor: &str, n: usize, oldest: Millis, newest: Millis) -> String {
+    let what = sentences(anchor).into_iter().next().unwrap_or("a group");
+    let what = truncate(what.trim_end_matches(['.', '!', '?']), 200);
+    let (from, to) = (&format_time(oldest)[..10], &format_time(newest)[..10]);
+    let when = if from == to {
+        from.to_owned()
+    } else {
+        format!("{from} to {to}")
+    };
+    format!("Summary of {what} ({n} memories, {when}):")
+}
+
+/// The speaker of a line written `Name: text` (one to four words before the colon, the first
+/// capitalised), so a later sentence of the same line keeps who said it.
+fn speaker(text: &str) -> Option<&str> {
+    let (label, rest) = text.split_once(": ")?;
+    let words = label.split_whitespace().count();
+    let capital = label.chars().next().is_some_and(char::is_uppercase);
+    (capital && (1..=4).contains(&words) && label.len() <= 40 && !rest.is_empty())
+        .then_some(label)
+        .filter(|l| !l.contains(['.', '!', '?']))
+}
+
+/// Names, dates and numbers of a sentence, lower-cased: words with a digit, and capitalised
+/// words other than the first.
+fn facts(sentence: &str) -> HashSet<String> {
+    sentence
+        .split(|c: char| !(c.is_alphanumeric() || c == '-' || c == '/' || c == ':'))
+        .filter(|w| !w.is_empty())
+        .enumerate()
+        .filter(|(i, w)| {
+            w.chars().any(|c| c.is_ascii_digit())
+                || (*i > 0 && w.chars().next().is_some_and(char::is_uppercase))
+        })
+        .map(|(_, w)| w.trim_end_matches(':').to_lowercase())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// One sentence that may go into a summary.
+struct Candidate {
+    order: (usize, usize),
+    text: String,
+    words: HashSet<String>,
+    facts: HashSet<String>,
+    /// Below 1 for greetings, questions and exclamations.
+    weight: f32,
+    score: f32,
+}
+
+/// The summary text: `header`, then the most central sentences of `sources` (each with its
+/// episode's centrality), without repeats, at most `max_chars` characters in all, in the order
+/// they were said.
+pub(super) fn extract(header: &str, sources: &[(&str, f32)], max_chars: usize) -> String {
+    let mut cands: Vec<Candidate> = Vec::new();
+    for (i, (text, _)) in sources.iter().enumerate() {
+        let label = speaker(text);
+        for (j, s) in sentences(text).into_iter().enumerate() {
+            if cands.len() >= MAX_SENTENCES {
+                break;
+            }
+            let s = match label {
+                Some(l) if j > 0 => format!("{l}: {s}"),
+                _ => s.to_owned(),
+            };
+            let body = label.and_then(|l| s.strip_prefix(l)).unwrap_or(&s);
+            cands.push(Candidate {
+                order: (i, j),
+                words: word_set(body),
+                facts: facts(body),
+                text: s,
+                weight: 1.0,
+                score: 0.0,
+            });
+        }
+    }
+    // Words said in several episodes are what the group is about.
+    let mut df: HashMap<&str, usize> = HashMap::new();
+    for (i, _) in sources.iter().enumerate() {
+        let words: HashSet<&str> = cands
+            .iter()
+            .filter(|c| c.order.0 == i)
+            .flat_map(|c| c.words.iter().map(String::as_str))
+            .collect();
+        for w in words {
+            *df.entry(w).or_default() += 1;
+        }
+    }
+    let topical: Vec<f32> = cands
+        .iter()
+        .map(|c| {
+            let shared = c
+                .words
+                .iter()
+                .filter(|w| w.chars().count() >= 3 && df.get(w.as_str()).is_some_and(|&n| n > 1))
+                .count();
+            shared as f32 / (c.words.len() as f32 + 1.0).sqrt()
+        })
+        .collect();
+    let top = topical
+        .iter()
+        .copied()
+        .fold(0f32, f32::max)
+        .max(f32::EPSILON);
+    for (c, t) in cands.iter_mut().zip(&topical) {
+        let central = sources[c.order.0].1;
+        // Greetings and one-word answers say nothing worth keeping; questions and exclamations
+        // carry fewer facts than statements.
+        let numbers = c
+            .facts
+            .iter()
+            .any(|f| f.chars().any(|ch| ch.is_ascii_digit()));
+        let mut weight = if c.words.len() < 5 && !numbers {
+            0.2
+        } else {
+            1.0
+        };
+        if c.text.ends_with('?') {
+            weight *= 0.5;
+        } else if c.text.ends_with('!') {
+            weight *= 0.8;
+        }
+        c.weight = weight;
+        c.score = weight * (0.6 * central + 0.4 * t / top);
+    }
+    let budget = max_chars.saturating_sub(header.chars().count() + 1);
+    let mut used = 0usize;
+    let mut kept: Vec<usize> = Vec::new();
+    // The header's names and dates, and who speaks, are kept already.
+    let mut known: HashSet<String> = facts(header);
+    for (text, _) in sources {
+        if let Some(l) = speaker(text) {
+            known.extend(l.split_whitespace().map(str::to_lowercase));
+        }
+    }
+    // What scores far below the best is filler, even when it would fit.
+    let floor = MIN_SHARE_OF_BEST * cands.iter().map(|c| c.score).fold(0f32, f32::max);
+    let mut open: Vec<usize> = (0..cands.len())
+        .filter(|&i| cands[i].score >= floor)
+        .collect();
+    loop {
+        let best = open
+            .iter()
+            .copied()
+            .filter(|&i| used + cands[i].text.chars().count() < budget)
+            .map(|i| {
+                let c = &cands[i];
+                let new = c.facts.difference(&known).count().min(3);
+                (i, c.score + c.weight * NEW_FACT_BONUS * new as f32)
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
+        let Some((i, _)) = best else { break };
+        open.retain(|&o| o != i);
+        let c = &cands[i];
+        if kept
+            .iter()
+            .any(|&k| jaccard(&cands[k].words, &c.words) >= REPEAT_OVERLAP)
+        {
+            continue;
+        }
+        used += c.text.chars().count() + 1;
+        known.extend(c.facts.iter().cloned());
+        kept.push(i);
+    }
+    kept.sort_by_key(|&i| cands[i].order);
+    let mut out = header.to_owned();
+    for i in kept {
+        out.push(' ');
+        out.push_str(&cands[i].text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_summary_keeps_central_sentences_names_and_dates_within_its_length() {
+        let turns = [
+            ("Caroline: Hey Mel! Good to see you.", 0.2),
+            (
+                "Caroline: I went to the LGBTQ support group on 7 May 2023. It was powerful.",
+                1.0,
+            ),
+            ("Melanie: Wow, the support group sounds great.", 0.8),
+            ("Melanie: I took 3 pottery classes with my kids.", 0.6),
+            ("Caroline: Thanks!", 0.1),
+            ("Caroline: The support group made me feel accepted.", 0.9),
+        ];
+        let s = extract(
+            "Summary of session 1 (6 memories, 2023-05-08):",
+            &turns,
+            300,
+        );
+        assert!(s.starts_with("Summary of session 1"), "{s}");
+        assert!(s.chars().count() <= 300, "{} chars: {s}", s.chars().count());
+        assert!(s.contains("7 May 2023"), "{s}");
+        assert!(s.contains("Caroline"), "{s}");
+        assert!(s.contains("3 pottery classes"), "{s}");
+        assert!(!s.contains("Thanks!"), "{s}");
+        // A later sentence of a line keeps who said it.
+        assert!(
+            s.contains("Caroline: It was powerful.") || !s.contains("powerful"),
+            "{s}"
+        );
+        // In the order said.
+        let a = s.find("7 May").unwrap();
+        let b = s.find("pottery").unwrap();
+        assert!(a < b, "{s}");
+    }
+
+    #[test]
+    fn a_tight_length_keeps_the_most_central_sentence() {
+        let turns = [
+            ("Alice: The launch moved to Friday.", 1.0),
+            ("Bob: Lunch was fine, nothing else to report today.", 0.0),
+        ];
+        let s = extract("Summary:", &turns, 50);
+        assert_eq!(s, "Summary: Alice: The launch moved to Friday.");
+    }
+
+    #[test]
+    fn centrality_scales_to_the_group_and_tolerates_missing_vectors() {
+        let a = [1.0f32, 0.0];
+        let b = [0.9f32, 0.1];
+        let c = [0.0f32, 1.0];
+        let cs = centrality([Some(&a[..]), Some(&b[..]), Some(&c[..]), None].into_iter());
+        assert_eq!(cs.len(), 4);
+        assert!(cs[1] >= cs[2] && cs[0] > cs[2], "{cs:?}");
+        assert_eq!(cs[3], 0.5);
+        assert_eq!(centrality([None, None].into_iter()), vec![1.0, 1.0]);
+    }
+
+    #[test]
+    fn speakers_are_short_capitalised_labels() {
+        assert_eq!(speaker("Caroline: hi there"), Some("Caroline"));
+        assert_eq!(speaker("Note: the server restarts at 10:00"), Some("Note"));
+        assert_eq!(speaker("it failed: badly"), None);
+        assert_eq!(speaker("This is a long sentence. Then: more"), None);
+    }
+}
