@@ -38,6 +38,27 @@ impl Default for Limits {
     }
 }
 
+/// An OpenAI-compatible chat endpoint (`POST {base_url}/chat/completions`) for summaries.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SummarizerSpec {
+    pub base_url: String,
+    pub model: String,
+    /// Sent as a bearer token; never logged.
+    pub api_key: Option<String>,
+    pub timeout_ms: u64,
+}
+
+impl std::fmt::Debug for SummarizerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SummarizerSpec")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
+}
+
 /// Which embedding provider recall uses for its vector signal.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum EmbedderSpec {
@@ -91,6 +112,8 @@ pub struct Config {
     pub limits: Limits,
     /// The embedding provider of the vector index.
     pub embedder: EmbedderSpec,
+    /// The chat endpoint that writes abstractive summaries (`None`: extractive summaries).
+    pub summarizer: Option<SummarizerSpec>,
     /// Folders (or single files) `import` may read from and `export` may write to, besides the
     /// database's folder: what the operator named. See [`Config::transfer_roots`].
     pub import_roots: Vec<PathBuf>,
@@ -220,6 +243,7 @@ impl Config {
             durability: Durability::default(),
             limits: Limits::default(),
             embedder: EmbedderSpec::default(),
+            summarizer: None,
             import_roots: Vec::new(),
             home_dir: None,
         }

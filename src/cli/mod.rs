@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{Config, EmbedderSpec};
+use crate::config::{Config, EmbedderSpec, SummarizerSpec};
 use crate::engine::Engine;
 use crate::engine::traverse::{Progressing, Shape, TraverseRequest};
 use crate::model::{MemoryRef, NamespaceScope, RecallQuery, format_time};
@@ -96,9 +96,57 @@ struct EmbedArgs {
         default_value_t = 30_000
     )]
     embed_timeout_ms: u64,
+    /// Who writes consolidation's summaries: `extractive` (built in, no model) or `http` (an
+    /// OpenAI-compatible chat endpoint, see --summarizer-url; extractive when it fails).
+    #[arg(
+        long,
+        global = true,
+        env = "MNEMOGRAPH_SUMMARIZER",
+        default_value = "extractive"
+    )]
+    summarizer: String,
+    /// Base URL of the chat endpoint, e.g. http://localhost:11434/v1 (Ollama).
+    #[arg(long, global = true, env = "MNEMOGRAPH_SUMMARIZER_URL")]
+    summarizer_url: Option<String>,
+    /// Model name sent to the chat endpoint, e.g. llama3.2.
+    #[arg(long, global = true, env = "MNEMOGRAPH_SUMMARIZER_MODEL")]
+    summarizer_model: Option<String>,
+    /// API key for the chat endpoint (sent as a bearer token; never logged).
+    #[arg(
+        long,
+        global = true,
+        env = "MNEMOGRAPH_SUMMARIZER_KEY",
+        hide_env_values = true
+    )]
+    summarizer_key: Option<String>,
+    /// Timeout of one summary request, in milliseconds.
+    #[arg(
+        long,
+        global = true,
+        env = "MNEMOGRAPH_SUMMARIZER_TIMEOUT_MS",
+        default_value_t = 60_000
+    )]
+    summarizer_timeout_ms: u64,
 }
 
 impl EmbedArgs {
+    fn summarizer(&self) -> anyhow::Result<Option<SummarizerSpec>> {
+        match self.summarizer.trim() {
+            "extractive" | "" => Ok(None),
+            "http" => Ok(Some(SummarizerSpec {
+                base_url: self.summarizer_url.clone().ok_or_else(|| {
+                    anyhow::anyhow!("--summarizer http needs --summarizer-url (or MNEMOGRAPH_SUMMARIZER_URL), e.g. http://localhost:11434/v1")
+                })?,
+                model: self.summarizer_model.clone().ok_or_else(|| {
+                    anyhow::anyhow!("--summarizer http needs --summarizer-model (or MNEMOGRAPH_SUMMARIZER_MODEL), e.g. llama3.2")
+                })?,
+                api_key: self.summarizer_key.clone(),
+                timeout_ms: self.summarizer_timeout_ms,
+            })),
+            other => anyhow::bail!("unknown --summarizer {other:?}; use extractive or http"),
+        }
+    }
+
     fn spec(&self) -> anyhow::Result<EmbedderSpec> {
         let e = self.embedder.trim();
         Ok(match e {
@@ -310,6 +358,7 @@ fn home_dir() -> Option<PathBuf> {
 fn config(args: &Args) -> anyhow::Result<Config> {
     let mut cfg = Config::for_db(args.db.clone().unwrap_or_else(default_db_path));
     cfg.embedder = args.embed.spec()?;
+    cfg.summarizer = args.embed.summarizer()?;
     cfg.durability = if args.durability == "full" {
         crate::config::Durability::Full
     } else {

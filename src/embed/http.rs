@@ -91,48 +91,50 @@ fn fail(reason: impl Into<String>) -> Error {
 /// The full endpoint URL for `base_url`, checked: http(s) scheme, a host, and an https URL only
 /// in a build that can speak TLS.
 fn endpoint(base_url: &str) -> Result<String> {
+    checked_url(base_url, "/embeddings").map_err(fail)
+}
+
+/// `base_url` with `path` appended (unless it ends with it already), checked as [`endpoint`]
+/// says; the error is the reason alone.
+pub(super) fn checked_url(base_url: &str, path: &str) -> std::result::Result<String, String> {
     let base = base_url.trim().trim_end_matches('/');
     if base.is_empty() {
-        return Err(fail(
-            "the base URL is empty; give one such as http://localhost:11434/v1",
-        ));
+        return Err("the base URL is empty; give one such as http://localhost:11434/v1".into());
     }
     let uri: ureq::http::Uri = base.parse().map_err(|e| {
-        fail(format!(
-            "`{base}` is not a valid URL ({e}); give one such as http://localhost:11434/v1"
-        ))
+        format!("`{base}` is not a valid URL ({e}); give one such as http://localhost:11434/v1")
     })?;
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => {
             if !cfg!(feature = "tls") {
-                return Err(fail(format!(
+                return Err(format!(
                     "cannot reach `{base}`: https endpoints need `cargo build --release --features tls`; \
                      or use an http:// endpoint such as a local Ollama"
-                )));
+                ));
             }
         }
         _ => {
-            return Err(fail(format!(
+            return Err(format!(
                 "`{base}` must start with http:// or https://, e.g. http://localhost:11434/v1"
-            )));
+            ));
         }
     }
     if uri.host().is_none_or(str::is_empty) {
-        return Err(fail(format!(
+        return Err(format!(
             "`{base}` has no host; give one such as http://localhost:11434/v1"
-        )));
+        ));
     }
-    if base.ends_with("/embeddings") {
+    if base.ends_with(path) {
         Ok(base.to_owned())
     } else {
-        Ok(format!("{base}/embeddings"))
+        Ok(format!("{base}{path}"))
     }
 }
 
 /// True for hosts that are this machine; those are reached directly, never through a proxy
 /// configured in the environment.
-fn is_loopback(url: &str) -> bool {
+pub(super) fn is_loopback(url: &str) -> bool {
     let Ok(uri) = url.parse::<ureq::http::Uri>() else {
         return false;
     };
@@ -332,7 +334,7 @@ impl HttpEmbedder {
 }
 
 /// The first ~200 bytes of a body as text, cut at a character boundary, whitespace squeezed.
-fn snippet(bytes: &[u8]) -> String {
+pub(super) fn snippet(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(ERROR_BODY_BYTES + 4)]);
     let squeezed = text.split_whitespace().collect::<Vec<_>>().join(" ");
     let mut end = squeezed.len().min(ERROR_BODY_BYTES);

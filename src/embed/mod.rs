@@ -2,6 +2,7 @@
 //! (the default, offline), an OpenAI-compatible HTTP endpoint, the MiniLM transformer (feature
 //! `minilm`) and a deterministic hashing embedder for tests.
 
+pub mod chat;
 #[cfg(feature = "minilm")]
 pub mod distill;
 pub mod hashing;

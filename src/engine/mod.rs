@@ -55,6 +55,8 @@ pub struct Engine {
     graph_loading: Mutex<()>,
     /// The embedding provider (None: recall is text-only).
     embedder: Option<Arc<dyn Embedder>>,
+    /// The chat endpoint for abstractive summaries (None: extractive only).
+    summarizer: Option<Arc<dyn crate::embed::chat::Summarizer>>,
     /// The vector index, loaded on first use (or by the background job at start).
     vectors: RwLock<Option<vectors::VectorState>>,
     /// Held while the vector index catches up, so two readers do not embed the same memories.
@@ -84,6 +86,10 @@ impl Engine {
     /// Like [`Engine::open`], with an embedding provider made by the caller (`cfg.embedder` is
     /// ignored).
     pub fn open_with(cfg: Config, embedder: Option<Arc<dyn Embedder>>) -> Result<Engine> {
+        let summarizer: Option<Arc<dyn crate::embed::chat::Summarizer>> = match &cfg.summarizer {
+            Some(spec) => Some(Arc::new(crate::embed::chat::HttpSummarizer::new(spec)?)),
+            None => None,
+        };
         let store = Store::open(&cfg)?;
         let database_id = store.read(crate::store::changes::database_id)?;
         let (text, state) = TextIndex::open(&cfg.text_index_dir(), cfg.text_writer_bytes)?;
@@ -101,6 +107,7 @@ impl Engine {
             graph_load_ms: Mutex::new(0.0),
             graph_loading: Mutex::new(()),
             embedder,
+            summarizer,
             vectors: RwLock::new(None),
             vector_sync: Mutex::new(()),
             vector_overlay: RwLock::new(vectors::VectorOverlay::default()),

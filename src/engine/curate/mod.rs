@@ -421,6 +421,11 @@ impl Engine {
         self.store.read(|c| memories::count_in(c, &namespaces))
     }
 
+    /// The chat endpoint that writes abstractive summaries, when one is configured.
+    pub(crate) fn summarizer(&self) -> Option<&std::sync::Arc<dyn crate::embed::chat::Summarizer>> {
+        self.summarizer.as_ref()
+    }
+
     /// The newest consolidation runs, newest first.
     pub fn consolidation_runs(&self, limit: usize) -> Result<Vec<RunRow>> {
         self.store.read(|c| runs::list(c, limit))

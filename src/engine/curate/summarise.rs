@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::embed::chat::Summarizer;
 use crate::engine::curate::merge::sentences;
 use crate::engine::curate::{Batch, Example, Run, truncate};
 use crate::engine::recall::{jaccard, word_set};
@@ -35,6 +36,9 @@ const DAY_MS: f64 = 86_400_000.0;
 
 /// A summary planned for one group, with the versions it was planned from.
 struct Planned {
+    /// The header, and the episodes' texts in the order said (for an abstractive summary).
+    about: String,
+    texts: Vec<String>,
     anchor: (MemoryKey, i64),
     sources: Vec<(MemoryKey, i64)>,
     memory: NewMemory,
@@ -46,8 +50,19 @@ pub(super) fn run(run: &mut Run<'_>, ns: &str) -> Result<()> {
     let groups = engine
         .store
         .read(|c| relations::part_of_groups(c, ns, EPISODE, run.policy.summarise_min_sources))?;
+    let mut abstractive = engine.summarizer().cloned();
     for chunk in groups.chunks(GROUPS_PER_BATCH) {
-        let planned = engine.store.read(|c| plan(run, c, ns, chunk))?;
+        let mut planned = engine.store.read(|c| plan(run, c, ns, chunk))?;
+        if let Some(s) = &abstractive {
+            if let Err(why) = rewrite(run, s.as_ref(), &mut planned) {
+                run.warnings.push(format!(
+                    "the summarizer failed ({why}); extractive summaries were written instead"
+                ));
+                tracing::warn!(reason = %why, "summarizer failed; writing extractive summaries");
+                abstractive = None;
+            }
+            run.tick()?;
+        }
         run.saw(chunk.iter().map(|(_, m)| m.len()).sum());
         if run.dry_run {
             let batch = engine.store.read(|c| write(run, c, &planned))?;
@@ -108,12 +123,11 @@ fn plan(
             .map(|m| m.created_at)
             .min()
             .unwrap_or(newest);
-        let content = extract(
-            &header(&anchor.content, episodes.len(), oldest, newest),
-            &texts,
-            run.policy.summary_max_chars,
-        );
+        let about = header(&anchor.content, episodes.len(), oldest, newest);
+        let content = extract(&about, &texts, run.policy.summary_max_chars);
         out.push(Planned {
+            about,
+            texts: episodes.iter().map(|m| m.content.clone()).collect(),
             anchor: (anchor.key, anchor.version),
             sources: episodes.iter().map(|m| (m.key, m.version)).collect(),
             memory: NewMemory {
@@ -131,6 +145,31 @@ fn plan(
         });
     }
     Ok(out)
+}
+
+/// Replaces the extractive text of each planned summary by the summarizer's (after the same
+/// header, within the same length); stops at the first failure, keeping the extractive rest.
+fn rewrite(
+    run: &Run<'_>,
+    s: &dyn Summarizer,
+    planned: &mut [Planned],
+) -> std::result::Result<(), String> {
+    for p in planned {
+        if run.ctl.is_cancelled() {
+            break; // the caller's next tick stops the run before anything is written
+        }
+        let texts: Vec<&str> = p.texts.iter().map(String::as_str).collect();
+        let room = run
+            .policy
+            .summary_max_chars
+            .saturating_sub(p.about.chars().count() + 1);
+        let text = s.summarize(&p.about, &texts, room)?;
+        p.memory.content = format!("{} {text}", p.about);
+        if let Some(o) = p.memory.metadata.as_object_mut() {
+            o.insert("summarizer".into(), s.describe().into());
+        }
+    }
+    Ok(())
 }
 
 /// Writes the planned summaries whose group is as planned and still unsummarised.

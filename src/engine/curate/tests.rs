@@ -874,3 +874,60 @@ fn contradictions_link_or_end_the_older_statement_and_are_found_once() {
         .unwrap();
     assert_eq!(export(&e), before);
 }
+
+fn session_of_turns(e: &Engine) {
+    put(
+        e,
+        vec![RememberItem {
+            kind: Some("session".into()),
+            name: Some("session 1".into()),
+            ..note("Chat between Caroline and Melanie on 8 May 2023.")
+        }],
+    );
+    let turns: Vec<RememberItem> = (0..5)
+        .map(|i| {
+            episode(
+                &format!("Caroline: turn {i} about the support group."),
+                "session 1",
+            )
+        })
+        .collect();
+    put(e, turns);
+}
+
+#[test]
+fn a_chat_endpoint_writes_the_summary_and_a_dead_one_falls_back_to_extractive() {
+    let policy = json!({"summarise_after_days": 0});
+    for (url, abstractive) in [
+        (
+            crate::embed::chat::tests::fake_chat("Caroline told Melanie about her support group."),
+            true,
+        ),
+        ("http://127.0.0.1:9/v1".to_owned(), false),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = Config::for_db(dir.path().join("memory.db"));
+        cfg.summarizer = Some(crate::config::SummarizerSpec {
+            base_url: url,
+            model: "m".into(),
+            api_key: None,
+            timeout_ms: 5_000,
+        });
+        let e = Engine::open_with(cfg, Some(Arc::new(HashingEmbedder::new(256)))).unwrap();
+        session_of_turns(&e);
+        let r = consolidate(&e, &req(&["summarise"], policy.clone()));
+        assert_eq!(r.counts.summaries, 1, "{r:?}");
+        let text = get(&e, &r.examples[0].ids[0]).memory.content;
+        assert!(
+            text.starts_with("Summary of Chat between Caroline and Melanie"),
+            "{text}"
+        );
+        if abstractive {
+            assert!(text.ends_with("about her support group."), "{text}");
+            assert!(r.warnings.is_empty(), "{r:?}");
+        } else {
+            assert!(text.contains("Caroline: turn"), "{text}");
+            assert!(r.warnings[0].contains("extractive"), "{r:?}");
+        }
+    }
+}
