@@ -229,6 +229,11 @@ impl Client {
     pub(crate) async fn get(&self, id: &str) -> Result<GetTaskResult, ServiceError> {
         self.service.get_task(GetTaskParams::new(id)).await
     }
+
+    /// Ends the session: closes the server's stdin and waits for it to exit.
+    pub(crate) async fn stop(self) {
+        let _ = tokio::time::timeout(Duration::from_secs(20), self.service.cancel()).await;
+    }
 }
 
 fn rpc_code(e: &ServiceError) -> Option<i32> {
