@@ -1,16 +1,20 @@
 //! Consolidation in the background, on real processes and files: servers that consolidate on a
-//! schedule (`--consolidate-every`) take turns on one database and their runs never overlap.
+//! schedule (`--consolidate-every`) take turns on one database and their runs never overlap; a
+//! run started as a task keeps recall answering, makes `mnemograph consolidate` exit 0 naming
+//! it, survives a `kill -9` of its server (the next server adopts the task and resumes the run
+//! from its checkpoint, ending where an uninterrupted run on a copy ends), and, cancelled, leaves
+//! a consistent database that its undo puts back exactly.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rmcp::model::CallToolResponse;
+use rmcp::model::{CallToolResponse, GetTaskResult, TaskStatus};
 use serde_json::{Value, json};
 
 use crate::support::{BIN, Era, Raw, TestDb};
-use crate::tasks::connect;
+use crate::tasks::{Client, connect, connect_logged, poll_until_terminal};
 
 /// Words of the seeded memories: nine picked at random from a hundred share few words, so only
 /// the planted near-duplicates are alike enough to merge.
@@ -26,6 +30,11 @@ const WORDS: &[&str] = &[
     "elm", "flint", "gorse", "heath", "inlet", "jade", "kiln", "larch", "myrtle", "nook", "oak",
     "poppy", "quarry", "rush", "sorrel", "tansy", "bison", "comet", "dingo", "egret",
 ];
+
+/// Memories and near-duplicates of the runs that are killed, cancelled and recalled through:
+/// 6,000 memories, 2,000 merges in 40 batches.
+const MEMORIES: usize = 4_000;
+const DUPLICATES: usize = 2_000;
 
 fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -119,6 +128,120 @@ fn runs(db: &Path) -> Vec<Value> {
     let out = cli(db, &["consolidate", "--runs", "--json"]);
     let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     v["runs"].as_array().expect("runs").clone()
+}
+
+/// The lines of `mnemograph export` after its header (which carries the time of the export).
+fn export(db: &Path) -> Vec<String> {
+    let out = cli(db, &["export"]);
+    let mut lines: Vec<String> = out.lines().map(str::to_owned).collect();
+    assert!(lines[0].contains("\"header\""), "{}", lines[0]);
+    lines.remove(0);
+    lines
+}
+
+/// An export's memories and relations without what differs between two runs making the same
+/// changes at other times: a memory's `updated_at`; a relation's id and times (a merge
+/// re-creates a moved relation under a new id).
+fn comparable(lines: &[String]) -> (Vec<Value>, BTreeSet<String>) {
+    let mut memories = Vec::new();
+    let mut relations = BTreeSet::new();
+    for l in lines {
+        let mut v: Value = serde_json::from_str(l).expect("an export line is JSON");
+        let o = v.as_object_mut().expect("an object");
+        match o["type"].as_str() {
+            Some("memory") => {
+                o.remove("updated_at");
+                memories.push(v);
+            }
+            Some("relation") => {
+                for k in ["id", "created_at", "updated_at", "reinforced_at"] {
+                    o.remove(k);
+                }
+                relations.insert(v.to_string());
+            }
+            other => panic!("unexpected line {other:?}: {l}"),
+        }
+    }
+    (memories, relations)
+}
+
+/// The counters of a task's progress (`_meta` of `tasks/get`).
+fn progress(t: &GetTaskResult) -> Value {
+    t.meta
+        .as_ref()
+        .and_then(|m| m.0.get("mnemograph/progress"))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn count(p: &Value, key: &str) -> u64 {
+    p[key].as_u64().unwrap_or(0)
+}
+
+/// Starts a consolidation of everything as a task; its id.
+async fn start_run(c: &Client, args: Value) -> String {
+    match c.call("consolidate", args, None).await {
+        Ok(CallToolResponse::Task(created)) => created.task.task_id,
+        other => panic!("a run for a client with tasks is a task: {other:?}"),
+    }
+}
+
+/// Polls task `id` until its progress satisfies `reached`; panics when the task ends first.
+async fn wait_for(c: &Client, id: &str, what: &str, reached: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let t = c.get(id).await.expect("tasks/get");
+        let p = progress(&t);
+        assert_eq!(
+            t.task.task.status,
+            TaskStatus::Working,
+            "the run ended before {what}: {:?} {p}",
+            t.task.task.status_message
+        );
+        if reached(&p) {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "no {what} in 120 s: {p}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The single run in state `running` (waiting a little for a task's work to record it).
+fn running_run(db: &Path) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let running: Vec<Value> = runs(db)
+            .into_iter()
+            .filter(|r| r["state"] == "running")
+            .collect();
+        assert!(running.len() <= 1, "{running:?}");
+        if let Some(r) = running.into_iter().next() {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "no run is running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Copies a database whose processes have all ended (with its log, if one is left).
+fn copy_db(from: &Path, to: &Path) {
+    std::fs::copy(from, to).expect("copy the database");
+    for ext in ["-wal", "-shm"] {
+        let (mut f, mut t) = (from.as_os_str().to_owned(), to.as_os_str().to_owned());
+        f.push(ext);
+        t.push(ext);
+        if Path::new(&f).exists() {
+            std::fs::copy(&f, &t).expect("copy the database log");
+        }
+    }
+}
+
+fn log_of(db: &TestDb, name: &str) -> std::path::PathBuf {
+    db.path.with_file_name(format!("{name}.log"))
+}
+
+fn read_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
 }
 
 #[test]
@@ -260,4 +383,235 @@ async fn two_servers_consolidating_every_second_take_turns_and_never_overlap() {
             pair[1]
         );
     }
+}
+
+/// A run as a task holds the database: `mnemograph consolidate` exits 0 naming it. Cancelled
+/// after some batches, the run leaves every merged memory folded into a live survivor and every
+/// relation between live memories; its undo puts back exactly the export from before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_is_consistent_and_undoes_exactly_and_a_cli_run_meanwhile_names_it() {
+    let db = seeded(MEMORIES, DUPLICATES);
+    let before = export(&db.path);
+    let c = connect_logged(
+        &db.path,
+        "curator",
+        &["--inline-budget-ms", "0"],
+        &log_of(&db, "server"),
+    )
+    .await;
+    // A client cannot pass for the scheduler.
+    let id = start_run(&c, json!({"_scheduled": true})).await;
+    let run = running_run(&db.path);
+    let run_id = run["run_id"].as_str().expect("run id").to_owned();
+    assert_eq!(run["started_by"], "tool:client:curator", "{run}");
+    // The command and cron's way in: skipped, exit 0, naming the run.
+    let out = cli(&db.path, &["consolidate"]);
+    assert_eq!(
+        out.trim(),
+        format!("skipped: run {run_id} holds the database; nothing done")
+    );
+    let out = cli(&db.path, &["consolidate", "--json"]);
+    let report: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(
+        (&report["state"], &report["held_by"]),
+        (&json!("skipped"), &json!(run_id)),
+        "{report}"
+    );
+    // Cancelled from another process once two batches are in.
+    wait_for(&c, &id, "two batches", |p| count(p, "merged") >= 100).await;
+    let said = cli(&db.path, &["tasks", "cancel", &id]);
+    assert!(said.contains("cancellation requested"), "{said}");
+    let (done, _) = poll_until_terminal(&c, &id, Duration::from_secs(60)).await;
+    assert_eq!(
+        done.task.task.status,
+        TaskStatus::Cancelled,
+        "{:?}",
+        done.task.task.status_message
+    );
+    let run = runs(&db.path)
+        .into_iter()
+        .find(|r| r["run_id"] == run_id.as_str())
+        .expect("the run");
+    assert_eq!(run["state"], "cancelled", "{run}");
+    let merged = run["counts"]["merged"].as_u64().expect("merged");
+    assert!(
+        (100..DUPLICATES as u64).contains(&merged),
+        "stopped mid-way: {run}"
+    );
+    c.stop().await;
+
+    // Consistent: every memory merged away is gone and named by its live survivor, the rest
+    // are all there, every relation joins live memories, and the database checks out.
+    let after = export(&db.path);
+    let mut live = HashSet::new();
+    let mut merged_from = Vec::new();
+    for l in &after {
+        let v: Value = serde_json::from_str(l).expect("JSON");
+        if v["type"] == "memory" {
+            live.insert(v["id"].as_str().expect("id").to_owned());
+            for m in v["metadata"]["merged_from"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                merged_from.push(m.as_str().expect("id").to_owned());
+            }
+        }
+    }
+    assert_eq!(merged_from.len() as u64, merged);
+    assert_eq!(live.len() as u64, (MEMORIES + DUPLICATES) as u64 - merged);
+    for m in &merged_from {
+        assert!(m.starts_with("m_dup") && !live.contains(m), "{m}");
+    }
+    for l in &after {
+        let v: Value = serde_json::from_str(l).expect("JSON");
+        if v["type"] == "relation" {
+            for end in ["from", "to"] {
+                assert!(live.contains(v[end].as_str().expect("end")), "{l}");
+            }
+        }
+    }
+    let (healthy, report, stderr) = mnemograph(&db.path, &["doctor"]);
+    assert!(healthy, "{report}\n{stderr}");
+
+    let undone = cli(&db.path, &["consolidate", "--undo", &run_id]);
+    assert!(undone.starts_with(&format!("undid {run_id}:")), "{undone}");
+    assert_eq!(
+        export(&db.path),
+        before,
+        "the undo puts back what was there"
+    );
+}
+
+/// `kill -9` of a server in the middle of a run: the next server adopts the task (same id) and
+/// resumes the run from its checkpoint (same run id), which ends as an uninterrupted run on a
+/// copy of the database ends; and it undoes as one run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_server_is_killed_resumes_in_the_next_and_ends_like_an_uninterrupted_one() {
+    let db = seeded(MEMORIES, DUPLICATES);
+    let before = export(&db.path);
+    let twin = TestDb::new();
+    copy_db(&db.path, &twin.path);
+
+    let c = connect_logged(
+        &db.path,
+        "curator",
+        &["--inline-budget-ms", "0"],
+        &log_of(&db, "first"),
+    )
+    .await;
+    let id = start_run(&c, json!({})).await;
+    let at_kill = wait_for(&c, &id, "two batches", |p| count(p, "merged") >= 100).await;
+    let killed = Command::new("kill")
+        .args(["-9", &c.pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    drop(c);
+    let run = running_run(&db.path);
+    let run_id = run["run_id"].as_str().expect("run id").to_owned();
+    assert!(count(&at_kill, "merged") < DUPLICATES as u64, "{at_kill}");
+
+    let log = log_of(&db, "second");
+    let c = connect_logged(&db.path, "curator", &[], &log).await;
+    let (done, _) = poll_until_terminal(&c, &id, Duration::from_secs(180)).await;
+    assert_eq!(
+        done.task.task.status,
+        TaskStatus::Completed,
+        "{:?}\n{}",
+        done.task.task.status_message,
+        read_log(&log)
+    );
+    let result = serde_json::to_value(&done).expect("JSON");
+    let report = &result["result"]["structuredContent"];
+    assert_eq!(report["run_id"], run_id.as_str(), "{report}");
+    assert_eq!(report["state"], "completed", "{report}");
+    assert_eq!(report["counts"]["merged"], DUPLICATES, "{report}");
+    assert!(
+        read_log(&log).contains("resuming a task whose process stopped, from its last checkpoint"),
+        "{}",
+        read_log(&log)
+    );
+    c.stop().await;
+    let all = runs(&db.path);
+    assert_eq!(all.len(), 1, "one run, resumed under its id: {all:?}");
+    assert_eq!(all[0]["state"], "completed");
+
+    // The same run, uninterrupted, on the copy.
+    let out = cli(&twin.path, &["consolidate", "--json"]);
+    let whole: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(whole["counts"]["merged"], DUPLICATES, "{whole}");
+    let (resumed, uninterrupted) = (
+        comparable(&export(&db.path)),
+        comparable(&export(&twin.path)),
+    );
+    assert_eq!(resumed.0.len(), MEMORIES);
+    assert!(resumed.0 == uninterrupted.0, "the memories differ");
+    assert_eq!(resumed.1, uninterrupted.1, "the relations differ");
+
+    let undone = cli(&db.path, &["consolidate", "--undo", &run_id]);
+    assert!(undone.starts_with(&format!("undid {run_id}:")), "{undone}");
+    assert_eq!(export(&db.path), before, "undone as one run");
+}
+
+/// Recall keeps answering, each call well under a second, while a run goes on as a task in the
+/// same server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recall_keeps_answering_while_a_run_goes_on() {
+    let db = seeded(MEMORIES, DUPLICATES);
+    let c = connect_logged(
+        &db.path,
+        "curator",
+        &["--inline-budget-ms", "0"],
+        &log_of(&db, "server"),
+    )
+    .await;
+    let id = start_run(&c, json!({})).await;
+    let mut during = Vec::new();
+    let mut rng = 11u64;
+    loop {
+        let query = (0..3)
+            .map(|_| WORDS[(splitmix(&mut rng) % WORDS.len() as u64) as usize])
+            .collect::<Vec<_>>()
+            .join(" ");
+        let asked = Instant::now();
+        let answer = c
+            .call("recall", json!({"query": query, "limit": 10}), None)
+            .await
+            .expect("recall");
+        let took = asked.elapsed();
+        let CallToolResponse::Complete(answer) = answer else {
+            panic!("recall answers inline");
+        };
+        let hits = answer.structured_content.expect("structured")["hits"]
+            .as_array()
+            .map_or(0, Vec::len);
+        assert!(hits > 0, "{query}: no hits");
+        let t = c.get(&id).await.expect("tasks/get");
+        if t.task.task.status != TaskStatus::Working {
+            assert_eq!(
+                t.task.task.status,
+                TaskStatus::Completed,
+                "{:?}",
+                t.task.task.status_message
+            );
+            break;
+        }
+        during.push(took);
+        // An agent's pace, not a load test.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        during.len() >= 10,
+        "the run ended after {} recalls: too short to tell",
+        during.len()
+    );
+    during.sort();
+    let (p50, max) = (during[during.len() / 2], during[during.len() - 1]);
+    assert!(
+        max < Duration::from_secs(1),
+        "a recall took {max:?} (median {p50:?} of {})",
+        during.len()
+    );
+    c.stop().await;
 }
