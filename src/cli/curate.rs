@@ -24,7 +24,7 @@ pub(super) struct Call {
     /// Report what would change (with examples); write nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Print the report as JSON.
+    /// Print the report (or with --runs, the list) as JSON.
     #[arg(long)]
     pub json: bool,
     /// Undo this run instead.
@@ -62,6 +62,28 @@ fn summary(r: &RunReport) -> String {
 
 pub(super) fn run(engine: &Engine, call: Call) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
+    if call.runs && call.json {
+        // The shape of the tool's `runs: true`.
+        let runs: Vec<serde_json::Value> = engine
+            .consolidation_runs(20)?
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "run_id": r.id,
+                    "started_by": r.started_by,
+                    "state": r.state,
+                    "namespaces": r.namespaces,
+                    "steps": r.steps,
+                    "counts": r.counts,
+                    "task_id": r.task_id,
+                    "started_at": format_time(r.started_at),
+                    "ended_at": r.ended_at.map(format_time),
+                })
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::json!({ "runs": runs }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if call.runs {
         for r in engine.consolidation_runs(20)? {
             writeln!(

@@ -3,6 +3,7 @@
 
 mod curate;
 mod demo;
+mod duration;
 mod model;
 mod transfer;
 
@@ -282,6 +283,17 @@ struct ServeArgs {
     /// Owner recorded on tasks instead of the client's name.
     #[arg(long, env = "MNEMOGRAPH_OWNER")]
     owner: Option<String>,
+    /// Consolidate every namespace this often (e.g. 6h, 30m, 90s; default: never), as a task of
+    /// owner `scheduler`. Due a period after the last scheduled run in the database ended —
+    /// the first within a minute of start when none is on record or it is overdue — and one at
+    /// a time per database, however many servers share it.
+    #[arg(
+        long,
+        env = "MNEMOGRAPH_CONSOLIDATE_EVERY",
+        value_name = "DURATION",
+        value_parser = duration::parse_period
+    )]
+    consolidate_every: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -449,6 +461,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .context("cannot start the async runtime")?;
             let options = crate::mcp::ServerOptions {
                 owner: serve.owner,
+                consolidate_every: serve.consolidate_every,
                 tasks: crate::tasks::TaskConfig {
                     inline_budget: std::time::Duration::from_millis(serve.inline_budget_ms),
                     default_ttl_ms: serve.task_ttl_ms,

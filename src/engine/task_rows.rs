@@ -1,11 +1,17 @@
-//! Task rows through the engine, so that the task runner never touches the store directly.
+//! Task rows through the engine, so that the task runner never touches the store directly; and
+//! the newest run of a starter, which the task runner's schedule is timed by.
 
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::model::{Millis, TaskRow, TaskState};
-use crate::store::tasks;
+use crate::model::{Millis, RunRow, TaskRow, TaskState};
+use crate::store::{runs, tasks};
 
 impl Engine {
+    /// The newest consolidation run `started_by` started (`scheduler`, `cli`, `tool:<owner>`).
+    pub fn newest_run_by(&self, started_by: &str) -> Result<Option<RunRow>> {
+        self.store.read(|c| runs::newest_by(c, started_by))
+    }
+
     pub fn task_insert(&self, t: &TaskRow) -> Result<()> {
         self.store.write(|tx| tasks::insert(tx, t))
     }

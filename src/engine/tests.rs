@@ -1002,3 +1002,151 @@ fn a_graph_file_of_another_history_or_damaged_is_not_used() {
     assert!(!stats.from_file);
     assert_eq!(stats.relations, 1);
 }
+
+/// A run's progress reports, with something done to the lease at the `at`-th report.
+struct LeaseProbe {
+    reports: std::sync::atomic::AtomicUsize,
+    /// `(report number, what to do)`.
+    on: Vec<(usize, LeaseAct)>,
+    /// Whether another holder could take the lease when it tried.
+    intruder_got_it: std::sync::Mutex<Option<bool>>,
+    engine_path: std::path::PathBuf,
+}
+
+#[derive(Clone, Copy)]
+enum LeaseAct {
+    /// Leave the lease looking silent for longer than it may, then wait past a renewal.
+    GoQuietAndWait,
+    /// Another holder tries to take it the ordinary way.
+    TryToTake,
+    /// Another holder takes it whatever its state.
+    TakeOver,
+}
+
+impl LeaseProbe {
+    fn new(engine: &Engine, on: Vec<(usize, LeaseAct)>) -> LeaseProbe {
+        LeaseProbe {
+            reports: Default::default(),
+            on,
+            intruder_got_it: Default::default(),
+            engine_path: engine.config().db_path.clone(),
+        }
+    }
+}
+
+impl crate::engine::traverse::Control for LeaseProbe {
+    fn report(&self, _p: &crate::engine::traverse::WorkProgress) {
+        use crate::engine::curate::{LEASE, LEASE_STALE_MS};
+        use crate::store::runs;
+        let n = self
+            .reports
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let Some(&(_, act)) = self.on.iter().find(|(at, _)| *at == n) else {
+            return;
+        };
+        // A second connection, as another process would have.
+        let other = crate::store::Store::open(&Config::for_db(&self.engine_path)).unwrap();
+        let now = crate::model::now_millis();
+        match act {
+            LeaseAct::GoQuietAndWait => {
+                other
+                    .write(|tx| {
+                        let run = runs::in_state(tx, "running")?.remove(0);
+                        runs::take_lease(
+                            tx,
+                            LEASE,
+                            &format!("run:{}", run.id),
+                            Some(&run.id),
+                            now - LEASE_STALE_MS - 10_000,
+                            LEASE_STALE_MS,
+                        )
+                        .map(drop)
+                    })
+                    .unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(2_200));
+            }
+            LeaseAct::TryToTake => {
+                let got = other
+                    .write(|tx| {
+                        runs::take_lease(
+                            tx,
+                            LEASE,
+                            "run:intruder",
+                            Some("intruder"),
+                            now,
+                            LEASE_STALE_MS,
+                        )
+                    })
+                    .unwrap()
+                    .is_ok();
+                *self.intruder_got_it.lock().unwrap() = Some(got);
+            }
+            LeaseAct::TakeOver => other
+                .write(|tx| {
+                    runs::take_lease(tx, LEASE, "run:intruder", Some("intruder"), now, 0).map(drop)
+                })
+                .unwrap(),
+        }
+    }
+    fn is_cancelled(&self) -> bool {
+        false
+    }
+}
+
+fn consolidate_req(steps: &[&str]) -> crate::engine::curate::ConsolidateRequest {
+    crate::engine::curate::ConsolidateRequest {
+        steps: Some(steps.iter().map(|s| s.to_string()).collect()),
+        started_by: "test".into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_run_keeps_its_lease_while_it_plans_and_commits_nothing() {
+    let (_d, e) = temp_engine();
+    // Two namespaces without duplicates: the merge step plans each and commits nothing between.
+    for ns in ["one", "two"] {
+        remember_one(
+            &e,
+            RememberItem {
+                namespace: Some(ns.into()),
+                ..item(&format!("a single note of namespace {ns}"))
+            },
+        );
+    }
+    let probe = LeaseProbe::new(
+        &e,
+        vec![(1, LeaseAct::GoQuietAndWait), (2, LeaseAct::TryToTake)],
+    );
+    let report = e.consolidate(&consolidate_req(&["merge"]), &probe).unwrap();
+    assert_eq!(report.state, "completed");
+    assert_eq!(
+        *probe.intruder_got_it.lock().unwrap(),
+        Some(false),
+        "the lease went stale while the run planned: another run could start beside it"
+    );
+}
+
+#[test]
+fn a_run_whose_lease_was_taken_over_stops_without_writing_its_batch() {
+    let (_d, e) = temp_engine();
+    remember_one(
+        &e,
+        item("Greta keeps bees on the roof of her house in Porto."),
+    );
+    remember_one(
+        &e,
+        item("Greta keeps bees on the roof of her house in Porto!"),
+    );
+    let probe = LeaseProbe::new(&e, vec![(1, LeaseAct::TakeOver)]);
+    let err = e
+        .consolidate(&consolidate_req(&["merge"]), &probe)
+        .unwrap_err();
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    assert!(err.to_string().contains("another run took"), "{err}");
+    let run = e.consolidation_runs(1).unwrap().remove(0);
+    assert_eq!(run.state, "failed");
+    let hits = recall_ids(&e, "Greta bees Porto");
+    assert_eq!(hits.len(), 2, "nothing was merged: {hits:?}");
+}

@@ -29,13 +29,35 @@ pub(super) fn is_run(args: &Value) -> bool {
 }
 
 fn request(p: &dto::ConsolidateParams) -> ConsolidateRequest {
+    let started_by = if p.scheduled == Some(true) {
+        crate::tasks::schedule::OWNER.to_owned()
+    } else {
+        format!("tool:{}", p.by.as_deref().unwrap_or("anonymous"))
+    };
     ConsolidateRequest {
         namespaces: p.namespaces.clone(),
         steps: p.steps.clone(),
         policy: p.policy.clone().map(Value::Object),
         dry_run: p.dry_run.unwrap_or(false),
-        started_by: format!("tool:{}", p.by.as_deref().unwrap_or("anonymous")),
+        started_by,
     }
+}
+
+/// The arguments of the server's scheduled run: every namespace, the default steps and policy.
+pub(super) fn scheduled_args() -> Value {
+    json!({"_scheduled": true})
+}
+
+/// A finished run's status line when its progress tells nothing: a run skipped because
+/// another holds the database names that run.
+pub(super) fn summary(output: &Value) -> Option<String> {
+    (output.get("state").and_then(Value::as_str) == Some("skipped")).then(|| {
+        let holder = output
+            .get("held_by")
+            .and_then(Value::as_str)
+            .unwrap_or("another run");
+        format!("skipped: run {holder} holds the database; nothing done")
+    })
 }
 
 /// Checks the arguments and estimates the run, in milliseconds.

@@ -622,4 +622,8 @@ pub struct ConsolidateParams {
     #[serde(default, rename = "_inline")]
     #[schemars(skip)]
     pub inline: Option<bool>,
+    /// Set by the server's schedule (`--consolidate-every`): the run is started by `scheduler`.
+    #[serde(default, rename = "_scheduled")]
+    #[schemars(skip)]
+    pub scheduled: Option<bool>,
 }

@@ -42,6 +42,8 @@ pub struct ServerOptions {
     /// Owner of every task, instead of the client's name (for hosts that share one identity).
     pub owner: Option<String>,
     pub tasks: TaskConfig,
+    /// Start a consolidation of every namespace this often, as a task of owner `scheduler`.
+    pub consolidate_every: Option<std::time::Duration>,
 }
 
 /// The MCP server over one engine.
@@ -53,7 +55,8 @@ pub struct MemoryServer {
 }
 
 impl MemoryServer {
-    /// A server over `engine`; must be made inside a tokio runtime (it starts task maintenance).
+    /// A server over `engine`; must be made inside a tokio runtime (it starts task maintenance,
+    /// and the consolidation schedule when there is one).
     pub fn new(engine: Arc<Engine>, options: ServerOptions) -> MemoryServer {
         let tasks = Tasks::new(
             Arc::clone(&engine),
@@ -61,6 +64,13 @@ impl MemoryServer {
             Arc::new(work::McpExecutor),
         );
         tasks.start_maintenance();
+        if let Some(every) = options.consolidate_every {
+            tasks.start_schedule(crate::tasks::Schedule {
+                every,
+                tool: "consolidate".into(),
+                args: curation::scheduled_args(),
+            });
+        }
         MemoryServer {
             engine,
             tasks,

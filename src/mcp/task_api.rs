@@ -110,6 +110,10 @@ pub(crate) async fn call_long(
     }
     if tool == "consolidate" {
         // The run records who started it; a client that cannot poll must fit the inline limit.
+        // Only the server's own schedule starts runs as `scheduler`.
+        if let Value::Object(o) = &mut args {
+            o.remove("_scheduled");
+        }
         args["_by"] = json!(owner);
         if cap != Capability::Tasks {
             args["_inline"] = json!(true);

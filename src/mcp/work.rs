@@ -357,6 +357,13 @@ impl Executor for McpExecutor {
             _ => WorkKind::Walk,
         }
     }
+
+    fn summary(&self, tool: &str, output: &Value) -> Option<String> {
+        match tool {
+            "consolidate" => crate::mcp::curation::summary(output),
+            _ => None,
+        }
+    }
 }
 
 /// Cheap checks and the cost estimate of a long call, before the decision.

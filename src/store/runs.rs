@@ -80,6 +80,17 @@ pub fn list(db: &Db, limit: usize) -> Result<Vec<RunRow>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// The newest run started by `started_by`.
+pub fn newest_by(db: &Db, started_by: &str) -> Result<Option<RunRow>> {
+    Ok(db
+        .conn
+        .prepare_cached(&format!(
+            "SELECT {COLS} FROM runs WHERE started_by = ?1 ORDER BY started_at DESC, id LIMIT 1"
+        ))?
+        .query_row([started_by], from_row)
+        .optional()?)
+}
+
 /// Runs in state `state`.
 pub fn in_state(db: &Db, state: &str) -> Result<Vec<RunRow>> {
     let mut stmt = db.conn.prepare_cached(&format!(

@@ -4,6 +4,7 @@
 //! it to the row. Also the inline/task decision and the maintenance loop (TTL sweep, orphans).
 
 pub mod policy;
+pub mod schedule;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -18,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::model::{Millis, TaskRow, TaskState, now_millis};
 
 pub use policy::{Capability, Plan, decide};
+pub use schedule::Schedule;
 
 /// Runs the work a task stands for. Supplied by the front end, which knows the tools.
 pub trait Executor: Send + Sync + 'static {
@@ -39,6 +41,11 @@ pub trait Executor: Send + Sync + 'static {
     /// reads right before the work has reported anything.
     fn work_kind(&self, _tool: &str) -> WorkKind {
         WorkKind::Walk
+    }
+    /// What a finished task's status says instead of its progress, when its output tells more
+    /// (a consolidation skipped because another run holds the database did no work to count).
+    fn summary(&self, _tool: &str, _output: &Value) -> Option<String> {
+        None
     }
 }
 
@@ -168,6 +175,8 @@ fn group(n: u64) -> String {
 }
 
 struct Live {
+    /// The tool whose work this is.
+    tool: String,
     ctl: Arc<Progressing>,
     extra: Mutex<WorkProgress>,
     /// Set once the work has a task row.
@@ -179,12 +188,13 @@ struct Live {
 }
 
 impl Live {
-    fn new(task_id: Option<String>, resume: Option<Value>, kind: WorkKind) -> Live {
+    fn new(task_id: Option<String>, resume: Option<Value>, tool: &str, kind: WorkKind) -> Live {
         let id = std::sync::OnceLock::new();
         if let Some(t) = task_id {
             let _ = id.set(t);
         }
         Live {
+            tool: tool.to_owned(),
             ctl: Arc::new(Progressing::default()),
             extra: Mutex::new(WorkProgress {
                 kind,
@@ -335,7 +345,7 @@ impl Tasks {
         on_progress: Option<ProgressSink>,
         cancelled: impl Future<Output = ()> + Send,
     ) -> Result<Answer> {
-        let live = Arc::new(Live::new(None, None, self.executor.work_kind(tool)));
+        let live = Arc::new(Live::new(None, None, tool, self.executor.work_kind(tool)));
         let mut handle = self.spawn_work(tool, &args, &live);
         if plan != Plan::Task {
             /// How the inline phase ended.
@@ -442,6 +452,11 @@ impl Tasks {
             .lock()
             .expect("live task map")
             .insert(id.clone(), Arc::clone(&live));
+        // Work registered after `shutdown` went through the map is stopped like the rest (its
+        // row is left for the next process).
+        if self.is_shutting_down() {
+            live.ctl.cancelled.store(true, Ordering::Relaxed);
+        }
         let me = Arc::clone(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(me.cfg.heartbeat);
@@ -466,6 +481,16 @@ impl Tasks {
             me.finish(&id, &live, outcome).await;
             me.live.lock().expect("live task map").remove(&id);
         });
+    }
+
+    /// Whether [`Tasks::shutdown`] was called: the process is going away.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Whether task `id` runs in this process (its work has not ended yet).
+    pub fn runs_here(&self, id: &str) -> bool {
+        self.live.lock().is_ok_and(|m| m.contains_key(id))
     }
 
     /// Stops all running work of this process without ending its tasks: their rows stay
@@ -493,7 +518,12 @@ impl Tasks {
         let (status, msg, result, error) = match &outcome {
             Ok(v) => (
                 TaskState::Completed,
-                format!("done · {}", status_message(&p)),
+                format!(
+                    "done · {}",
+                    self.executor
+                        .summary(&live.tool, v)
+                        .unwrap_or_else(|| status_message(&p))
+                ),
                 Some(v.clone()),
                 None,
             ),
@@ -655,7 +685,7 @@ impl Tasks {
             return Ok(()); // another process took it
         }
         if row.cancel_requested {
-            let live = Live::new(None, None, self.executor.work_kind(&row.tool));
+            let live = Live::new(None, None, &row.tool, self.executor.work_kind(&row.tool));
             self.finish(&row.id, &live, Err(Error::Cancelled)).await;
             return Ok(());
         }
@@ -664,17 +694,23 @@ impl Tasks {
             let live = Arc::new(Live::new(
                 Some(row.id.clone()),
                 row.checkpoint.clone(),
+                &row.tool,
                 self.executor.work_kind(&row.tool),
             ));
             let handle = self.spawn_work(&row.tool, &row.arguments, &live);
             self.track(row.id, live, handle);
         } else if self.executor.rerunnable(&row.tool) {
             tracing::info!(task = short_id(&row.id), tool = %row.tool, "re-running a task whose process stopped");
-            let live = Arc::new(Live::new(None, None, self.executor.work_kind(&row.tool)));
+            let live = Arc::new(Live::new(
+                None,
+                None,
+                &row.tool,
+                self.executor.work_kind(&row.tool),
+            ));
             let handle = self.spawn_work(&row.tool, &row.arguments, &live);
             self.track(row.id, live, handle);
         } else {
-            let live = Live::new(None, None, self.executor.work_kind(&row.tool));
+            let live = Live::new(None, None, &row.tool, self.executor.work_kind(&row.tool));
             let err = Error::Internal(
                 "the process running this task stopped before it finished; run the call again"
                     .into(),

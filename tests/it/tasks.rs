@@ -166,6 +166,8 @@ impl ClientHandler for Recorder {
 pub(crate) struct Client {
     service: RunningService<RoleClient, Recorder>,
     progress: Arc<Mutex<Vec<(f64, Instant)>>>,
+    /// The server's process id.
+    pub(crate) pid: u32,
 }
 
 pub(crate) async fn connect(
@@ -175,6 +177,23 @@ pub(crate) async fn connect(
     name: &str,
     extra: &[&str],
 ) -> Client {
+    spawn_client(db, modern, tasks, name, extra, std::process::Stdio::null()).await
+}
+
+/// A 2026-07-28 client with the tasks extension, like [`connect`], whose server logs to `log`.
+pub(crate) async fn connect_logged(db: &Path, name: &str, extra: &[&str], log: &Path) -> Client {
+    let file = std::fs::File::create(log).expect("create the server log");
+    spawn_client(db, true, true, name, extra, file.into()).await
+}
+
+async fn spawn_client(
+    db: &Path,
+    modern: bool,
+    tasks: bool,
+    name: &str,
+    extra: &[&str],
+    stderr: std::process::Stdio,
+) -> Client {
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.arg("serve")
         .arg("--db")
@@ -182,9 +201,10 @@ pub(crate) async fn connect(
         .args(extra)
         .kill_on_drop(true);
     let (transport, _) = TokioChildProcess::builder(cmd)
-        .stderr(std::process::Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("spawn server");
+    let pid = transport.id().expect("the server runs");
     let recorder = Recorder {
         tasks,
         name: name.into(),
@@ -204,7 +224,11 @@ pub(crate) async fn connect(
         recorder.serve(transport).await
     }
     .expect("session");
-    Client { service, progress }
+    Client {
+        service,
+        progress,
+        pid,
+    }
 }
 
 impl Client {
@@ -228,6 +252,11 @@ impl Client {
 
     pub(crate) async fn get(&self, id: &str) -> Result<GetTaskResult, ServiceError> {
         self.service.get_task(GetTaskParams::new(id)).await
+    }
+
+    /// Ends the session: closes the server's stdin and waits for it to exit.
+    pub(crate) async fn stop(self) {
+        let _ = tokio::time::timeout(Duration::from_secs(20), self.service.cancel()).await;
     }
 }
 

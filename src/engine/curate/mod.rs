@@ -32,6 +32,8 @@ pub use undo::UndoReport;
 pub const LEASE: &str = "consolidate";
 /// A lease whose holder has not renewed it for this long is free.
 pub const LEASE_STALE_MS: i64 = 30_000;
+/// A run renews its lease at least this often, also while a step plans and commits nothing.
+const LEASE_RENEW_MS: i64 = 2_000;
 /// Most examples a report lists per step.
 const MAX_EXAMPLES: usize = 10;
 /// Memories read per page while planning.
@@ -128,6 +130,8 @@ pub(crate) struct Run<'a> {
     /// Memories the current step has looked at.
     seen: u64,
     holder: String,
+    /// When the lease was last renewed.
+    renewed: std::sync::atomic::AtomicI64,
 }
 
 /// What one batch changed (or would change).
@@ -168,6 +172,25 @@ impl Run<'_> {
         if self.ctl.is_cancelled() {
             return Err(Error::Cancelled);
         }
+        self.keep_lease()
+    }
+
+    /// Renews the lease when a while has passed (a step that plans for minutes commits nothing
+    /// that would), so that no other process takes it as stale and runs beside this one.
+    fn keep_lease(&self) -> Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = now_millis();
+        if self.dry_run || now - self.renewed.load(Relaxed) < LEASE_RENEW_MS {
+            return Ok(());
+        }
+        let held = self
+            .engine
+            .store
+            .write(|tx| runs::renew_lease(tx, LEASE, &self.holder, now))?;
+        if !held {
+            return Err(lease_lost());
+        }
+        self.renewed.store(now, Relaxed);
         Ok(())
     }
 
@@ -214,13 +237,29 @@ impl Run<'_> {
             if let Some(task) = &task {
                 store::tasks::set_checkpoint(tx, task, &checkpoint)?;
             }
-            runs::renew_lease(tx, LEASE, &this.holder, now)?;
+            if !runs::renew_lease(tx, LEASE, &this.holder, now)? {
+                return Err(lease_lost());
+            }
             Ok(batch)
         })?;
+        self.renewed
+            .store(now, std::sync::atomic::Ordering::Relaxed);
         self.ctl.checkpointed(&checkpoint);
         self.engine.mark_dirty();
         self.add(batch);
         Ok(())
+    }
+}
+
+/// Another run took the lease over: this one stops rather than write beside it.
+fn lease_lost() -> Error {
+    Error::Conflict {
+        reason: format!(
+            "another run took the database over while this one had not renewed its lease for {} s",
+            LEASE_STALE_MS / 1000
+        ),
+        hint: "what this run committed stays and can be undone; run again once the other ends"
+            .into(),
     }
 }
 
@@ -280,6 +319,7 @@ impl Engine {
                 .unwrap_or_default(),
             seen: 0,
             holder,
+            renewed: std::sync::atomic::AtomicI64::new(now),
         };
         let names: Vec<String> = steps.iter().map(|s| s.name().to_owned()).collect();
         let mut report = RunReport {
