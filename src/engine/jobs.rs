@@ -103,7 +103,7 @@ impl Engine {
         }
         let now = batch.iter().map(|(_, t)| *t).max().unwrap_or(0);
         let keys: Vec<MemoryKey> = batch.into_iter().map(|(k, _)| k).collect();
-        let reinforce = |s, at| crate::engine::curate::salience::reinforced(s, at, now);
+        let reinforce = |s, at| crate::engine::curate::salience::on_use(s, at, now);
         if let Err(e) = self
             .store
             .write(|tx| memories::touch(tx, &keys, now, reinforce))

@@ -364,17 +364,20 @@ pub fn relation_counts(db: &Db, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey,
 }
 
 /// Records that these memories were returned to a caller; `reinforce` gives the new salience
-/// from the stored one and the time it was computed at.
+/// from the stored one and the time it was computed at, or `None` to leave both as they are.
 pub fn touch(
     db: &Db,
     keys: &[MemoryKey],
     now: Millis,
-    reinforce: impl Fn(f64, Millis) -> f64,
+    reinforce: impl Fn(f64, Millis) -> Option<f64>,
 ) -> Result<()> {
     let conn = &db.conn;
     let mut read =
         conn.prepare_cached("SELECT salience, salience_at FROM memories WHERE key = ?1")?;
-    let mut stmt = conn.prepare_cached(
+    let mut used = conn.prepare_cached(
+        "UPDATE memories SET accessed_at = ?2, access_count = access_count + 1 WHERE key = ?1",
+    )?;
+    let mut reinforced = conn.prepare_cached(
         "UPDATE memories SET accessed_at = ?2, access_count = access_count + 1, salience = ?3, \
          salience_at = ?2 WHERE key = ?1",
     )?;
@@ -385,7 +388,10 @@ pub fn touch(
         else {
             continue;
         };
-        stmt.execute(params![k.0, now, reinforce(s, at)])?;
+        match reinforce(s, at) {
+            Some(s) => reinforced.execute(params![k.0, now, s])?,
+            None => used.execute(params![k.0, now])?,
+        };
     }
     Ok(())
 }

@@ -312,7 +312,14 @@ async fn two_servers_consolidating_every_second_take_turns_and_never_overlap() {
     assert_eq!(first["counts"]["merged"], 300, "{first}");
     assert_eq!(
         first["steps"],
-        json!(["merge", "decay", "archive", "hygiene"])
+        json!([
+            "merge",
+            "summarise",
+            "contradictions",
+            "decay",
+            "archive",
+            "hygiene"
+        ])
     );
     // A skipped task names a run that exists.
     let ids: HashSet<String> = runs(&db.path)

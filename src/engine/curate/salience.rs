@@ -27,6 +27,14 @@ pub fn reinforced(salience: f64, at: Millis, now: Millis) -> f64 {
     s + (1.0 - s) * REINFORCEMENT
 }
 
+/// The salience after a use at `now`, or `None` when the memory was reinforced (or stored)
+/// less than a day before: salience counts the days a memory was used, not the calls — a burst
+/// of recalls in one session is one use, and the ranking of one query stays the same from call
+/// to call within a day (pages of one query agree with one big page).
+pub fn on_use(salience: f64, at: Millis, now: Millis) -> Option<f64> {
+    (now - at >= DAY_MS as i64).then(|| reinforced(salience, at, now))
+}
+
 /// A memory's salience now, with the default half-life.
 pub fn of(m: &Memory, now: Millis) -> f64 {
     decayed(m.salience, m.salience_at, now, DEFAULT_HALF_LIFE_DAYS)
@@ -47,5 +55,8 @@ mod tests {
         assert!((once - 0.6).abs() < 1e-9);
         assert!(reinforced(once, 0, 0) > once);
         assert!(reinforced(1.0, 0, 0) <= 1.0);
+        // One reinforcement a day: a use within a day of the last changes nothing.
+        assert_eq!(on_use(0.5, 0, day - 1), None);
+        assert_eq!(on_use(0.5, 0, day), Some(reinforced(0.5, 0, day)));
     }
 }
