@@ -218,6 +218,22 @@ pub struct RunRow {
     pub undone_by: Option<String>,
 }
 
+impl RunRow {
+    /// What a listing of runs shows of this one (the `consolidate` tool's `runs: true`).
+    pub fn listing(&self) -> serde_json::Value {
+        serde_json::json!({
+            "run_id": self.id,
+            "started_by": self.started_by,
+            "state": self.state,
+            "namespaces": self.namespaces,
+            "steps": self.steps,
+            "counts": self.counts,
+            "started_at": format_time(self.started_at),
+            "ended_at": self.ended_at.map(format_time),
+        })
+    }
+}
+
 /// One previous version of a memory or relation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {

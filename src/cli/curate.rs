@@ -68,17 +68,9 @@ pub(super) fn run(engine: &Engine, call: Call) -> anyhow::Result<ExitCode> {
             .consolidation_runs(20)?
             .iter()
             .map(|r| {
-                serde_json::json!({
-                    "run_id": r.id,
-                    "started_by": r.started_by,
-                    "state": r.state,
-                    "namespaces": r.namespaces,
-                    "steps": r.steps,
-                    "counts": r.counts,
-                    "task_id": r.task_id,
-                    "started_at": format_time(r.started_at),
-                    "ended_at": r.ended_at.map(format_time),
-                })
+                let mut v = r.listing();
+                v["task_id"] = serde_json::json!(r.task_id);
+                v
             })
             .collect();
         writeln!(out, "{}", serde_json::json!({ "runs": runs }))?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::config::SummarizerSpec;
-use crate::embed::http::{checked_url, is_loopback, snippet};
+use crate::embed::http::{checked_url, is_loopback, post_json, snippet};
 use crate::error::{Error, Result};
 
 /// Most characters of source text sent per summary (the earliest, when a group says more).
@@ -144,14 +144,7 @@ impl Summarizer for HttpSummarizer {
                 {"role": "user", "content": format!("{about}\n\n{input}")},
             ],
         });
-        let mut req = self
-            .agent
-            .post(&self.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json");
-        if let Some(key) = &self.api_key {
-            req = req.header("Authorization", format!("Bearer {key}"));
-        }
+        let req = post_json(&self.agent, &self.url, self.api_key.as_deref());
         let url = &self.url;
         let body = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
         let mut resp = req.send(&body[..]).map_err(|e| match e {

@@ -132,6 +132,22 @@ pub(super) fn checked_url(base_url: &str, path: &str) -> std::result::Result<Str
     }
 }
 
+/// A JSON POST to `url`, with `api_key` as a bearer token when there is one.
+pub(super) fn post_json(
+    agent: &ureq::Agent,
+    url: &str,
+    api_key: Option<&str>,
+) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+    let req = agent
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json");
+    match api_key {
+        Some(key) => req.header("Authorization", format!("Bearer {key}")),
+        None => req,
+    }
+}
+
 /// True for hosts that are this machine; those are reached directly, never through a proxy
 /// configured in the environment.
 pub(super) fn is_loopback(url: &str) -> bool {
@@ -224,14 +240,7 @@ impl HttpEmbedder {
             "model": self.model,
             "input": texts,
         }))?;
-        let mut req = self
-            .agent
-            .post(&self.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json");
-        if let Some(key) = &self.api_key {
-            req = req.header("Authorization", format!("Bearer {key}"));
-        }
+        let req = post_json(&self.agent, &self.url, self.api_key.as_deref());
         let mut resp = req.send(&body[..]).map_err(|e| self.transport_error(e))?;
         let status = resp.status();
         let mut bytes = Vec::new();

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::mcp::dto;
 use crate::mcp::errors::tool_answer;
 use crate::mcp::work::parse;
-use crate::model::{RunRow, format_time};
+use crate::model::RunRow;
 
 /// Most memories a run covers for a client that cannot receive tasks.
 pub(super) const INLINE_CONSOLIDATE_LIMIT: i64 = 20_000;
@@ -94,19 +94,6 @@ pub(super) fn run(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Va
     Ok(v)
 }
 
-fn run_out(r: &RunRow) -> Value {
-    json!({
-        "run_id": r.id,
-        "started_by": r.started_by,
-        "state": r.state,
-        "namespaces": r.namespaces,
-        "steps": r.steps,
-        "counts": r.counts,
-        "started_at": format_time(r.started_at),
-        "ended_at": r.ended_at.map(format_time),
-    })
-}
-
 /// Answers an undo or the list of runs at once.
 pub(super) async fn call(
     engine: &Arc<Engine>,
@@ -126,7 +113,7 @@ pub(super) async fn call(
                 return Ok(serde_json::to_value(r)?);
             }
             let runs = engine.consolidation_runs(RUNS_LISTED)?;
-            Ok(json!({"runs": runs.iter().map(run_out).collect::<Vec<_>>()}))
+            Ok(json!({"runs": runs.iter().map(RunRow::listing).collect::<Vec<_>>()}))
         })
         .await
         .map_err(|e| Error::Internal(format!("tool worker panicked: {e}")))??;

@@ -11,18 +11,30 @@ use crate::store::relations::{self, RelationRow};
 use crate::store::{Db, changes, memories};
 
 impl Run<'_> {
-    /// Replaces memory `old` by `new` (same key).
-    pub(crate) fn save_memory(&self, tx: &Db, old: &Memory, new: &Memory, op: &str) -> Result<()> {
+    /// Keeps `previous` (`null`: the run creates the row) in history under the run's id.
+    fn history(
+        &self,
+        tx: &Db,
+        entity: Entity,
+        key: i64,
+        op: &str,
+        previous: &serde_json::Value,
+    ) -> Result<()> {
         history::record_in_run(
             tx,
-            Entity::Memory,
-            old.key.0,
+            entity,
+            key,
             op,
             &self.actor,
             self.now,
-            &snapshot(old),
+            previous,
             &self.id,
-        )?;
+        )
+    }
+
+    /// Replaces memory `old` by `new` (same key).
+    pub(crate) fn save_memory(&self, tx: &Db, old: &Memory, new: &Memory, op: &str) -> Result<()> {
+        self.history(tx, Entity::Memory, old.key.0, op, &snapshot(old))?;
         memories::save_all(tx, new)?;
         let change = if new.deleted_at.is_some() {
             changes::ChangeOp::Delete
@@ -41,16 +53,7 @@ impl Run<'_> {
         op: &str,
     ) -> Result<Memory> {
         let m = memories::insert_with(tx, &crate::store::new_id("m_"), new, stamps)?;
-        history::record_in_run(
-            tx,
-            Entity::Memory,
-            m.key.0,
-            op,
-            &self.actor,
-            self.now,
-            &serde_json::Value::Null,
-            &self.id,
-        )?;
+        self.history(tx, Entity::Memory, m.key.0, op, &serde_json::Value::Null)?;
         changes::log_memory(tx, m.key, changes::ChangeOp::Insert)?;
         Ok(m)
     }
@@ -63,15 +66,12 @@ impl Run<'_> {
         new: &RelationRow,
         op: &str,
     ) -> Result<()> {
-        history::record_in_run(
+        self.history(
             tx,
             Entity::Relation,
             old.key,
             op,
-            &self.actor,
-            self.now,
             &serde_json::to_value(old)?,
-            &self.id,
         )?;
         relations::write_row(tx, new)?;
         changes::log_relation(tx, new.key)
@@ -80,16 +80,7 @@ impl Run<'_> {
     /// Creates relation `new`; returns its key.
     pub(crate) fn insert_relation(&self, tx: &Db, new: &RelationRow, op: &str) -> Result<i64> {
         let key = relations::insert_row(tx, new)?;
-        history::record_in_run(
-            tx,
-            Entity::Relation,
-            key,
-            op,
-            &self.actor,
-            self.now,
-            &serde_json::Value::Null,
-            &self.id,
-        )?;
+        self.history(tx, Entity::Relation, key, op, &serde_json::Value::Null)?;
         changes::log_relation(tx, key)?;
         Ok(key)
     }
