@@ -137,6 +137,7 @@ fn main() -> ExitCode {
                 shape: Shape::Nodes,
                 focus: Some("meeting notes from the planning session".into()),
                 limit: 10,
+                include_archived: false,
             };
             let mut walks: Vec<(Duration, usize)> = Vec::new();
             while walking.load(Ordering::Relaxed) {

@@ -633,6 +633,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 shape: Shape::Nodes,
                 focus,
                 limit,
+                include_archived: false,
             };
             let started = std::time::Instant::now();
             let r = engine.traverse(&req, &Progressing::default())?;

@@ -518,6 +518,7 @@ mod graph_reads {
             shape,
             focus: None,
             limit: 50,
+            include_archived: false,
         }
     }
 

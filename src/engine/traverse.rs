@@ -153,6 +153,8 @@ pub struct TraverseRequest {
     /// Rank reached memories by relevance to this text (scores each one).
     pub focus: Option<String>,
     pub limit: usize,
+    /// List archived memories reached too (they are always walked through).
+    pub include_archived: bool,
 }
 
 /// How a node was reached.
@@ -340,6 +342,7 @@ impl Engine {
     pub(crate) fn reach(&self, req: &TraverseRequest, ctl: &dyn Control) -> Result<Vec<MemoryKey>> {
         let check = TraverseRequest {
             limit: 1,
+            include_archived: false,
             ..req.clone()
         };
         let seeds = self.check_traverse(&check)?;
@@ -454,7 +457,9 @@ impl Engine {
                     .then(a.cmp(&b))
             });
         }
-        self.drop_archived(&mut order, &outcome.reached, req.limit)?;
+        if !req.include_archived {
+            self.drop_archived(&mut order, &outcome.reached, req.limit)?;
+        }
         order.truncate(req.limit);
 
         // Materialise only what the answer lists (plus path ancestors).
@@ -741,6 +746,7 @@ mod progress_tests {
             shape: Shape::Nodes,
             focus: Some("station 7".into()),
             limit: 5,
+            include_archived: false,
         };
         let ctl = Recorder::default();
         let r = e.traverse(&req, &ctl).unwrap();

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LinkInput {
-    /// Target id, or name in the same namespace.
+    /// Target id or name.
     pub to: String,
     /// e.g. about, part_of, caused_by.
     pub kind: String,
@@ -20,13 +20,13 @@ pub struct LinkInput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryInput {
-    /// The text to remember (≤ 64 KiB).
+    /// Text (≤ 64 KiB).
     pub content: String,
     /// fact, episode, entity, summary, note (default), …
     pub kind: Option<String>,
-    /// Unique name in the namespace (entities).
+    /// Unique in the namespace.
     pub name: Option<String>,
-    /// Labels to filter by.
+    /// Labels.
     pub tags: Option<Vec<String>>,
     /// 0–1, default 0.5.
     pub importance: Option<f64>,
@@ -34,9 +34,9 @@ pub struct MemoryInput {
     pub namespace: Option<String>,
     /// Any JSON object.
     pub metadata: Option<serde_json::Value>,
-    /// RFC 3339 time or date.
+    /// RFC 3339.
     pub valid_from: Option<String>,
-    /// RFC 3339 time or date.
+    /// RFC 3339.
     pub valid_until: Option<String>,
     /// Relations to existing memories.
     pub links: Option<Vec<LinkInput>>,
@@ -57,7 +57,7 @@ pub struct RelationInput {
     pub from: String,
     /// Target id or name.
     pub to: String,
-    /// Relation kind, e.g. about, part_of.
+    /// e.g. about, part_of.
     pub kind: String,
     /// 0–1, default 1.
     pub weight: Option<f64>,
@@ -99,7 +99,7 @@ pub struct RecallParams {
     pub cursor: Option<String>,
     /// Full content instead of snippets.
     pub full: Option<bool>,
-    /// Hops of related memories to add (0–8; 3+ may be a task).
+    /// Hops of related memories to add, 0–8.
     pub expand: Option<u8>,
     /// hybrid (default), text or vector.
     pub mode: Option<ModeInput>,
@@ -137,9 +137,9 @@ pub struct GetParams {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateParams {
-    /// The memory's id (or give name).
+    /// Id (or name).
     pub id: Option<String>,
-    /// The memory's name (instead of id).
+    /// Name (instead of id).
     pub name: Option<String>,
     /// Where the name resolves.
     pub namespace: Option<String>,
@@ -159,17 +159,16 @@ pub struct UpdateParams {
     pub valid_until: Option<String>,
 }
 
-/// A relation by id, or by from, to and kind.
+/// A relation by id, or by from, to and kind. The fields carry no schema descriptions: their
+/// names say it, and the `relations` field of `forget` and `restore` explains them once each.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RelationRefInput {
-    /// Relation id.
+    // The relation's id.
     pub id: Option<String>,
-    /// Source id or name.
+    // Source and target: ids or names.
     pub from: Option<String>,
-    /// Target id or name.
     pub to: Option<String>,
-    /// Relation kind.
     pub kind: Option<String>,
 }
 
@@ -182,7 +181,7 @@ pub struct ForgetParams {
     pub names: Option<Vec<String>>,
     /// For names; default "default".
     pub namespace: Option<String>,
-    /// Relations by id or by from, to, kind.
+    /// Relations by id, or by from and to (ids or names) and kind.
     pub relations: Option<Vec<RelationRefInput>>,
 }
 
@@ -400,7 +399,7 @@ pub struct TraverseParams {
     pub names: Option<Vec<String>>,
     /// Seeds from this query's top hits.
     pub query: Option<String>,
-    /// Where names and the query resolve.
+    /// For names and the query.
     pub namespace: Option<String>,
     /// Hops, 1–8 (default 2).
     pub depth: Option<u8>,
@@ -410,17 +409,19 @@ pub struct TraverseParams {
     pub kinds: Option<Vec<String>>,
     /// Skip weaker relations (0–1).
     pub min_weight: Option<f64>,
-    /// Only relations valid at this time (RFC 3339).
+    /// RFC 3339: relations valid then.
     pub valid_at: Option<String>,
     /// Node budget (default 10000).
     pub max_nodes: Option<u64>,
     /// nodes (default), paths or subgraph.
     #[serde(rename = "return")]
     pub return_: Option<ReturnInput>,
-    /// Rank reached memories by relevance to this text.
+    /// Rank nodes by relevance to this text.
     pub focus: Option<String>,
     /// Most nodes listed, 1–1000 (default 50).
     pub limit: Option<u32>,
+    /// Also list archived memories.
+    pub include_archived: Option<bool>,
     /// Set by the server for clients without tasks, whose walks stop at the inline work limit.
     #[serde(default, rename = "_inline_limit")]
     #[schemars(skip)]
@@ -436,7 +437,7 @@ pub struct FindPathsParams {
     pub to: String,
     /// Where names resolve.
     pub namespace: Option<String>,
-    /// Alternatives besides the strongest path, 0–10 (default 3).
+    /// Other paths, 0–10 (default 3).
     pub k: Option<u32>,
     /// Default both.
     pub direction: Option<DirectionInput>,
@@ -544,9 +545,9 @@ pub struct ImportSourceInput {
 pub struct ImportParams {
     /// Exactly one of path and text.
     pub source: ImportSourceInput,
-    /// mnemograph, mcp-memory, memorygraph, locomo or markdown; default detected.
+    /// mnemograph, mcp-memory, memorygraph, locomo, markdown; default detected.
     pub format: Option<String>,
-    /// For all records (default: their own, or default).
+    /// For all records.
     pub namespace: Option<String>,
     /// Only report what would happen.
     pub dry_run: Option<bool>,
@@ -604,7 +605,7 @@ pub struct ConsolidateParams {
     pub namespaces: Option<Vec<String>>,
     /// Subset of merge, summarise, contradictions, decay, archive, hygiene.
     pub steps: Option<Vec<String>>,
-    /// Overrides, e.g. {"resolve":"newest"}; a wrong key's error lists them.
+    /// Overrides, e.g. {"resolve":"newest"}.
     pub policy: Option<serde_json::Map<String, serde_json::Value>>,
     /// Report, write nothing.
     pub dry_run: Option<bool>,

@@ -151,7 +151,7 @@ pub fn all() -> Vec<Tool> {
     vec![
         tool::<dto::RememberParams>(
             "remember",
-            "Store memories (a repeat returns the stored id, duplicate=true); links relate them to existing ones.",
+            "Store memories (a repeat returns the stored id, duplicate=true); links relate them to stored ones.",
             Hints(false, false, true),
         ),
         tool::<dto::RecallParams>(
@@ -186,7 +186,7 @@ pub fn all() -> Vec<Tool> {
         ),
         tool::<dto::TraverseParams>(
             "traverse",
-            "Walk relations from seeds to ranked nodes, paths or a subgraph. Big walks may become tasks.",
+            "Walk relations from seeds to ranked nodes, paths or a subgraph; may become a task.",
             Hints(true, false, true),
         ),
         tool::<dto::FindPathsParams>(
@@ -196,7 +196,7 @@ pub fn all() -> Vec<Tool> {
         ),
         tool::<dto::ImportParams>(
             "import",
-            "Bulk-load memories and relations from a file, folder or text. Idempotent; may become a task.",
+            "Bulk-load memories and relations from a file, folder or text; idempotent; may become a task.",
             Hints(false, false, true),
         ),
         tool::<dto::ExportParams>(

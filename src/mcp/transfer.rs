@@ -87,6 +87,8 @@ pub(crate) fn export_call(p: dto::ExportParams) -> Result<(ExportRequest, Export
                 return_: None,
                 focus: None,
                 limit: None,
+                // An export keeps what consolidation archived.
+                include_archived: Some(true),
                 inline_limit: None,
             })?;
             if walk.seeds.is_empty() {

@@ -114,6 +114,7 @@ pub fn traverse_request(p: dto::TraverseParams) -> Result<TraverseRequest> {
         },
         focus: p.focus,
         limit: p.limit.unwrap_or(DEFAULT_LIMIT) as usize,
+        include_archived: p.include_archived.unwrap_or(false),
     })
 }
 
@@ -250,7 +251,13 @@ pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Va
             .get("max_nodes")
             .and_then(Value::as_u64)
             .map_or(DEFAULT_MAX_NODES, |n| n as usize);
-        let req = expansion(&page.hits, expand, max_nodes, q.limit * 2 + page.hits.len());
+        let req = expansion(
+            &page.hits,
+            expand,
+            max_nodes,
+            q.limit * 2 + page.hits.len(),
+            q.include_archived,
+        );
         let r = engine.traverse(&req, ctl)?;
         truncated = Some(r.truncated);
         related = Some(
@@ -295,6 +302,7 @@ fn expansion(
     depth: u8,
     max_nodes: usize,
     limit: usize,
+    include_archived: bool,
 ) -> TraverseRequest {
     TraverseRequest {
         seeds: hits
@@ -312,6 +320,7 @@ fn expansion(
         shape: Shape::Nodes,
         focus: None,
         limit,
+        include_archived,
     }
 }
 
@@ -395,7 +404,13 @@ pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
                 .expand
                 .unwrap_or(0)
                 .clamp(1, crate::engine::traverse::MAX_DEPTH);
-            let req = expansion(&hits.hits, depth, DEFAULT_MAX_NODES, q.limit);
+            let req = expansion(
+                &hits.hits,
+                depth,
+                DEFAULT_MAX_NODES,
+                q.limit,
+                q.include_archived,
+            );
             if req.seeds.is_empty() {
                 return Ok(0.0);
             }

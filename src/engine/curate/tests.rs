@@ -638,27 +638,34 @@ fn a_walk_goes_through_archived_memories_without_listing_them() {
         consolidate(&e, &req(&["archive"], policy)).counts.archived,
         1
     );
-    let walk = e
-        .traverse(
-            &TraverseRequest {
-                seeds: vec![MemoryRef::Id(ids[0].clone())],
-                query: None,
-                namespaces: crate::model::NamespaceScope::All,
-                depth: 2,
-                direction: Direction::Out,
-                kinds: Vec::new(),
-                min_weight: 0.0,
-                valid_at: None,
-                max_nodes: 100,
-                shape: Shape::Nodes,
-                focus: None,
-                limit: 10,
-            },
-            &Progressing::default(),
-        )
-        .unwrap();
-    let listed: Vec<&str> = walk.nodes.iter().map(|n| n.memory.id.as_str()).collect();
-    assert_eq!(listed, vec![ids[0].as_str(), ids[2].as_str()]);
+    let walk = |include_archived| {
+        let walk = e
+            .traverse(
+                &TraverseRequest {
+                    seeds: vec![MemoryRef::Id(ids[0].clone())],
+                    query: None,
+                    namespaces: crate::model::NamespaceScope::All,
+                    depth: 2,
+                    direction: Direction::Out,
+                    kinds: Vec::new(),
+                    min_weight: 0.0,
+                    valid_at: None,
+                    max_nodes: 100,
+                    shape: Shape::Nodes,
+                    focus: None,
+                    limit: 10,
+                    include_archived,
+                },
+                &Progressing::default(),
+            )
+            .unwrap();
+        walk.nodes
+            .iter()
+            .map(|n| n.memory.id.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(walk(false), vec![ids[0].clone(), ids[2].clone()]);
+    assert_eq!(walk(true), ids, "asked for, the archived memory is listed");
 }
 
 fn episode(content: &str, session: &str) -> RememberItem {
