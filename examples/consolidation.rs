@@ -48,8 +48,17 @@ fn again(mut m: RememberItem) -> RememberItem {
 
 /// Peak resident memory since the last reset, in MiB (Linux; `None` elsewhere).
 fn peak_rss_mib() -> Option<f64> {
+    status_mib("VmHWM:")
+}
+
+/// Resident memory now, in MiB (Linux; `None` elsewhere).
+fn rss_mib() -> Option<f64> {
+    status_mib("VmRSS:")
+}
+
+fn status_mib(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
 }
@@ -156,6 +165,7 @@ fn run() -> anyhow::Result<()> {
             times
         })
     };
+    let before = rss_mib();
     reset_peak_rss();
     let t = Instant::now();
     let report = engine.consolidate(&req(false), &Progressing::default())?;
@@ -183,6 +193,15 @@ fn run() -> anyhow::Result<()> {
         c.relations_folded,
         c.relations_closed
     );
+    let steps = |r: &mnemograph::engine::curate::RunReport| {
+        r.step_millis
+            .iter()
+            .map(|(s, ms)| format!("{s} {:.1} s", *ms as f64 / 1e3))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    say!("dry run by step: {}", steps(&dry));
+    say!("run by step: {}\n", steps(&report));
     say!("| measure | value | floor | |");
     say!("|---|---:|---:|---|");
     say!(
@@ -193,12 +212,12 @@ fn run() -> anyhow::Result<()> {
         "| dry run | {dry_s:.1} s | ≤ {FLOOR_DRY_S} s | {} |",
         verdict(dry_s <= FLOOR_DRY_S)
     );
-    match rss {
-        Some(mib) => say!(
-            "| peak RSS during the run | {mib:.0} MiB | ≤ {FLOOR_RSS_MIB} MiB | {} |",
+    match (rss, before) {
+        (Some(mib), Some(before)) => say!(
+            "| peak RSS during the run (before it: {before:.0} MiB) | {mib:.0} MiB | ≤ {FLOOR_RSS_MIB} MiB | {} |",
             verdict(mib <= FLOOR_RSS_MIB)
         ),
-        None => say!("| peak RSS during the run | n/a | ≤ {FLOOR_RSS_MIB} MiB | |"),
+        _ => say!("| peak RSS during the run | n/a | ≤ {FLOOR_RSS_MIB} MiB | |"),
     }
     let p99 = percentile(&times, 0.99);
     say!(

@@ -1,24 +1,20 @@
-//! The merge step: finds near-duplicates within a namespace and kind — the same content, or
-//! vectors at least `merge_similarity` apart found through the vector index (never all pairs)
-//! with at least `merge_overlap` of their words shared — and folds each group into one survivor.
+//! The merge step: finds near-duplicates within a namespace and kind — the same content, or at
+//! least `merge_overlap` of their words shared (found through an index of their rarest words,
+//! exactly and never by comparing all pairs) and vectors at least `merge_similarity` alike — and
+//! folds each group into one survivor.
 //! The survivor keeps its content plus the distinct sentences of the others, the union of tags,
 //! the highest importance, the summed use and the earliest creation; relations move to it. The
 //! others are marked `merged_into` it and forgotten. A named memory is never merged away.
 
 use std::collections::{HashMap, HashSet};
 
-use rayon::prelude::*;
-
-use crate::engine::curate::{Batch, Example, Run, truncate};
+use crate::engine::curate::{Batch, Example, Run, pairs, truncate};
 use crate::engine::recall::{jaccard, word_set};
 use crate::error::Result;
 use crate::model::{Memory, MemoryKey};
 use crate::store::relations::{self, RelationRow};
 use crate::store::{Db, memories, new_id, vectors};
 
-/// Candidate list of the graph search for each memory's near-duplicates: they are its very
-/// nearest neighbours, which a short list finds.
-const SEARCH_LIST: usize = 64;
 /// Clusters applied per transaction.
 pub(super) const CLUSTERS_PER_BATCH: usize = 50;
 
@@ -138,76 +134,58 @@ fn plan(run: &mut Run<'_>, ns: &str) -> Result<Vec<Cluster>> {
         );
         return Ok(clusters);
     };
-    // Every memory of the scope must be in the index (embedded first when it is new), or two
-    // fresh duplicates would not find each other.
+    // Every memory of the scope must have its vector (embedded first when it is new).
     engine.ensure_vectors(true)?;
     engine.sync_vectors(None)?;
     let model = embedder.model_id().to_owned();
-    let k = run.policy.merge_neighbours + 1;
-    let min_sim = run.policy.merge_similarity as f32;
-    // Neighbours of each memory that may be the same memory, and what ranks them.
-    let mut pairs: HashMap<MemoryKey, Vec<MemoryKey>> = HashMap::new();
-    let mut known: HashMap<MemoryKey, Memory> = HashMap::new();
-    let mut unembedded = 0usize;
-    let mut after = MemoryKey(0);
-    loop {
-        let page = engine
-            .store
-            .read(|c| memories::scan_page(c, ns, after, super::PAGE, false))?;
-        let Some(last) = page.last() else { break };
-        after = last.key;
-        let keys: Vec<MemoryKey> = page.iter().map(|m| m.key).collect();
-        let stored = engine.store.read(|c| vectors::current(c, &model, &keys))?;
-        unembedded += keys.len() - stored.len();
-        let search = |m: &Memory| -> Vec<(MemoryKey, f32)> {
-            let Some(v) = stored.get(&m.key) else {
-                return Vec::new();
-            };
-            engine
-                .with_loaded_vector_index(|ix| ix.nearest(&v.vec, k, SEARCH_LIST))
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(key, s)| (MemoryKey(key as i64), s))
-                .filter(|&(key, s)| key != m.key && s >= min_sim)
-                .collect()
-        };
-        let found: Vec<Vec<(MemoryKey, f32)>> = match crate::priority::background_pool() {
-            Some(pool) => pool.install(|| page.par_iter().map(search).collect()),
-            None => page.iter().map(search).collect(),
-        };
-        let missing: Vec<MemoryKey> = found
-            .iter()
-            .flatten()
-            .map(|&(key, _)| key)
-            .filter(|key| !known.contains_key(key) && keys.binary_search(key).is_err())
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
-        let others = engine.store.read(|c| memories::by_keys(c, &missing))?;
-        for m in page.into_iter().chain(others) {
-            known.entry(m.key).or_insert(m);
-        }
-        for (key, near) in keys.iter().zip(&found) {
-            let a = &known[key];
-            let words_a = word_set(&a.content);
-            for (other, _) in near {
-                let Some(b) = known.get(other) else { continue };
-                if compatible(a, b)
-                    && jaccard(&words_a, &word_set(&b.content)) as f64 >= run.policy.merge_overlap
-                {
-                    pairs.entry(a.key).or_default().push(b.key);
-                    pairs.entry(b.key).or_default().push(a.key);
-                }
-            }
-        }
-        // Only what pairs need stays in memory.
-        known.retain(|key, _| pairs.contains_key(key));
-        run.saw(keys.len());
+    let (keys, sets) = word_sets(run, ns)?;
+    // Pairs that share enough words (exact, through an index of rare words: never all pairs),
+    // then those whose vectors are close enough.
+    let alike = pairs::similar_pairs(&sets, run.policy.merge_overlap, |_| run.tick())?;
+    drop(sets);
+    let mut involved: Vec<MemoryKey> = alike
+        .iter()
+        .flat_map(|&(a, b, _)| [keys[a], keys[b]])
+        .collect();
+    involved.sort_unstable();
+    involved.dedup();
+    let mut stored = HashMap::with_capacity(involved.len());
+    for chunk in involved.chunks(super::PAGE) {
+        stored.extend(engine.store.read(|c| vectors::current(c, &model, chunk))?);
         run.tick()?;
     }
+    let unembedded = involved.iter().filter(|k| !stored.contains_key(k)).count();
+    let min_sim = run.policy.merge_similarity as f32;
+    let close: Vec<(MemoryKey, MemoryKey)> = alike
+        .iter()
+        .map(|&(a, b, _)| (keys[a], keys[b]))
+        .filter(|(a, b)| match (stored.get(a), stored.get(b)) {
+            (Some(va), Some(vb)) => cosine(&va.vec, &vb.vec) >= min_sim,
+            _ => false,
+        })
+        .collect();
+    drop(stored);
+    let mut wanted: Vec<MemoryKey> = close.iter().flat_map(|&(a, b)| [a, b]).collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut known: HashMap<MemoryKey, Memory> = HashMap::with_capacity(wanted.len());
+    for chunk in wanted.chunks(super::PAGE) {
+        let rows = engine.store.read(|c| memories::by_keys(c, chunk))?;
+        known.extend(rows.into_iter().map(|m| (m.key, m)));
+    }
+    let mut pairs: HashMap<MemoryKey, Vec<MemoryKey>> = HashMap::new();
+    for (a, b) in close {
+        if let (Some(ma), Some(mb)) = (known.get(&a), known.get(&b))
+            && compatible(ma, mb)
+        {
+            pairs.entry(a).or_default().push(b);
+            pairs.entry(b).or_default().push(a);
+        }
+    }
+    known.retain(|key, _| pairs.contains_key(key));
     if unembedded > 0 {
         run.warnings.push(format!(
-            "{unembedded} memories of {ns:?} have no vector yet and were compared by content only; the next run covers them"
+            "{unembedded} memories of {ns:?} that read like others have no vector yet and were merged only with exact repeats; the next run covers them"
         ));
     }
     // Star clusters around the best-ranked memories, so a group never chains away from its
@@ -244,6 +222,55 @@ fn plan(run: &mut Run<'_>, ns: &str) -> Result<Vec<Cluster>> {
         });
     }
     Ok(clusters)
+}
+
+/// The word set of every live, unarchived memory of `ns` (in key order, with their keys), in
+/// groups of the same kind and validity: only those may merge.
+fn word_sets(run: &mut Run<'_>, ns: &str) -> Result<(Vec<MemoryKey>, Vec<pairs::WordSet>)> {
+    let mut vocab: HashMap<String, u32> = HashMap::new();
+    let mut groups: HashMap<(String, Option<i64>, Option<i64>), u32> = HashMap::new();
+    let (mut keys, mut sets) = (Vec::new(), Vec::new());
+    let mut after = MemoryKey(0);
+    loop {
+        let page = run
+            .engine
+            .store
+            .read(|c| memories::scan_page(c, ns, after, super::PAGE, false))?;
+        let Some(last) = page.last() else { break };
+        after = last.key;
+        for m in &page {
+            let next = groups.len() as u32;
+            let group = *groups
+                .entry((m.kind.clone(), m.valid_from, m.valid_until))
+                .or_insert(next);
+            let words = word_set(&m.content)
+                .into_iter()
+                .map(|w| {
+                    let next = vocab.len() as u32;
+                    *vocab.entry(w).or_insert(next)
+                })
+                .collect();
+            keys.push(m.key);
+            sets.push(pairs::WordSet { group, words });
+        }
+        run.saw(page.len());
+        run.tick()?;
+    }
+    Ok((keys, sets))
+}
+
+/// Cosine similarity of two vectors (0 when either is all zeros).
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let (mut dot, mut na, mut nb) = (0f32, 0f32, 0f32);
+    for (x, y) in a.iter().zip(b) {
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 {
+        return 0.0;
+    }
+    dot / (na.sqrt() * nb.sqrt())
 }
 
 /// Sentences of a text: split after `.`, `!` or `?` followed by a space, and at line breaks.

@@ -9,6 +9,7 @@ mod archive;
 mod contradict;
 mod hygiene;
 mod merge;
+mod pairs;
 mod policy;
 mod record;
 pub mod salience;
@@ -34,6 +35,10 @@ pub const LEASE: &str = "consolidate";
 pub const LEASE_STALE_MS: i64 = 30_000;
 /// A run renews its lease at least this often, also while a step plans and commits nothing.
 const LEASE_RENEW_MS: i64 = 2_000;
+/// Pause after a batch, in multiples of the time the batch took (see [`Run::commit`]).
+const PAUSE_FACTOR: u32 = 2;
+/// Longest pause after a batch.
+const MAX_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
 /// Most examples a report lists per step.
 const MAX_EXAMPLES: usize = 10;
 /// Memories read per page while planning.
@@ -107,6 +112,9 @@ pub struct RunReport {
     pub examples: Vec<Example>,
     pub warnings: Vec<String>,
     pub millis: u64,
+    /// Milliseconds each step took, in the order they ran (a resumed run lists only the steps
+    /// it ran).
+    pub step_millis: Vec<(String, u64)>,
     /// When skipped: the run that holds the lease.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_by: Option<String>,
@@ -127,6 +135,8 @@ pub(crate) struct Run<'a> {
     pub warnings: Vec<String>,
     /// Steps finished (a resumed run skips them).
     pub done_steps: Vec<String>,
+    /// Milliseconds each step took in this process.
+    step_millis: Vec<(String, u64)>,
     /// Memories the current step has looked at.
     seen: u64,
     holder: String,
@@ -224,6 +234,7 @@ impl Run<'_> {
         let checkpoint = self.checkpoint();
         let task = self.ctl.task_id();
         let this = &*self;
+        let began = Instant::now();
         let batch = self.engine.store.write(|tx| {
             let batch = f(this, tx)?;
             let mut counts = this.counts;
@@ -247,6 +258,10 @@ impl Run<'_> {
         self.ctl.checkpointed(&checkpoint);
         self.engine.mark_dirty();
         self.add(batch);
+        // Yield twice as long as the batch took, like a database's vacuum cost delay: the
+        // indexes follow and agents' calls go on between batches (a run's writes take at most a
+        // third of a core).
+        std::thread::sleep((began.elapsed() * PAUSE_FACTOR).min(MAX_PAUSE));
         Ok(())
     }
 }
@@ -317,6 +332,7 @@ impl Engine {
                 .and_then(|r| r.checkpoint.as_ref())
                 .and_then(|c| serde_json::from_value(c["done_steps"].clone()).ok())
                 .unwrap_or_default(),
+            step_millis: Vec::new(),
             seen: 0,
             holder,
             renewed: std::sync::atomic::AtomicI64::new(now),
@@ -332,6 +348,7 @@ impl Engine {
             examples: Vec::new(),
             warnings: Vec::new(),
             millis: 0,
+            step_millis: Vec::new(),
             held_by: None,
         };
         if !req.dry_run {
@@ -393,6 +410,7 @@ impl Engine {
         report.counts = run.counts;
         report.examples = run.examples;
         report.warnings = run.warnings;
+        report.step_millis = run.step_millis;
         report.millis = started.elapsed().as_millis() as u64;
         Ok(report)
     }
@@ -404,6 +422,7 @@ impl Engine {
                 continue;
             }
             run.seen = 0;
+            let started = Instant::now();
             for ns in namespaces {
                 match step {
                     Step::Merge => merge::run(run, ns)?,
@@ -419,6 +438,8 @@ impl Engine {
             if !run.dry_run {
                 run.commit(|_, _| Ok(Batch::default()))?;
             }
+            run.step_millis
+                .push((step.name().to_owned(), started.elapsed().as_millis() as u64));
         }
         Ok(())
     }

@@ -100,10 +100,8 @@ pub(crate) fn parse_steps(asked: Option<&[String]>) -> Result<Vec<Step>> {
 pub struct Policy {
     /// Smallest cosine similarity of two memories' vectors for a merge (0.5–1).
     pub merge_similarity: f64,
-    /// Smallest share of words two memories must have in common for a merge (0–1).
+    /// Smallest share of words two memories must have in common for a merge (0.2–1).
     pub merge_overlap: f64,
-    /// Nearest neighbours looked at per memory when finding duplicates (1–50).
-    pub merge_neighbours: usize,
     /// Days after which unused salience halves (> 0, at most 3650).
     pub half_life_days: f64,
     /// Salience below which a memory may be archived (0–1).
@@ -122,6 +120,10 @@ pub struct Policy {
     /// older one's validity where the newer one starts).
     pub resolve: Resolve,
 }
+
+/// Least `merge_overlap`: near-duplicates share words (below this the word index that finds them
+/// would compare nearly all pairs, and memories that share a fifth of their words are not one).
+const MIN_OVERLAP: f64 = 0.2;
 
 /// How the contradictions step resolves what it finds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,7 +156,6 @@ impl Default for Policy {
         Policy {
             merge_similarity: 0.92,
             merge_overlap: 0.5,
-            merge_neighbours: 8,
             half_life_days: DEFAULT_HALF_LIFE_DAYS,
             archive_below: 0.05,
             archive_unused_days: 90.0,
@@ -195,19 +196,12 @@ impl Policy {
                 Error::invalid(
                     field,
                     e.inner().to_string(),
-                    "give an object with any of merge_similarity, merge_overlap, merge_neighbours, half_life_days, archive_below, archive_unused_days, summarise_after_days, summarise_min_sources, summary_max_chars, single_valued, resolve (\"link\" or \"newest\")",
+                    "give an object with any of merge_similarity, merge_overlap, half_life_days, archive_below, archive_unused_days, summarise_after_days, summarise_min_sources, summary_max_chars, single_valued, resolve (\"link\" or \"newest\")",
                 )
             })?,
         };
         range("merge_similarity", p.merge_similarity, 0.5, 1.0, false)?;
-        range("merge_overlap", p.merge_overlap, 0.0, 1.0, false)?;
-        range(
-            "merge_neighbours",
-            p.merge_neighbours as f64,
-            1.0,
-            50.0,
-            false,
-        )?;
+        range("merge_overlap", p.merge_overlap, MIN_OVERLAP, 1.0, false)?;
         range("half_life_days", p.half_life_days, 0.0, 3650.0, true)?;
         range("archive_below", p.archive_below, 0.0, 1.0, false)?;
         range(
@@ -295,7 +289,7 @@ mod tests {
             (json!({"half_life_days": 0}), "policy.half_life_days"),
             (json!({"merge_similarity": 1.5}), "policy.merge_similarity"),
             (json!({"merge_overlap": -0.1}), "policy.merge_overlap"),
-            (json!({"merge_neighbours": 0}), "policy.merge_neighbours"),
+            (json!({"merge_overlap": 0.1}), "policy.merge_overlap"),
             (json!({"half_life": 3}), "policy.half_life"),
             (json!({"archive_below": "low"}), "policy.archive_below"),
             (json!({"summary_max_chars": 10}), "policy.summary_max_chars"),
