@@ -89,6 +89,7 @@ struct MemoryLine {
     access_count: Option<i64>,
     valid_from: Option<String>,
     valid_until: Option<String>,
+    archived_at: Option<String>,
     vector: Option<VectorLine>,
     #[serde(default)]
     history: Vec<HistoryLine>,
@@ -177,6 +178,7 @@ fn memory(m: MemoryLine) -> Result<MemoryRecord, String> {
         access_count: m.access_count,
         valid_from: time("valid_from", m.valid_from)?,
         valid_until: time("valid_until", m.valid_until)?,
+        archived_at: time("archived_at", m.archived_at)?,
         vector,
         history,
         merge_by_name: false,
@@ -304,6 +306,8 @@ struct MemoryOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     valid_until: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    archived_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     vector: Option<VectorLine>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     history: Vec<HistoryLine>,
@@ -361,6 +365,7 @@ pub fn write_memory(
         access_count: m.access_count,
         valid_from: m.valid_from.map(format_time),
         valid_until: m.valid_until.map(format_time),
+        archived_at: m.archived_at.map(format_time),
         vector: vector.map(|(model, v)| VectorLine {
             model: model.to_owned(),
             f32: encode_vector(v),
@@ -436,7 +441,7 @@ mod tests {
             version: 2,
             deleted_at: None,
             merged_into: None,
-            archived_at: None,
+            archived_at: Some(1_700_000_300_000),
             salience: 0.5,
             salience_at: 0,
         }
@@ -506,6 +511,7 @@ mod tests {
             ]
         );
         assert_eq!(got.access_count, Some(3));
+        assert_eq!(got.archived_at, m.archived_at);
         assert_eq!(got.valid_from, m.valid_from);
         assert_eq!(
             got.vector,

@@ -108,6 +108,8 @@ pub struct MemoryRecord {
     pub access_count: Option<i64>,
     pub valid_from: Option<Millis>,
     pub valid_until: Option<Millis>,
+    /// When consolidation archived it (own format only).
+    pub archived_at: Option<Millis>,
     pub vector: Option<VectorRecord>,
     /// Previous versions, oldest first (own format, when exported with history).
     pub history: Vec<HistoryRecord>,

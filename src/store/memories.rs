@@ -56,6 +56,8 @@ pub struct Stamps {
     pub access_count: i64,
     /// When the memory enters this database (its salience decays from then).
     pub stored_at: Millis,
+    /// When consolidation archived it (an export of an archived memory keeps the mark).
+    pub archived_at: Option<Millis>,
 }
 
 impl Stamps {
@@ -67,6 +69,7 @@ impl Stamps {
             accessed_at: None,
             access_count: 0,
             stored_at: now,
+            archived_at: None,
         }
     }
 }
@@ -82,8 +85,8 @@ pub fn insert_with(db: &Db, id: &str, m: &NewMemory, at: Stamps) -> Result<Memor
     let mut stmt = conn.prepare_cached(
         "INSERT INTO memories (id, namespace, kind, name, content, tags, importance, metadata, \
          content_hash, created_at, updated_at, valid_from, valid_until, accessed_at, access_count, \
-         salience, salience_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?7, ?16)",
+         salience, salience_at, archived_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?7, ?16, ?17)",
     )?;
     stmt.execute(params![
         id,
@@ -102,6 +105,7 @@ pub fn insert_with(db: &Db, id: &str, m: &NewMemory, at: Stamps) -> Result<Memor
         at.accessed_at,
         at.access_count,
         at.stored_at,
+        at.archived_at,
     ])?;
     let key = MemoryKey(conn.last_insert_rowid());
     Ok(Memory {
@@ -124,7 +128,7 @@ pub fn insert_with(db: &Db, id: &str, m: &NewMemory, at: Stamps) -> Result<Memor
         version: 1,
         deleted_at: None,
         merged_into: None,
-        archived_at: None,
+        archived_at: at.archived_at,
         salience: m.importance,
         salience_at: at.stored_at,
     })

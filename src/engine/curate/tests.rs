@@ -242,6 +242,28 @@ fn archive_takes_unused_low_salience_memories_out_of_recall_until_restored() {
     assert!(get(&e, &ids[0]).memory.archived_at.is_some());
     assert!(recall(&e, "printer", false).is_empty());
     assert_eq!(recall(&e, "printer", true), vec![ids[0].clone()]);
+    // An export keeps the mark, and an import of it is archived as well.
+    let (_d2, copy) = engine();
+    let data = export(&e);
+    assert!(data.contains("\"archived_at\""), "{data}");
+    copy.import(
+        &crate::engine::import::ImportRequest {
+            source: crate::engine::import::Source::Inline(data.clone()),
+            format: None,
+            namespace: None,
+            dry_run: false,
+            actor: "test".into(),
+            max_records: None,
+        },
+        &Progressing::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        get(&copy, &ids[0]).memory.archived_at,
+        get(&e, &ids[0]).memory.archived_at
+    );
+    assert!(recall(&copy, "printer", false).is_empty());
+    assert_eq!(export(&copy), data, "the copy exports the same lines");
     e.restore(&[MemoryRef::Id(ids[0].clone())], &[], "test")
         .unwrap();
     assert!(get(&e, &ids[0]).memory.archived_at.is_none());

@@ -357,6 +357,7 @@ impl Engine {
                     accessed_at: rec.accessed_at,
                     access_count: rec.access_count.unwrap_or(0).max(0),
                     stored_at: now,
+                    archived_at: rec.archived_at,
                 };
                 let m = memories::insert_with(tx, &id, new, stamps)?;
                 changes::log_memory(tx, m.key, changes::ChangeOp::Insert)?;
