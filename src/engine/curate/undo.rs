@@ -78,6 +78,10 @@ impl Engine {
             memories: 0,
             relations: 0,
         };
+        // Uses recorded before the undo (a recall a moment ago, not yet written by the background
+        // job) happened after the run: written first, they are put back with the rest, instead
+        // of landing on the restored rows afterwards.
+        self.flush_touched();
         self.store
             .write(|tx| undo_in(tx, id, cascade, actor, &mut report, 0))?;
         self.mark_dirty();
