@@ -330,6 +330,7 @@ fn main() {
                         "about".into()
                     },
                     weight: 0.9,
+                    reinforced_at: 0,
                     valid_from: None,
                     valid_until: None,
                 }

@@ -132,6 +132,8 @@ pub struct EdgeRow {
     pub dst: i64,
     pub kind: String,
     pub weight: f64,
+    /// When the relation was made or last reinforced by use (its strength decays from then).
+    pub reinforced_at: Millis,
     pub valid_from: Option<Millis>,
     pub valid_until: Option<Millis>,
 }

@@ -120,6 +120,7 @@ impl Engine {
                 return None;
             }
         }
+        graph.set_today(today());
         // Before any walk can hold it: the compact adjacency of a graph a walk holds could not
         // be installed.
         graph.freeze();
@@ -145,6 +146,7 @@ impl Engine {
                     r.dst,
                     r.kind,
                     r.weight,
+                    r.reinforced_at,
                     r.valid_from,
                     r.valid_until,
                 );
@@ -153,6 +155,7 @@ impl Engine {
             for key in forgotten {
                 graph.remove_node(key);
             }
+            graph.set_today(today());
             // Before any walk can hold it: the compact adjacency of a graph a walk holds could
             // not be installed.
             graph.freeze();
@@ -288,10 +291,12 @@ impl Engine {
     /// A snapshot of the graph with every write committed before the call.
     pub(crate) fn synced_graph(&self) -> Result<GraphView> {
         let target = self.store.read(changes::max_seq)?;
+        let day = today();
         {
             let guard = lock::read_or_reset(&self.graph, unload);
             if let Some(s) = guard.as_ref()
                 && s.seq >= target
+                && s.graph.today() == day
             {
                 return Ok(GraphView(Arc::clone(&s.graph)));
             }
@@ -334,6 +339,10 @@ impl Engine {
             }
             state.seq = target;
         }
+        if state.graph.today() != day && Arc::make_mut(&mut state.graph).set_today(day) {
+            // Strengths decayed by a day: the compact adjacency is rebuilt once quiet.
+            state.changed_at = Instant::now();
+        }
         Ok(GraphView(Arc::clone(&state.graph)))
     }
 
@@ -358,6 +367,11 @@ impl Engine {
             from_file,
         })
     }
+}
+
+/// The day (since 1970) relation strengths are computed for.
+fn today() -> i32 {
+    crate::graph::day_of(crate::model::now_millis())
 }
 
 fn apply(c: &Db, g: &mut MemoryGraph, change: changes::Change) -> Result<()> {

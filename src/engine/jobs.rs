@@ -95,8 +95,27 @@ impl Engine {
         lock::lock(&self.touched).extend(keys.map(|k| (k, now)));
     }
 
-    /// Writes recorded accesses to the database.
+    /// Records that walks went through these relations (see [`Engine::flush_touched`]).
+    pub(crate) fn note_walked(&self, relations: impl Iterator<Item = i64>, now: Millis) {
+        lock::lock(&self.walked).extend(relations.map(|r| (r, now)));
+    }
+
+    /// Writes recorded accesses to the database: memories returned (their use and salience) and
+    /// relations walked through (reinforced at most once a day, which restores their strength).
     pub(crate) fn flush_touched(&self) {
+        let walked = std::mem::take(&mut *lock::lock(&self.walked));
+        if !walked.is_empty() {
+            let now = walked.iter().map(|(_, t)| *t).max().unwrap_or(0);
+            let mut keys: Vec<i64> = walked.into_iter().map(|(k, _)| k).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            if let Err(e) = self
+                .store
+                .write(|tx| crate::store::relations::reinforce(tx, &keys, now))
+            {
+                tracing::warn!(error = %e, "could not record relations walked through");
+            }
+        }
         let batch = std::mem::take(&mut *lock::lock(&self.touched));
         if batch.is_empty() {
             return;

@@ -48,6 +48,8 @@ pub struct Engine {
     dirty: AtomicBool,
     /// Memories returned to callers, recorded off the hot path.
     touched: Mutex<Vec<(MemoryKey, Millis)>>,
+    /// Relations walks went through (their keys), recorded off the hot path like `touched`.
+    walked: Mutex<Vec<(i64, Millis)>>,
     /// The relation graph, loaded on first use (or by the background job at start).
     graph: RwLock<Option<graph::GraphState>>,
     graph_load_ms: Mutex<f64>,
@@ -103,6 +105,7 @@ impl Engine {
             text,
             dirty: AtomicBool::new(false),
             touched: Mutex::new(Vec::new()),
+            walked: Mutex::new(Vec::new()),
             graph: RwLock::new(None),
             graph_load_ms: Mutex::new(0.0),
             graph_loading: Mutex::new(()),

@@ -609,6 +609,82 @@ mod graph_reads {
         focused.focus = Some("x".into());
         assert!(matches!(e.traverse(&focused, &ctl), Err(Error::Cancelled)));
     }
+
+    #[test]
+    fn unused_relations_weaken_and_a_walk_through_them_restores_their_strength() {
+        use crate::engine::import::{ImportRequest, Source};
+        let (_d, e) = temp_engine();
+        let day = 86_400_000i64;
+        let now = crate::model::now_millis();
+        let at = |days: i64| crate::model::format_time(now - days * day);
+        // a → b was given weight 1 but nobody used it for 90 days (strength 1/8); a → c weighs
+        // 0.6, used 10 days ago (strength 0.6 × 2^(−1/3) ≈ 0.48).
+        let relation = |id: &str, to: &str, weight: f64, days: i64| {
+            format!(
+                r#"{{"type":"relation","id":"{id}","from":"m_a","to":"{to}","kind":"knows","weight":{weight},"reinforced_at":"{}"}}"#,
+                at(days)
+            )
+        };
+        let data = [
+            r#"{"type":"memory","id":"m_a","name":"a","content":"the seed"}"#.to_owned(),
+            r#"{"type":"memory","id":"m_b","name":"b","content":"an old strong tie"}"#.to_owned(),
+            r#"{"type":"memory","id":"m_c","name":"c","content":"a recent weaker tie"}"#.to_owned(),
+            relation("r_ab", "m_b", 1.0, 90),
+            relation("r_ac", "m_c", 0.6, 10),
+        ]
+        .join("\n");
+        let report = e
+            .import(
+                &ImportRequest {
+                    source: Source::Inline(data),
+                    format: None,
+                    namespace: None,
+                    dry_run: false,
+                    actor: "test".into(),
+                    max_records: None,
+                },
+                &Progressing::default(),
+            )
+            .unwrap();
+        assert_eq!(report.errors, 0, "{report:?}");
+        let ctl = Progressing::default();
+        let walk = |e: &Engine| {
+            let r = e.traverse(&req(1, Shape::Paths), &ctl).unwrap();
+            r.nodes
+                .iter()
+                .skip(1)
+                .map(|n| {
+                    (
+                        n.memory.name.clone().unwrap(),
+                        (n.strength * 1000.0).round(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            walk(&e),
+            vec![("c".to_owned(), 476.0), ("b".to_owned(), 125.0)],
+            "the recent tie ranks first"
+        );
+        // The walk used both relations: once recorded, each is back at its full weight.
+        e.flush_touched();
+        assert_eq!(
+            walk(&e),
+            vec![("b".to_owned(), 1000.0), ("c".to_owned(), 600.0)]
+        );
+        // The weights themselves never change, and a filter judges them, not the strength.
+        let mut strict = req(1, Shape::Nodes);
+        strict.min_weight = 0.5;
+        assert_eq!(names(&e.traverse(&strict, &ctl).unwrap()), ["a", "b", "c"]);
+        let rel = e
+            .get(&[MemoryRef::Id("m_a".into())], false)
+            .unwrap()
+            .remove(0)
+            .relations;
+        let mut weights: Vec<f64> = rel.iter().map(|r| r.weight).collect();
+        weights.sort_by(f64::total_cmp);
+        assert_eq!(weights, [0.6, 1.0]);
+    }
 }
 
 mod semantic {

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::graph::paths::{PathSpec, find_paths};
 use crate::graph::traverse::{Order, Progress, Spec, traverse};
 use crate::graph::{Direction, MemoryGraph};
-use crate::model::{Memory, MemoryKey, MemoryRef, Millis, NamespaceScope, RecallQuery};
+use crate::model::{Memory, MemoryKey, MemoryRef, Millis, NamespaceScope, RecallQuery, now_millis};
 use crate::store::memories;
 
 /// Deepest walk accepted.
@@ -461,6 +461,25 @@ impl Engine {
             self.drop_archived(&mut order, &outcome.reached, req.limit)?;
         }
         order.truncate(req.limit);
+        // What the answer lists was used: its memories, and the relations on the paths to them.
+        let now = now_millis();
+        self.note_touched(
+            order.iter().map(|&i| MemoryKey(outcome.reached[i].key)),
+            now,
+        );
+        let mut walked: HashSet<i64> = HashSet::new();
+        for &i in &order {
+            let mut at = i;
+            while let (Some(p), Some((e, _))) =
+                (outcome.reached[at].parent, outcome.reached[at].via)
+            {
+                if !walked.insert(graph.edge(e).relation) {
+                    break;
+                }
+                at = p as usize;
+            }
+        }
+        self.note_walked(walked.into_iter(), now);
 
         // Materialise only what the answer lists (plus path ancestors).
         let mut wanted: HashSet<usize> = order.iter().copied().collect();
@@ -595,6 +614,13 @@ impl Engine {
             return Err(cancelled());
         }
         ctl.report(&direction_progress(&out.progress));
+        let now = now_millis();
+        self.note_walked(
+            out.paths
+                .iter()
+                .flat_map(|p| p.steps.iter().map(|s| s.edge.relation)),
+            now,
+        );
         let keys: Vec<MemoryKey> = out
             .paths
             .iter()

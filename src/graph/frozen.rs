@@ -8,8 +8,8 @@ use petgraph::visit::EdgeRef;
 
 use crate::graph::{EdgeData, Key};
 
-/// One neighbour: the node, the petgraph edge (for its data) and its weight (read inline, so an
-/// unfiltered walk never touches the edge data).
+/// One neighbour: the node, the petgraph edge (for its data) and its strength (read inline, so
+/// an unfiltered walk never touches the edge data).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Adj {
     pub(crate) nbr: u32,
@@ -38,13 +38,13 @@ impl Frozen {
             adj.extend(g.edges_directed(n, PetDirection::Outgoing).map(|e| Adj {
                 nbr: e.target().index() as u32,
                 edge: e.id().index() as u32,
-                weight: e.weight().weight,
+                weight: e.weight().strength,
             }));
             off[2 * i + 1] = adj.len() as u32;
             adj.extend(g.edges_directed(n, PetDirection::Incoming).map(|e| Adj {
                 nbr: e.source().index() as u32,
                 edge: e.id().index() as u32,
-                weight: e.weight().weight,
+                weight: e.weight().strength,
             }));
             next = 2 * i + 2;
         }

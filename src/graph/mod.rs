@@ -24,10 +24,33 @@ pub struct EdgeData {
     /// Internal key of the relation row.
     pub relation: i64,
     pub kind: KindId,
+    /// The weight the relation was given.
     pub weight: f32,
+    /// Its strength on the graph's day: the weight halved every [`HALF_LIFE_DAYS`] the relation
+    /// went unused (see [`strength`]); what walks rank by.
+    pub strength: f32,
+    /// The day (since 1970) the relation was made or last reinforced by use.
+    pub reinforced_day: i32,
     /// Validity bounds in milliseconds; `i64::MIN` / `i64::MAX` when open.
     pub valid_from: i64,
     pub valid_until: i64,
+}
+
+/// Days after which an unused relation's strength halves.
+pub const HALF_LIFE_DAYS: f64 = 30.0;
+const DAY_MS: i64 = 86_400_000;
+
+/// The day (since 1970) of a time in milliseconds.
+pub fn day_of(ms: i64) -> i32 {
+    ms.div_euclid(DAY_MS)
+        .clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+}
+
+/// Strength on `today` of a relation of `weight` last reinforced on `day`: halved every
+/// [`HALF_LIFE_DAYS`] whole days since (never more than the weight).
+pub fn strength(weight: f32, day: i32, today: i32) -> f32 {
+    let unused = (i64::from(today) - i64::from(day)).max(0) as f64;
+    (f64::from(weight) * 0.5f64.powf(unused / HALF_LIFE_DAYS)) as f32
 }
 
 impl EdgeData {
@@ -63,6 +86,8 @@ pub struct MemoryGraph {
     frozen: Option<Arc<frozen::Frozen>>,
     /// Counts changes, so a compact adjacency built from a copy is only installed unchanged.
     version: u64,
+    /// The day strengths are computed for (0 until [`MemoryGraph::set_today`]: no decay).
+    today: i32,
 }
 
 /// A compact adjacency built from one state of a graph, to install later without holding the
@@ -82,7 +107,27 @@ impl MemoryGraph {
             kind_ids: HashMap::new(),
             frozen: None,
             version: 0,
+            today: 0,
         }
+    }
+
+    /// Computes strengths for `day` (see [`strength`]); true when that changed the graph (a new
+    /// day), which drops the compact adjacency until it is rebuilt.
+    pub fn set_today(&mut self, day: i32) -> bool {
+        if day == self.today {
+            return false;
+        }
+        self.today = day;
+        for e in self.g.edge_weights_mut() {
+            e.strength = strength(e.weight, e.reinforced_day, day);
+        }
+        self.changed();
+        true
+    }
+
+    /// The day strengths are computed for.
+    pub fn today(&self) -> i32 {
+        self.today
     }
 
     /// Builds the graph from rows (fastest when they come sorted by source).
@@ -146,10 +191,13 @@ impl MemoryGraph {
     }
 
     fn data(&mut self, row: &EdgeRow) -> EdgeData {
+        let day = day_of(row.reinforced_at);
         EdgeData {
             relation: row.relation,
             kind: self.intern(&row.kind),
             weight: row.weight as f32,
+            strength: strength(row.weight as f32, day, self.today),
+            reinforced_day: day,
             valid_from: row.valid_from.unwrap_or(i64::MIN),
             valid_until: row.valid_until.unwrap_or(i64::MAX),
         }
@@ -164,13 +212,17 @@ impl MemoryGraph {
         dst: Key,
         kind: &str,
         weight: f64,
+        reinforced_at: i64,
         valid_from: Option<i64>,
         valid_until: Option<i64>,
     ) {
+        let day = day_of(reinforced_at);
         let data = EdgeData {
             relation,
             kind: self.intern(kind),
             weight: weight as f32,
+            strength: strength(weight as f32, day, self.today),
+            reinforced_day: day,
             valid_from: valid_from.unwrap_or(i64::MIN),
             valid_until: valid_until.unwrap_or(i64::MAX),
         };
@@ -178,8 +230,9 @@ impl MemoryGraph {
     }
 
     /// Adds one relation whose kind is already interned, while loading (no check for an
-    /// existing copy of it).
-    pub fn add_edge_data(&mut self, src: Key, dst: Key, data: EdgeData) {
+    /// existing copy of it); its strength is computed for the graph's day.
+    pub fn add_edge_data(&mut self, src: Key, dst: Key, mut data: EdgeData) {
+        data.strength = strength(data.weight, data.reinforced_day, self.today);
         let (a, b) = (self.node(src), self.node(dst));
         self.g.add_edge(a, b, data);
         self.changed();
@@ -328,8 +381,8 @@ impl MemoryGraph {
         Box::new(out.chain(inc))
     }
 
-    /// Calls `f(neighbour, edge, weight, forward)` for every edge of `n` in direction `dir`: the
-    /// hot loop of walks, reading the compact adjacency when there is one.
+    /// Calls `f(neighbour, edge, strength, forward)` for every edge of `n` in direction `dir`:
+    /// the hot loop of walks, reading the compact adjacency when there is one.
     #[inline]
     pub(crate) fn for_each_adjacent(
         &self,
@@ -357,22 +410,32 @@ impl MemoryGraph {
         }
         if want_out {
             for e in self.g.edges_directed(n, PetDirection::Outgoing) {
-                f(e.target(), e.id().index() as u32, e.weight().weight, true);
+                f(e.target(), e.id().index() as u32, e.weight().strength, true);
             }
         }
         if want_in {
             for e in self.g.edges_directed(n, PetDirection::Incoming) {
-                f(e.source(), e.id().index() as u32, e.weight().weight, false);
+                f(
+                    e.source(),
+                    e.id().index() as u32,
+                    e.weight().strength,
+                    false,
+                );
             }
         }
     }
 
-    /// Calls `f(neighbour key, relation kind, weight, forward)` for every relation of memory
+    /// Calls `f(neighbour key, relation kind, strength, forward)` for every relation of memory
     /// `key`, both directions (nothing when it has none).
     pub fn adjacent(&self, key: Key, mut f: impl FnMut(Key, &str, f32, bool)) {
         let Some(n) = self.node_of(key) else { return };
         for (nbr, e, forward) in self.edges(n, Direction::Both) {
-            f(self.key_of(nbr), self.kind_name(e.kind), e.weight, forward);
+            f(
+                self.key_of(nbr),
+                self.kind_name(e.kind),
+                e.strength,
+                forward,
+            );
         }
     }
 
@@ -455,6 +518,7 @@ pub(crate) mod tests {
             dst,
             kind: kind.into(),
             weight,
+            reinforced_at: 0,
             valid_from: None,
             valid_until: None,
         }
@@ -478,6 +542,38 @@ pub(crate) mod tests {
         });
         out.sort_by_key(|e| e.0);
         out
+    }
+
+    #[test]
+    fn strength_halves_every_half_life_unused_and_follows_the_day() {
+        assert_eq!(strength(0.8, 10, 10), 0.8);
+        assert!((strength(0.8, 0, 30) - 0.4).abs() < 1e-6);
+        assert!((strength(0.8, 0, 60) - 0.2).abs() < 1e-6);
+        assert_eq!(strength(0.8, 10, 5), 0.8, "never above the weight");
+        assert_eq!(day_of(86_400_000 * 3 + 5), 3);
+        assert_eq!(day_of(-1), -1);
+        let mut g = MemoryGraph::from_rows([row(1, 1, 2, "a", 1.0)], 1);
+        g.freeze();
+        assert!(!g.set_today(0), "the day it was made: nothing to change");
+        assert!(g.is_frozen());
+        assert!(g.set_today(60));
+        assert!(!g.is_frozen(), "new strengths need a new compact adjacency");
+        let n = g.node_of(1).unwrap();
+        let mut seen = Vec::new();
+        g.for_each_adjacent(n, Direction::Out, |_, _, s, _| seen.push(s));
+        g.freeze();
+        g.for_each_adjacent(n, Direction::Out, |_, _, s, _| seen.push(s));
+        assert_eq!(seen, [0.25, 0.25]);
+        // A relation added later decays from its own day.
+        let mut fresh = row(2, 2, 3, "a", 0.5);
+        fresh.reinforced_at = 60 * 86_400_000;
+        g.upsert_edge(&fresh);
+        let mut seen = Vec::new();
+        g.for_each_adjacent(g.node_of(2).unwrap(), Direction::Out, |_, _, s, _| {
+            seen.push(s)
+        });
+        assert_eq!(seen, [0.5]);
+        assert_eq!(g.edge(0).weight, 1.0, "the weight stays as given");
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub struct PathsOutcome {
 }
 
 fn edge_cost(e: &EdgeData) -> f64 {
-    -(f64::from(e.weight).max(1e-9)).ln() + HOP_COST
+    -(f64::from(e.strength).max(1e-9)).ln() + HOP_COST
 }
 
 #[derive(PartialEq)]
@@ -180,7 +180,7 @@ fn to_path(graph: &MemoryGraph, from: Key, steps: &[(NodeIndex<u32>, EdgeData, b
             forward,
         })
         .collect();
-    let strength = steps.iter().map(|s| f64::from(s.edge.weight)).product();
+    let strength = steps.iter().map(|s| f64::from(s.edge.strength)).product();
     Path {
         from,
         steps,

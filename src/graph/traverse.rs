@@ -22,7 +22,7 @@ pub const CHECK_EVERY: u64 = 2_048;
 pub enum Order {
     /// Level by level: nearest first.
     Breadth,
-    /// Strongest path (highest product of weights) first.
+    /// Strongest path (highest product of strengths) first.
     BestFirst,
 }
 
@@ -43,16 +43,16 @@ pub struct Spec {
 
 impl Spec {
     /// True when the walk may take the edge; reads the edge data only when a filter needs it.
+    /// `min_weight` judges the weight a relation was given, not its decayed strength.
     #[inline]
-    fn follows(&self, graph: &MemoryGraph, edge: u32, weight: f32) -> bool {
-        if weight < self.min_weight {
-            return false;
-        }
-        if self.kinds.is_none() && self.valid_at.is_none() {
+    fn follows(&self, graph: &MemoryGraph, edge: u32) -> bool {
+        if self.kinds.is_none() && self.valid_at.is_none() && self.min_weight <= 0.0 {
             return true;
         }
         let e = graph.edge(edge);
-        e.valid_at(self.valid_at) && self.kinds.as_ref().is_none_or(|k| k.contains(&e.kind))
+        e.weight >= self.min_weight
+            && e.valid_at(self.valid_at)
+            && self.kinds.as_ref().is_none_or(|k| k.contains(&e.kind))
     }
 }
 
@@ -86,7 +86,7 @@ impl<F: FnMut(&Progress) -> ControlFlow<()>> Visitor for F {
 pub struct Reached {
     pub key: Key,
     pub depth: u8,
-    /// Product of the weights along the path from its seed (1 for seeds).
+    /// Product of the strengths along the path from its seed (1 for seeds).
     pub score: f32,
     /// Index in `Outcome::reached` of the node it was reached from.
     pub parent: Option<u32>,
@@ -240,9 +240,9 @@ fn breadth(
             continue;
         };
         let mut full = false;
-        graph.for_each_adjacent(n, spec.direction, |m, edge, weight, forward| {
+        graph.for_each_adjacent(n, spec.direction, |m, edge, strength, forward| {
             let (word, bit) = (m.index() >> 6, 1u64 << (m.index() & 63));
-            if full || seen[word] & bit != 0 || !spec.follows(graph, edge, weight) {
+            if full || seen[word] & bit != 0 || !spec.follows(graph, edge) {
                 return;
             }
             if out.reached.len() >= spec.max_nodes {
@@ -254,7 +254,7 @@ fn breadth(
             out.reached.push(Reached {
                 key: 0, // filled in after the walk, off the hot loop
                 depth: r.depth + 1,
-                score: r.score * weight,
+                score: r.score * strength,
                 parent: Some(idx),
                 via: Some((edge, forward)),
             });
@@ -298,11 +298,11 @@ fn best_first(
             continue;
         }
         let Some(n) = nodes[i] else { continue };
-        graph.for_each_adjacent(n, spec.direction, |m, edge, weight, forward| {
-            if !spec.follows(graph, edge, weight) {
+        graph.for_each_adjacent(n, spec.direction, |m, edge, strength, forward| {
+            if !spec.follows(graph, edge) {
                 return;
             }
-            let s = r.score * weight;
+            let s = r.score * strength;
             let seen = slot[m.index()];
             if seen != 0 {
                 let j = (seen - 1) as usize;

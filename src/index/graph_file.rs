@@ -8,7 +8,8 @@
 //! Layout (little-endian): magic `MGGRAPH1`; header length (u32) and JSON header (position,
 //! relation kinds in id order, record count, checksum of the records); `count` records of
 //! [`RECORD`] bytes: relation key, source and target memory keys (i64), kind id (u32), weight
-//! (f32), valid from and until (i64, the open ends as `i64::MIN` / `i64::MAX`).
+//! (f32), valid from and until (i64, the open ends as `i64::MIN` / `i64::MAX`), the day it was
+//! last reinforced (i32). Strengths are computed from these when the graph is used.
 
 use std::fs::{self, File};
 use std::path::Path;
@@ -19,13 +20,13 @@ use crate::error::{Error, Result};
 use crate::graph::{EdgeData, MemoryGraph};
 use crate::model::LogPosition;
 
-const MAGIC: &[u8; 8] = b"MGGRAPH1";
+const MAGIC: &[u8; 8] = b"MGGRAPH2";
 
 /// File name inside the index folder.
 pub const FILE_NAME: &str = "relations.graph";
 
 /// Bytes per relation.
-const RECORD: usize = 48;
+const RECORD: usize = 52;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Header {
@@ -48,6 +49,7 @@ pub fn write(dir: &Path, position: &LogPosition, graph: &MemoryGraph) -> Result<
         records.extend_from_slice(&e.weight.to_le_bytes());
         records.extend_from_slice(&e.valid_from.to_le_bytes());
         records.extend_from_slice(&e.valid_until.to_le_bytes());
+        records.extend_from_slice(&e.reinforced_day.to_le_bytes());
     });
     let header = serde_json::to_vec(&Header {
         position: position.clone(),
@@ -121,6 +123,8 @@ pub fn read(dir: &Path) -> Result<Option<(LogPosition, MemoryGraph)>> {
             relation: i64_at(0),
             kind: u32_at(24),
             weight: f32::from_bits(u32_at(28)),
+            strength: f32::from_bits(u32_at(28)),
+            reinforced_day: u32_at(48) as i32,
             valid_from: i64_at(32),
             valid_until: i64_at(40),
         };
@@ -173,6 +177,7 @@ mod tests {
         let mut bounded = row(3, 30, 10, "before", 0.25);
         bounded.valid_from = Some(-5);
         bounded.valid_until = Some(1_700_000_000_000);
+        bounded.reinforced_at = 20_000 * 86_400_000;
         let g = MemoryGraph::from_rows(
             [
                 row(1, 10, 20, "about", 1.0),
@@ -193,6 +198,14 @@ mod tests {
             out.push((back.key_of(n), w))
         });
         assert_eq!(out, [(30, 0.5)]);
+        let days = |g: &MemoryGraph| {
+            let mut d = Vec::new();
+            g.for_each_edge(|_, _, e| d.push((e.relation, e.reinforced_day)));
+            d.sort_unstable();
+            d
+        };
+        assert_eq!(days(&back), [(1, 0), (2, 0), (3, 20_000)]);
+        assert_eq!(days(&back), days(&g));
     }
 
     #[test]

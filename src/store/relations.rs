@@ -196,12 +196,14 @@ fn edge_from_row(r: &Row<'_>) -> rusqlite::Result<EdgeRow> {
         dst: r.get(2)?,
         kind: r.get(3)?,
         weight: r.get(4)?,
+        reinforced_at: r.get(7)?,
         valid_from: r.get(5)?,
         valid_until: r.get(6)?,
     })
 }
 
-const EDGE_COLS: &str = "r.key, r.src, r.dst, r.kind, r.weight, r.valid_from, r.valid_until";
+const EDGE_COLS: &str =
+    "r.key, r.src, r.dst, r.kind, r.weight, r.valid_from, r.valid_until, r.reinforced_at";
 
 /// One relation as [`for_each_live_edge`] lends it (the kind is borrowed from the row).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -211,6 +213,7 @@ pub struct EdgeRef<'a> {
     pub dst: i64,
     pub kind: &'a str,
     pub weight: f64,
+    pub reinforced_at: Millis,
     pub valid_from: Option<Millis>,
     pub valid_until: Option<Millis>,
 }
@@ -229,6 +232,7 @@ pub fn for_each_live_edge(db: &Db, mut f: impl FnMut(EdgeRef<'_>)) -> Result<()>
             dst: r.get(2)?,
             kind: r.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?,
             weight: r.get(4)?,
+            reinforced_at: r.get(7)?,
             valid_from: r.get(5)?,
             valid_until: r.get(6)?,
         });
@@ -267,9 +271,29 @@ pub fn edge(db: &Db, relation_key: i64) -> Result<Option<(EdgeRow, bool)>> {
     Ok(conn
         .prepare_cached(&sql)?
         .query_row([relation_key], |r| {
-            Ok((edge_from_row(r)?, r.get::<_, bool>(7)?))
+            Ok((edge_from_row(r)?, r.get::<_, bool>(8)?))
         })
         .optional()?)
+}
+
+/// Marks relations as used at `now` (walks went through them): `reinforced_at` moves to `now`
+/// for those live and last reinforced at least a day before (a relation's strength counts days
+/// of use, not walks), each with a change-log entry so every process's graph follows.
+pub fn reinforce(db: &Db, keys: &[i64], now: Millis) -> Result<usize> {
+    const DAY_MS: i64 = 86_400_000;
+    let conn = &db.conn;
+    let mut stmt = conn.prepare_cached(
+        "UPDATE relations SET reinforced_at = ?2 WHERE key = ?1 AND deleted_at IS NULL \
+         AND reinforced_at <= ?3",
+    )?;
+    let mut n = 0;
+    for &key in keys {
+        if stmt.execute(params![key, now, now - DAY_MS])? > 0 {
+            crate::store::changes::log_relation(db, key)?;
+            n += 1;
+        }
+    }
+    Ok(n)
 }
 
 /// Live edges touching a memory (both ends live).
