@@ -528,6 +528,9 @@ pub struct TaskOut {
     pub status_message: Option<String>,
     pub created_at: String,
     pub last_updated_at: String,
+    /// Who runs it, when not the caller (`scheduler`: the server's scheduled consolidation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// Where `import` reads: exactly one of the two.

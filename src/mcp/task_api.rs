@@ -285,7 +285,8 @@ pub(crate) async fn update(tasks: &Arc<Tasks>, owner: String, id: String) -> Res
         .ok_or_else(|| not_found(&id))
 }
 
-/// The `tasks` tool: the caller's recent tasks.
+/// The `tasks` tool: the caller's recent tasks, and the server's scheduled consolidation runs
+/// (owner `scheduler`: background work on the memory the caller uses, shown with its progress).
 pub(crate) async fn list(
     tasks: &Arc<Tasks>,
     owner: String,
@@ -304,14 +305,28 @@ pub(crate) async fn list(
         return tool_answer(e).map(CallToolResponse::Complete);
     }
     let t = Arc::clone(tasks);
-    let views = match tokio::task::spawn_blocking(move || t.list(Some(&owner), limit as usize))
-        .await
-        .map_err(|e| worker_failed("tools/call", e))?
-    {
+    let caller = owner.clone();
+    let listed = tokio::task::spawn_blocking(move || {
+        let mut views = t.list(Some(&caller), limit as usize)?;
+        if caller != crate::tasks::schedule::OWNER {
+            views.extend(t.list(Some(crate::tasks::schedule::OWNER), limit as usize)?);
+            views.sort_by(|a, b| {
+                b.row
+                    .created_at
+                    .cmp(&a.row.created_at)
+                    .then(a.row.id.cmp(&b.row.id))
+            });
+            views.truncate(limit as usize);
+        }
+        Ok::<_, crate::error::Error>(views)
+    })
+    .await
+    .map_err(|e| worker_failed("tools/call", e))?;
+    let views = match listed {
         Ok(v) => v,
         Err(e) => return tool_answer(e).map(CallToolResponse::Complete),
     };
-    let out: Vec<_> = views.iter().map(work::task_out).collect();
+    let out: Vec<_> = views.iter().map(|v| work::task_out(v, &owner)).collect();
     Ok(CallToolResponse::Complete(CallToolResult::structured(
         json!({ "tasks": out }),
     )))

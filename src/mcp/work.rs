@@ -421,8 +421,10 @@ pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
     }
 }
 
-pub fn task_out(v: &crate::tasks::TaskView) -> dto::TaskOut {
+/// A task as the `tasks` tool lists it to `caller`.
+pub fn task_out(v: &crate::tasks::TaskView, caller: &str) -> dto::TaskOut {
     dto::TaskOut {
+        owner: (v.row.owner != caller).then(|| v.row.owner.clone()),
         task_id: v.row.id.clone(),
         tool: v.row.tool.clone(),
         status: v.row.status.as_str().to_owned(),

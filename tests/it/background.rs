@@ -332,10 +332,11 @@ async fn two_servers_consolidating_every_second_take_turns_and_never_overlap() {
         .and_then(|r| r.split_whitespace().next())
         .expect("a run id");
     assert!(ids.contains(named), "{named} among {ids:?}");
-    // A client whose owner is `scheduler` sees the scheduled tasks with the consolidation
-    // progress message.
-    {
-        let c = connect(&db.path, true, true, "operator", &["--owner", "scheduler"]).await;
+    // Any client's `tasks` tool lists the scheduled runs beside its own, marked with their
+    // owner and with the consolidation progress message; a client owned by `scheduler` sees them
+    // as its own.
+    for (owner, marked) in [("agent", true), ("scheduler", false)] {
+        let c = connect(&db.path, true, true, "operator", &["--owner", owner]).await;
         let Ok(CallToolResponse::Complete(listed)) =
             c.call("tasks", json!({"limit": 100}), None).await
         else {
@@ -343,7 +344,12 @@ async fn two_servers_consolidating_every_second_take_turns_and_never_overlap() {
         };
         let listed = listed.structured_content.expect("structured");
         let tasks = listed["tasks"].as_array().expect("tasks");
+        assert!(!tasks.is_empty(), "{listed}");
         assert!(tasks.iter().all(|t| t["tool"] == "consolidate"), "{listed}");
+        assert!(
+            tasks.iter().all(|t| (t["owner"] == "scheduler") == marked),
+            "{owner}: {listed}"
+        );
         assert!(
             tasks.iter().any(|t| t["status"] == "completed"
                 && t["statusMessage"].as_str().is_some_and(
