@@ -380,6 +380,10 @@ impl Engine {
                     }
                     if resumed.is_none() {
                         runs::insert(tx, &row)?;
+                        // A task stopped before its first batch resumes under this run too.
+                        if let Some(task) = &row.task_id {
+                            store::tasks::set_checkpoint(tx, task, &run.checkpoint())?;
+                        }
                     }
                 }
                 Ok(taken)

@@ -640,6 +640,81 @@ fn a_run_stopped_mid_way_resumes_under_its_id_and_ends_like_an_uninterrupted_one
     e.undo_consolidation(&id, false, "test").unwrap();
 }
 
+/// The control of a task that is stopped before the run commits anything.
+struct TaskStoppedAtOnce {
+    task: String,
+}
+
+impl Control for TaskStoppedAtOnce {
+    fn report(&self, _p: &WorkProgress) {}
+    fn is_cancelled(&self) -> bool {
+        true
+    }
+    fn task_id(&self) -> Option<String> {
+        Some(self.task.clone())
+    }
+}
+
+#[test]
+fn a_task_stopped_before_its_first_batch_resumes_under_the_same_run() {
+    let (_d, e) = engine();
+    put(
+        &e,
+        vec![note("Gina plays the oboe."), note("Gina plays the oboe!")],
+    );
+    let now = now_millis();
+    let task = crate::model::TaskRow {
+        id: "task-1".into(),
+        owner: "test".into(),
+        tool: "consolidate".into(),
+        arguments: json!({}),
+        status: crate::model::TaskState::Working,
+        status_message: None,
+        progress: json!({}),
+        result: None,
+        error: None,
+        created_at: now,
+        updated_at: now,
+        ttl_ms: None,
+        poll_interval_ms: None,
+        checkpoint: None,
+        boot_id: "boot".into(),
+        heartbeat_at: now,
+        cancel_requested: false,
+    };
+    e.store
+        .write(|tx| crate::store::tasks::insert(tx, &task))
+        .unwrap();
+    let policy = json!({"merge_similarity": 0.8});
+    let stopped = e.consolidate(
+        &req(&["merge"], policy.clone()),
+        &TaskStoppedAtOnce {
+            task: task.id.clone(),
+        },
+    );
+    assert!(matches!(stopped, Err(Error::Cancelled)), "{stopped:?}");
+    let checkpoint = e
+        .store
+        .read(|c| crate::store::tasks::get(c, &task.id))
+        .unwrap()
+        .unwrap()
+        .checkpoint
+        .expect("the run is named before any batch");
+    let id = checkpoint["run"].as_str().unwrap().to_owned();
+    let resumed = e
+        .consolidate(
+            &req(&["merge"], policy),
+            &Resuming {
+                from: Some(checkpoint),
+                ..Resuming::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(resumed.run_id.as_deref(), Some(id.as_str()));
+    assert_eq!(resumed.counts.merged, 1);
+    assert_eq!(e.consolidation_runs(10).unwrap().len(), 1);
+}
+
 #[test]
 fn a_walk_goes_through_archived_memories_without_listing_them() {
     use crate::engine::traverse::{Shape, TraverseRequest};
