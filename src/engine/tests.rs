@@ -617,8 +617,8 @@ mod graph_reads {
         let day = 86_400_000i64;
         let now = crate::model::now_millis();
         let at = |days: i64| crate::model::format_time(now - days * day);
-        // a → b was given weight 1 but nobody used it for 90 days (strength 1/8); a → c weighs
-        // 0.6, used 10 days ago (strength 0.6 × 2^(−1/3) ≈ 0.48).
+        // a → b was given weight 0.9 but nobody used it for 90 days (strength 0.9 × (1/2 + 1/16)
+        // ≈ 0.51); a → c weighs 0.6, used 10 days ago (0.6 × (1/2 + 2^(−1/3)/2) ≈ 0.54).
         let relation = |id: &str, to: &str, weight: f64, days: i64| {
             format!(
                 r#"{{"type":"relation","id":"{id}","from":"m_a","to":"{to}","kind":"knows","weight":{weight},"reinforced_at":"{}"}}"#,
@@ -629,7 +629,7 @@ mod graph_reads {
             r#"{"type":"memory","id":"m_a","name":"a","content":"the seed"}"#.to_owned(),
             r#"{"type":"memory","id":"m_b","name":"b","content":"an old strong tie"}"#.to_owned(),
             r#"{"type":"memory","id":"m_c","name":"c","content":"a recent weaker tie"}"#.to_owned(),
-            relation("r_ab", "m_b", 1.0, 90),
+            relation("r_ab", "m_b", 0.9, 90),
             relation("r_ac", "m_c", 0.6, 10),
         ]
         .join("\n");
@@ -663,14 +663,14 @@ mod graph_reads {
         };
         assert_eq!(
             walk(&e),
-            vec![("c".to_owned(), 476.0), ("b".to_owned(), 125.0)],
+            vec![("c".to_owned(), 538.0), ("b".to_owned(), 506.0)],
             "the recent tie ranks first"
         );
         // The walk used both relations: once recorded, each is back at its full weight.
         e.flush_touched();
         assert_eq!(
             walk(&e),
-            vec![("b".to_owned(), 1000.0), ("c".to_owned(), 600.0)]
+            vec![("b".to_owned(), 900.0), ("c".to_owned(), 600.0)]
         );
         // The weights themselves never change, and a filter judges them, not the strength.
         let mut strict = req(1, Shape::Nodes);
@@ -683,7 +683,7 @@ mod graph_reads {
             .relations;
         let mut weights: Vec<f64> = rel.iter().map(|r| r.weight).collect();
         weights.sort_by(f64::total_cmp);
-        assert_eq!(weights, [0.6, 1.0]);
+        assert_eq!(weights, [0.6, 0.9]);
     }
 }
 

@@ -26,8 +26,8 @@ pub struct EdgeData {
     pub kind: KindId,
     /// The weight the relation was given.
     pub weight: f32,
-    /// Its strength on the graph's day: the weight halved every [`HALF_LIFE_DAYS`] the relation
-    /// went unused (see [`strength`]); what walks rank by.
+    /// Its strength on the graph's day: between the weight and half of it, by how long the
+    /// relation went unused (see [`strength`]); what walks rank by.
     pub strength: f32,
     /// The day (since 1970) the relation was made or last reinforced by use.
     pub reinforced_day: i32,
@@ -36,8 +36,11 @@ pub struct EdgeData {
     pub valid_until: i64,
 }
 
-/// Days after which an unused relation's strength halves.
+/// Days after which the part of an unused relation's strength that decays halves.
 pub const HALF_LIFE_DAYS: f64 = 30.0;
+/// Share of the weight an unused relation keeps however long unused: decay ranks relations
+/// used lately above those that were not, it never switches the old graph off.
+pub const STRENGTH_FLOOR: f64 = 0.5;
 const DAY_MS: i64 = 86_400_000;
 
 /// The day (since 1970) of a time in milliseconds.
@@ -46,11 +49,13 @@ pub fn day_of(ms: i64) -> i32 {
         .clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
 }
 
-/// Strength on `today` of a relation of `weight` last reinforced on `day`: halved every
-/// [`HALF_LIFE_DAYS`] whole days since (never more than the weight).
+/// Strength on `today` of a relation of `weight` last reinforced on `day`: the weight times
+/// `FLOOR + (1 − FLOOR) · 2^(−unused days / HALF_LIFE_DAYS)` — the weight on the day of use,
+/// three quarters of it a half-life later, never below half.
 pub fn strength(weight: f32, day: i32, today: i32) -> f32 {
     let unused = (i64::from(today) - i64::from(day)).max(0) as f64;
-    (f64::from(weight) * 0.5f64.powf(unused / HALF_LIFE_DAYS)) as f32
+    let decay = 0.5f64.powf(unused / HALF_LIFE_DAYS);
+    (f64::from(weight) * (STRENGTH_FLOOR + (1.0 - STRENGTH_FLOOR) * decay)) as f32
 }
 
 impl EdgeData {
@@ -547,8 +552,12 @@ pub(crate) mod tests {
     #[test]
     fn strength_halves_every_half_life_unused_and_follows_the_day() {
         assert_eq!(strength(0.8, 10, 10), 0.8);
-        assert!((strength(0.8, 0, 30) - 0.4).abs() < 1e-6);
-        assert!((strength(0.8, 0, 60) - 0.2).abs() < 1e-6);
+        assert!((strength(0.8, 0, 30) - 0.6).abs() < 1e-6);
+        assert!((strength(0.8, 0, 60) - 0.5).abs() < 1e-6);
+        assert!(
+            (strength(0.8, 0, 100_000) - 0.4).abs() < 1e-6,
+            "never below half"
+        );
         assert_eq!(strength(0.8, 10, 5), 0.8, "never above the weight");
         assert_eq!(day_of(86_400_000 * 3 + 5), 3);
         assert_eq!(day_of(-1), -1);
@@ -563,7 +572,7 @@ pub(crate) mod tests {
         g.for_each_adjacent(n, Direction::Out, |_, _, s, _| seen.push(s));
         g.freeze();
         g.for_each_adjacent(n, Direction::Out, |_, _, s, _| seen.push(s));
-        assert_eq!(seen, [0.25, 0.25]);
+        assert_eq!(seen, [0.625, 0.625]);
         // A relation added later decays from its own day.
         let mut fresh = row(2, 2, 3, "a", 0.5);
         fresh.reinforced_at = 60 * 86_400_000;

@@ -433,7 +433,9 @@ impl Engine {
         };
         let stamps = RelationStamps {
             created_at: created,
-            reinforced_at: rec.reinforced_at.unwrap_or(created),
+            // Like a memory's salience, an imported relation's strength counts from when it
+            // enters this database, unless the record says when it was last used.
+            reinforced_at: rec.reinforced_at.unwrap_or(now),
             valid_from: rec.valid_from,
             valid_until: rec.valid_until,
         };
