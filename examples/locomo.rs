@@ -21,6 +21,10 @@
 //! merges that were wrong (a memory merged into another turn's survivor). A hit counts for the
 //! turn it states: its own turn id, or the turn a re-statement re-states.
 
+#[path = "common/weights.rs"]
+mod weights;
+use weights::parse_weights;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -140,18 +144,6 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
         mess,
         consolidate,
     })
-}
-
-/// `TEXT:VECTOR`, two non-negative numbers, not both 0 (what recall's `weights` accepts).
-fn parse_weights(s: &str) -> Result<(f32, f32), String> {
-    let bad = || format!("--weights {s:?}: give TEXT:VECTOR, two non-negative numbers such as 1:1");
-    let (t, v) = s.split_once(':').ok_or_else(bad)?;
-    let t: f32 = t.trim().parse().map_err(|_| bad())?;
-    let v: f32 = v.trim().parse().map_err(|_| bad())?;
-    if !(t.is_finite() && v.is_finite() && t >= 0.0 && v >= 0.0 && t + v > 0.0) {
-        return Err(bad());
-    }
-    Ok((t, v))
 }
 
 /// The table's rows: each ranking at expansion 0, hybrid with the default and with equal
@@ -691,24 +683,24 @@ mod tests {
         assert!(args(&["a.json", "--weights"]).is_err());
         assert!(args(&["a.json", "--weight", "1:1"]).is_err());
 
-        let rows = setups(&[(1.0, 0.25)]);
+        let rows = setups(&[(1.0, 0.5)]);
         let labels: Vec<(&str, u8)> = rows.iter().map(|r| (r.label.as_str(), r.expand)).collect();
         assert_eq!(
             labels,
             [
                 ("text (BM25)", 0),
                 ("vector", 0),
-                ("hybrid, weights 1 : 0.5 (default)", 0),
+                ("hybrid, weights 1 : 0.25 (default)", 0),
                 ("hybrid, weights 1 : 1", 0),
                 ("text (BM25)", 1),
-                ("hybrid, weights 1 : 0.5 (default)", 1),
-                ("hybrid, weights 1 : 0.5 (default)", 2),
-                ("hybrid, weights 1 : 0.25", 0),
+                ("hybrid, weights 1 : 0.25 (default)", 1),
+                ("hybrid, weights 1 : 0.25 (default)", 2),
+                ("hybrid, weights 1 : 0.5", 0),
             ]
         );
         assert_eq!(rows[2].weights, None, "the engine's default, not a copy");
         assert_eq!(rows[3].weights, Some((1.0, 1.0)));
-        assert_eq!(rows[7].weights, Some((1.0, 0.25)));
+        assert_eq!(rows[7].weights, Some((1.0, 0.5)));
     }
 
     #[test]

@@ -12,7 +12,11 @@
 //!
 //! The data (Apache-2.0, not shipped here) is the ten `*_dialogues_256k.json` files of RealMem
 //! (github.com/AvatarMemory/RealMemBench). Run:
-//! `cargo run --release --example realmem -- path/to/realmem/`
+//! `cargo run --release --example realmem -- path/to/realmem/ [--weights TEXT:VECTOR]…`
+//! Each `--weights` adds a hybrid row with those fusion weights.
+
+#[path = "common/weights.rs"]
+mod weights;
 
 use std::collections::{HashMap, HashSet};
 use std::process::ExitCode;
@@ -45,12 +49,32 @@ struct Score {
     times_ms: Vec<f64>,
 }
 
+/// A row of the table: its label, the ranking, the fusion weights (`None`: the default).
+type Row = (String, RecallMode, Option<(f32, f32)>);
+
+const USAGE: &str = "usage: realmem PATH/TO/realmem/ [--weights TEXT:VECTOR]...";
+
 fn main() -> ExitCode {
-    let Some(dir) = std::env::args().nth(1) else {
-        let _ = writeln_err("usage: realmem PATH/TO/realmem/");
+    let mut args = std::env::args().skip(1);
+    let Some(dir) = args.next() else {
+        let _ = writeln_err(USAGE);
         return ExitCode::from(2);
     };
-    match run(&dir) {
+    let mut extra = Vec::new();
+    while let Some(a) = args.next() {
+        let parsed = match (a.as_str(), args.next()) {
+            ("--weights", Some(v)) => weights::parse_weights(&v),
+            _ => Err(USAGE.to_owned()),
+        };
+        match parsed {
+            Ok(w) => extra.push(w),
+            Err(e) => {
+                let _ = writeln_err(&e);
+                return ExitCode::from(2);
+            }
+        }
+    }
+    match run(&dir, &extra) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let _ = writeln_err(&format!("error: {e:#}"));
@@ -122,7 +146,7 @@ fn cut(s: &str) -> String {
     s[..end].to_owned()
 }
 
-fn run(dir: &str) -> anyhow::Result<()> {
+fn run(dir: &str, extra: &[(f32, f32)]) -> anyhow::Result<()> {
     let mut files: Vec<_> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
@@ -135,10 +159,17 @@ fn run(dir: &str) -> anyhow::Result<()> {
     anyhow::ensure!(!files.is_empty(), "no *_dialogues_256k.json in {dir}");
     let tmp = tempfile::tempdir()?;
     let engine = Engine::open(Config::for_db(tmp.path().join("realmem.db")))?;
-    let modes = [
-        ("text (BM25)", RecallMode::Text),
-        ("hybrid (default)", RecallMode::Hybrid),
+    let mut modes: Vec<Row> = vec![
+        ("text (BM25)".into(), RecallMode::Text, None),
+        ("hybrid (default)".into(), RecallMode::Hybrid, None),
     ];
+    modes.extend(extra.iter().map(|&(t, v)| {
+        (
+            format!("hybrid, weights {t} : {v}"),
+            RecallMode::Hybrid,
+            Some((t, v)),
+        )
+    }));
     let mut scores: Vec<Score> = modes.iter().map(|_| Score::default()).collect();
     let (mut n_turns, mut n_questions) = (0usize, 0usize);
     let started = Instant::now();
@@ -201,13 +232,14 @@ fn run(dir: &str) -> anyhow::Result<()> {
                 continue;
             }
             n_questions += 1;
-            for ((_, mode), score) in modes.iter().zip(&mut scores) {
+            for ((_, mode, weights), score) in modes.iter().zip(&mut scores) {
                 let t = Instant::now();
                 let page = engine.recall(&RecallQuery {
                     text: text.clone(),
                     namespaces: NamespaceScope::Only(vec![namespace.clone()]),
                     limit: K,
                     mode: *mode,
+                    weights: *weights,
                     ..RecallQuery::default()
                 });
                 score.times_ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -245,7 +277,7 @@ fn run(dir: &str) -> anyhow::Result<()> {
     );
     say!("| ranking | R@5 | R@10 | NDCG@10 | p50 | p99 |");
     say!("|---|---:|---:|---:|---:|---:|");
-    for ((name, _), s) in modes.iter().zip(&mut scores) {
+    for ((name, _, _), s) in modes.iter().zip(&mut scores) {
         s.times_ms.sort_by(f64::total_cmp);
         let q = |f: f64| s.times_ms[((s.times_ms.len() as f64 * f).ceil() as usize).max(1) - 1];
         let n = s.n.max(1) as f64;

@@ -106,7 +106,7 @@ pub struct RecallParams {
     /// Per-signal ranks and scores (for tuning; not in the schema).
     #[schemars(skip)]
     pub explain: Option<bool>,
-    /// Fusion weights [text, vector], default [1, 0.5] (for tuning; not in the schema).
+    /// Fusion weights [text, vector], default [1, 0.25] (for tuning; not in the schema).
     #[schemars(skip)]
     pub weights: Option<Vec<f32>>,
     /// Also archived memories.
