@@ -306,6 +306,8 @@ pub enum RecallMode {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Hit {
     pub memory: Memory,
+    /// Hybrid: the fused ranks (1 when first by words and by meaning) times the boosts; text:
+    /// the BM25 score; vector: the cosine similarity.
     pub score: f32,
     pub snippet: String,
     pub n_relations: i64,
@@ -341,7 +343,7 @@ pub struct Explain {
     pub vector_rank: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vector_similarity: Option<f32>,
-    /// Reciprocal-rank fusion of the ranks above.
+    /// Reciprocal-rank fusion of the ranks above, scaled so that first in both lists is 1.
     pub fused: f32,
     /// Multipliers applied to the fused score.
     pub importance_boost: f32,

@@ -373,7 +373,7 @@ fn talk(client: &mut Client) -> anyhow::Result<()> {
     ] {
         let found = client.call(
             "recall",
-            json!({"query": query, "namespace": "demo", "limit": 2}),
+            json!({"query": query, "namespace": "demo", "limit": 2, "explain": true}),
         )?;
         writeln!(out, "\nrecall {query:?}")?;
         for hit in found["structuredContent"]["hits"]
@@ -381,10 +381,12 @@ fn talk(client: &mut Client) -> anyhow::Result<()> {
             .into_iter()
             .flatten()
         {
+            let rank = |key: &str| hit["explain"][key].as_u64().map(|r| r as usize);
             writeln!(
                 out,
-                "  {:.3}  {}",
+                "  {:.2}  {:<26}  {}",
                 hit["score"].as_f64().unwrap_or(0.0),
+                super::why(rank("text_rank"), rank("vector_rank")),
                 hit["snippet"].as_str().unwrap_or("")
             )?;
         }

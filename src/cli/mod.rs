@@ -503,6 +503,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 namespaces: namespace
                     .map_or(NamespaceScope::All, |n| NamespaceScope::Only(vec![n])),
                 limit,
+                explain: true,
                 ..RecallQuery::default()
             })?;
             let mut out = std::io::stdout().lock();
@@ -511,15 +512,19 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             writeln!(
                 out,
-                "{:>6}  {:<24}  {:<12}  {:<10}  snippet",
-                "score", "id", "namespace", "kind"
+                "{:>6}  {:<24}  {:<12}  {:<10}  {:<28}  snippet",
+                "score", "id", "namespace", "kind", "ranked"
             )?;
             for h in page.hits {
                 let snippet: String = h.snippet.replace('\n', " ").chars().take(80).collect();
+                let ranked = h
+                    .explain
+                    .as_ref()
+                    .map_or(String::new(), |x| why(x.text_rank, x.vector_rank));
                 writeln!(
                     out,
-                    "{:>6.2}  {:<24}  {:<12}  {:<10}  {}",
-                    h.score, h.memory.id, h.memory.namespace, h.memory.kind, snippet
+                    "{:>6.2}  {:<24}  {:<12}  {:<10}  {:<28}  {}",
+                    h.score, h.memory.id, h.memory.namespace, h.memory.kind, ranked, snippet
                 )?;
             }
             Ok(ExitCode::SUCCESS)
@@ -820,5 +825,27 @@ fn find_task(engine: &Engine, id: &str) -> anyhow::Result<Option<crate::model::T
         1 => Ok(matches.into_iter().next()),
         0 => Ok(None),
         n => anyhow::bail!("{n} tasks start with {id}; give more characters"),
+    }
+}
+
+/// Why a hybrid hit ranks where it does, for people: its place by words and by meaning.
+fn why(text_rank: Option<usize>, vector_rank: Option<usize>) -> String {
+    let place = |rank: Option<usize>, what: &str| {
+        rank.map_or(format!("not by {what}"), |r| format!("{what} #{r}"))
+    };
+    format!(
+        "{}, {}",
+        place(text_rank, "words"),
+        place(vector_rank, "meaning")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn why_names_the_place_by_words_and_by_meaning() {
+        assert_eq!(super::why(Some(1), Some(3)), "words #1, meaning #3");
+        assert_eq!(super::why(None, Some(2)), "not by words, meaning #2");
+        assert_eq!(super::why(Some(4), None), "words #4, not by meaning");
     }
 }

@@ -500,8 +500,12 @@ fn score(c: &mut Candidate, m: &Memory, mode: RecallMode, wt: f32, wv: f32, now:
         RecallMode::Text => e.fused = c.text.map_or(0.0, |(_, s)| s),
         RecallMode::Vector => e.fused = c.vector.map_or(0.0, |(_, s)| s),
         RecallMode::Hybrid => {
-            e.fused = c.text.map_or(0.0, |(r, _)| wt / (RRF_K + r as f32))
-                + c.vector.map_or(0.0, |(r, _)| wv / (RRF_K + r as f32));
+            // Scaled so that first in both lists is 1: a score a person can read (0.80: first by
+            // words, not found by meaning, at the default weights) and the same order.
+            let best = (wt + wv) / (RRF_K + 1.0);
+            e.fused = (c.text.map_or(0.0, |(r, _)| wt / (RRF_K + r as f32))
+                + c.vector.map_or(0.0, |(r, _)| wv / (RRF_K + r as f32)))
+                / best.max(f32::MIN_POSITIVE);
             e.importance_boost = importance_boost(m.importance);
             e.recency_boost = recency_boost(m.created_at, now);
             e.salience_boost = salience_boost(crate::engine::curate::salience::of(m, now));

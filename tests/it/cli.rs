@@ -160,6 +160,8 @@ fn the_demo_speaks_mcp_to_its_own_server_and_prints_each_step() {
         "tools: remember, recall",
         "remember 4 memories -> 4",
         "Alice is the tech lead of the Atlas project",
+        // Each hit says why it ranks where it does.
+        "words #1, meaning #",
         "with 2 relations",
         "duplicate: true",
         "stats: 4 memories, 2 relations",
