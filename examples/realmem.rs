@@ -3,7 +3,7 @@
 //! turn id (`<session_uuid>:<i>`, content `speaker: text`) in the persona's namespace; at each
 //! question turn the question is recalled first (so only earlier turns can be found), then stored.
 //! Scored against the evidence turns: recall@5, recall@10 and NDCG@10 over all questions, for
-//! text and hybrid ranking, with recall latency p50/p99.
+//! text and hybrid ranking, with recall latency p50/p99; then R@10 per question category.
 //!
 //! Evidence mapping as in the data set's reference loader: the answer turn after a question lists
 //! the memories used; each equals an extracted memory of its session, whose source turn is the
@@ -44,6 +44,8 @@ const MAX_CONTENT: usize = 60_000;
 struct Score {
     r5: f64,
     r10: f64,
+    /// R@10 summed and questions counted per question category (`category_name`).
+    by_category: std::collections::BTreeMap<String, (f64, usize)>,
     ndcg: f64,
     n: usize,
     times_ms: Vec<f64>,
@@ -184,7 +186,7 @@ fn run(dir: &str, extra: &[(f32, f32)]) -> anyhow::Result<()> {
         // Turn id → replay position, to drop evidence at or after its question.
         let mut position: HashMap<String, usize> = HashMap::new();
         let mut pending: Vec<RememberItem> = Vec::new();
-        let mut questions: Vec<(String, usize, Vec<String>)> = Vec::new();
+        let mut questions: Vec<(String, usize, Vec<String>, String)> = Vec::new();
         for s in sessions {
             let uuid = s["session_uuid"].as_str().unwrap_or("");
             for (i, t) in s["dialogue_turns"]
@@ -199,6 +201,7 @@ fn run(dir: &str, extra: &[(f32, f32)]) -> anyhow::Result<()> {
                         t["content"].as_str().unwrap_or("").to_owned(),
                         position.len(),
                         evidence(&by_uuid, s, i),
+                        t["category_name"].as_str().unwrap_or("(none)").to_owned(),
                     ));
                 }
                 position.insert(id.clone(), position.len());
@@ -217,7 +220,7 @@ fn run(dir: &str, extra: &[(f32, f32)]) -> anyhow::Result<()> {
         }
         // Replay: store the turns before each question, ask it, go on.
         let mut stored = 0usize;
-        for (text, at, ev) in &questions {
+        for (text, at, ev, category) in &questions {
             if *at > stored {
                 for r in engine.remember(&pending[stored..*at])? {
                     r?;
@@ -250,6 +253,9 @@ fn run(dir: &str, extra: &[(f32, f32)]) -> anyhow::Result<()> {
                 let hit = |k: usize| ranked.iter().take(k).filter(|r| ev.contains(r)).count();
                 score.r5 += hit(5) as f64 / ev.len() as f64;
                 score.r10 += hit(K) as f64 / ev.len() as f64;
+                let c = score.by_category.entry(category.clone()).or_default();
+                c.0 += hit(K) as f64 / ev.len() as f64;
+                c.1 += 1;
                 let dcg: f64 = ranked
                     .iter()
                     .take(K)
@@ -289,6 +295,26 @@ fn run(dir: &str, extra: &[(f32, f32)]) -> anyhow::Result<()> {
             q(0.5),
             q(0.99)
         );
+    }
+    // R@10 by question category, one column per ranking.
+    say!(
+        "\n| category | questions | {} |",
+        modes
+            .iter()
+            .map(|m| format!("R@10 {}", m.0))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    say!("|---|---:|{}", "---:|".repeat(modes.len()));
+    for (category, (_, n)) in &scores[0].by_category {
+        let cells: Vec<String> = scores
+            .iter()
+            .map(|s| {
+                let (sum, n) = s.by_category[category];
+                format!("{:.3}", sum / n.max(1) as f64)
+            })
+            .collect();
+        say!("| {category} | {n} | {} |", cells.join(" | "));
     }
     Ok(())
 }
