@@ -4,7 +4,7 @@
 //! following the turn before it — then each question of categories 1–4 is recalled within its
 //! conversation and scored against the evidence turns: recall@5, recall@10 and NDCG@10, for text,
 //! vector and hybrid ranking (the default weights and equal weights), with and without graph
-//! expansion.
+//! expansion; then R@10 per question category.
 //!
 //! The data (CC BY-NC 4.0, not shipped here) is `locomo10.json` of the LoCoMo release
 //! (github.com/snap-research/locomo). Run:
@@ -70,6 +70,8 @@ struct Question {
     namespace: String,
     text: String,
     evidence: HashSet<String>,
+    /// LoCoMo's question category (1–4).
+    category: u64,
 }
 
 /// One row of the table: how recall ranks.
@@ -211,7 +213,55 @@ fn run(args: &Args) -> anyhow::Result<()> {
             setup.expand
         );
     }
+    let mut counts: std::collections::BTreeMap<u64, usize> = Default::default();
+    for q in &corpus.questions {
+        *counts.entry(q.category).or_default() += 1;
+    }
+    let header: Vec<String> = counts
+        .iter()
+        .map(|(c, n)| format!("category {c} ({n})"))
+        .collect();
+    say!("\nR@10 by question category:\n");
+    say!("| ranking | expand | {} |", header.join(" | "));
+    say!("|---|---|{}", "---|".repeat(counts.len()));
+    for setup in setups(&args.weights) {
+        let by = r10_by_category(&corpus, &setup)?;
+        let cells: Vec<String> = counts
+            .keys()
+            .map(|c| {
+                by.get(c).map_or("–".to_owned(), |(sum, n)| {
+                    format!("{:.3}", sum / *n as f64)
+                })
+            })
+            .collect();
+        say!(
+            "| {} | {} | {} |",
+            setup.label,
+            setup.expand,
+            cells.join(" | ")
+        );
+    }
     Ok(())
+}
+
+/// R@10 per question category: summed over its questions, and their number.
+fn r10_by_category(
+    corpus: &Corpus,
+    setup: &Setup,
+) -> anyhow::Result<std::collections::BTreeMap<u64, (f64, usize)>> {
+    let mut out: std::collections::BTreeMap<u64, (f64, usize)> = Default::default();
+    for q in &corpus.questions {
+        let ranked = ranked(&corpus.engine, q, setup)?;
+        let found = ranked
+            .iter()
+            .take(K)
+            .filter(|d| q.evidence.contains(*d))
+            .count();
+        let c = out.entry(q.category).or_default();
+        c.0 += found as f64 / q.evidence.len() as f64;
+        c.1 += 1;
+    }
+    Ok(out)
 }
 
 /// Imports every conversation of a LoCoMo file into a fresh database, one namespace each
@@ -299,6 +349,7 @@ fn questions_of(namespace: &str, conv: &Value) -> Vec<Question> {
             namespace: namespace.to_owned(),
             text: qa["question"].as_str().unwrap_or_default().to_owned(),
             evidence,
+            category: qa["category"].as_u64().unwrap_or(0),
         });
     }
     out
@@ -726,6 +777,7 @@ mod tests {
             namespace: ns.into(),
             text: q.into(),
             evidence: HashSet::new(),
+            category: 4,
         };
         let rows = setups(&[]);
         let photo = corpus
