@@ -550,7 +550,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn strength_halves_every_half_life_unused_and_follows_the_day() {
+    fn strength_decays_toward_half_the_weight_unused_and_follows_the_day() {
         assert_eq!(strength(0.8, 10, 10), 0.8);
         assert!((strength(0.8, 0, 30) - 0.6).abs() < 1e-6);
         assert!((strength(0.8, 0, 60) - 0.5).abs() < 1e-6);
