@@ -19,6 +19,22 @@ pub(crate) fn copy_db(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
+/// Imports `data` (any format told from the data) as a test would; the report.
+pub(crate) fn import_text(e: &Engine, data: &str) -> crate::engine::import::ImportReport {
+    e.import(
+        &crate::engine::import::ImportRequest {
+            source: crate::engine::import::Source::Inline(data.to_owned()),
+            format: None,
+            namespace: None,
+            dry_run: false,
+            actor: "test".into(),
+            max_records: None,
+        },
+        &crate::engine::traverse::Progressing::default(),
+    )
+    .expect("import")
+}
+
 /// Remembers one memory of `content` (defaults otherwise); its id.
 pub(crate) fn remember_text(e: &Engine, content: &str) -> String {
     remember_one(e, item(content))
@@ -612,7 +628,6 @@ mod graph_reads {
 
     #[test]
     fn unused_relations_weaken_and_a_walk_through_them_restores_their_strength() {
-        use crate::engine::import::{ImportRequest, Source};
         let (_d, e) = temp_engine();
         let day = 86_400_000i64;
         let now = crate::model::now_millis();
@@ -633,19 +648,7 @@ mod graph_reads {
             relation("r_ac", "m_c", 0.6, 10),
         ]
         .join("\n");
-        let report = e
-            .import(
-                &ImportRequest {
-                    source: Source::Inline(data),
-                    format: None,
-                    namespace: None,
-                    dry_run: false,
-                    actor: "test".into(),
-                    max_records: None,
-                },
-                &Progressing::default(),
-            )
-            .unwrap();
+        let report = import_text(&e, &data);
         assert_eq!(report.errors, 0, "{report:?}");
         let ctl = Progressing::default();
         let walk = |e: &Engine| {

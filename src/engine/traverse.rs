@@ -342,7 +342,6 @@ impl Engine {
     pub(crate) fn reach(&self, req: &TraverseRequest, ctl: &dyn Control) -> Result<Vec<MemoryKey>> {
         let check = TraverseRequest {
             limit: 1,
-            include_archived: false,
             ..req.clone()
         };
         let seeds = self.check_traverse(&check)?;

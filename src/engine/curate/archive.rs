@@ -42,30 +42,9 @@ fn archivable(run: &Run<'_>, m: &Memory, decay: bool) -> bool {
         && salience(run, m, decay) < run.policy.archive_below
 }
 
-/// Calls `f` with each page of the live, unarchived memories of `ns`, then reports progress.
-fn for_each_page(
-    run: &mut Run<'_>,
-    ns: &str,
-    mut f: impl FnMut(&mut Run<'_>, &[Memory]) -> Result<()>,
-) -> Result<()> {
-    let mut after = MemoryKey(0);
-    loop {
-        let page = run
-            .engine
-            .store
-            .read(|c| memories::scan_page(c, ns, after, super::PAGE, false))?;
-        let Some(last) = page.last() else { break };
-        after = last.key;
-        run.saw(page.len());
-        f(run, &page)?;
-        run.tick()?;
-    }
-    Ok(())
-}
-
 /// The decay step: counts the memories of `ns` whose salience fell below the archive threshold.
 pub(super) fn measure(run: &mut Run<'_>, ns: &str) -> Result<()> {
-    for_each_page(run, ns, |run, page| {
+    super::for_each_page(run, ns, |run, page| {
         let low = page
             .iter()
             .filter(|m| salience(run, m, true) < run.policy.archive_below)
@@ -77,7 +56,7 @@ pub(super) fn measure(run: &mut Run<'_>, ns: &str) -> Result<()> {
 
 /// The archive step over `ns`.
 pub(super) fn run(run: &mut Run<'_>, ns: &str, decay: bool) -> Result<()> {
-    for_each_page(run, ns, |run, page| {
+    super::for_each_page(run, ns, |run, page| {
         let chosen: Vec<(MemoryKey, i64)> = page
             .iter()
             .filter(|m| archivable(run, m, decay))

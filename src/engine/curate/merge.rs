@@ -230,15 +230,8 @@ fn word_sets(run: &mut Run<'_>, ns: &str) -> Result<(Vec<MemoryKey>, Vec<pairs::
     let mut vocab: HashMap<String, u32> = HashMap::new();
     let mut groups: HashMap<(String, Option<i64>, Option<i64>), u32> = HashMap::new();
     let (mut keys, mut sets) = (Vec::new(), Vec::new());
-    let mut after = MemoryKey(0);
-    loop {
-        let page = run
-            .engine
-            .store
-            .read(|c| memories::scan_page(c, ns, after, super::PAGE, false))?;
-        let Some(last) = page.last() else { break };
-        after = last.key;
-        for m in &page {
+    super::for_each_page(run, ns, |_, page| {
+        for m in page {
             let next = groups.len() as u32;
             let group = *groups
                 .entry((m.kind.clone(), m.valid_from, m.valid_until))
@@ -253,9 +246,8 @@ fn word_sets(run: &mut Run<'_>, ns: &str) -> Result<(Vec<MemoryKey>, Vec<pairs::
             keys.push(m.key);
             sets.push(pairs::WordSet { group, words });
         }
-        run.saw(page.len());
-        run.tick()?;
-    }
+        Ok(())
+    })?;
     Ok((keys, sets))
 }
 

@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::engine::Engine;
 use crate::engine::traverse::{Control, WorkKind, WorkProgress};
 use crate::error::{Error, Result};
-use crate::model::{Millis, RunRow, now_millis};
+use crate::model::{Memory, MemoryKey, Millis, RunRow, now_millis};
 use crate::store::{self, memories, runs};
 
 pub use policy::{Policy, Resolve, Step};
@@ -264,6 +264,27 @@ impl Run<'_> {
         std::thread::sleep((began.elapsed() * PAUSE_FACTOR).min(MAX_PAUSE));
         Ok(())
     }
+}
+
+/// Calls `f` with each page of the live, unarchived memories of `ns`, then reports progress.
+pub(super) fn for_each_page(
+    run: &mut Run<'_>,
+    ns: &str,
+    mut f: impl FnMut(&mut Run<'_>, &[Memory]) -> Result<()>,
+) -> Result<()> {
+    let mut after = MemoryKey(0);
+    loop {
+        let page = run
+            .engine
+            .store
+            .read(|c| memories::scan_page(c, ns, after, PAGE, false))?;
+        let Some(last) = page.last() else { break };
+        after = last.key;
+        run.saw(page.len());
+        f(run, &page)?;
+        run.tick()?;
+    }
+    Ok(())
 }
 
 /// Another run took the lease over: this one stops rather than write beside it.

@@ -246,18 +246,7 @@ fn archive_takes_unused_low_salience_memories_out_of_recall_until_restored() {
     let (_d2, copy) = engine();
     let data = export(&e);
     assert!(data.contains("\"archived_at\""), "{data}");
-    copy.import(
-        &crate::engine::import::ImportRequest {
-            source: crate::engine::import::Source::Inline(data.clone()),
-            format: None,
-            namespace: None,
-            dry_run: false,
-            actor: "test".into(),
-            max_records: None,
-        },
-        &Progressing::default(),
-    )
-    .unwrap();
+    crate::engine::tests::import_text(&copy, &data);
     assert_eq!(
         get(&copy, &ids[0]).memory.archived_at,
         get(&e, &ids[0]).memory.archived_at
