@@ -71,7 +71,7 @@ fn vectors(stream: u64, n: usize) -> Vec<Vec<f32>> {
 }
 
 fn build(points: &[Vec<f32>]) -> VectorIndex {
-    let index = VectorIndex::new(MODEL, DIM);
+    let index = VectorIndex::new(MODEL, DIM).expect("an empty index");
     for (b, chunk) in points.chunks(BATCH).enumerate() {
         let items: Vec<(u64, Vec<f32>)> = chunk
             .iter()
@@ -129,9 +129,9 @@ fn big() -> Big {
         let per = after.saturating_sub(before) as f64 / N as f64;
         log(format_args!(
             "vector/memory: resident +{:.0} MiB for the index, {per:.0} bytes per vector \
-             ({} of them the index's own copy of the vector)",
+             ({} of them the vector, as f16)",
             after.saturating_sub(before) as f64 / (1 << 20) as f64,
-            DIM * 4
+            DIM * 2
         ));
     }
 
@@ -216,7 +216,7 @@ fn benches(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(10));
     g.bench_function("load_100k", |b| {
         b.iter_with_large_drop(|| {
-            let (index, state) = VectorIndex::load(big.dump.path(), MODEL, DIM);
+            let (index, state) = VectorIndex::load(big.dump.path(), MODEL, DIM).expect("loads");
             assert_eq!(state, LoadState::Loaded);
             assert_eq!(index.len(), N);
             index

@@ -327,7 +327,7 @@ pub fn main() -> ExitCode {
 fn init_logging(serving: bool) {
     let default = if serving { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("MNEMOGRAPH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},hnsw_rs=warn")));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)

@@ -129,7 +129,7 @@ impl Engine {
         }
         let started = Instant::now();
         let dir = self.cfg.vector_index_dir();
-        let (mut index, state) = VectorIndex::load(&dir, e.model_id(), e.dim());
+        let (mut index, state) = VectorIndex::load(&dir, e.model_id(), e.dim())?;
         let state = match state {
             LoadState::Loaded => {
                 // A dump must prove it belongs to this database and this history (a restored
@@ -142,7 +142,7 @@ impl Engine {
                 if follows {
                     LoadState::Loaded
                 } else {
-                    index = VectorIndex::new(e.model_id(), e.dim());
+                    index = VectorIndex::new(e.model_id(), e.dim())?;
                     LoadState::Rebuilt("the dump does not belong to this database's history".into())
                 }
             }
@@ -257,7 +257,7 @@ impl Engine {
     pub(crate) fn index_staged_vectors(&self, budget: std::time::Duration) -> Result<usize> {
         let started = Instant::now();
         loop {
-            let left = self.with_vector_index(|ix| ix.index_staged(GRAPH_CHUNK))?;
+            let left = self.with_vector_index(|ix| ix.index_staged(GRAPH_CHUNK))??;
             if left == 0 || started.elapsed() >= budget {
                 return Ok(left);
             }
@@ -540,7 +540,7 @@ impl Engine {
                 && (force || state.dumped_at.elapsed() >= DUMP_EVERY);
             let staged = state.index.staged();
             if due && force && staged > 0 && staged <= DRAIN_AT_CLOSE {
-                state.index.index_staged(staged);
+                state.index.index_staged(staged)?;
             }
             if !due || state.index.staged() > 0 {
                 // With staged vectors the dump waits until the graph has them; closing
@@ -549,7 +549,7 @@ impl Engine {
                 return Ok(());
             }
             if state.index.needs_compaction() {
-                state.index.compact();
+                state.index.compact()?;
             }
             let started = Instant::now();
             let position_of = |seq| self.store.read(|c| changes::position_at(c, seq));
@@ -583,13 +583,13 @@ impl Engine {
         {
             let mut guard = lock::write_or_reset(&self.vectors, unload);
             *guard = Some(VectorState {
-                index: VectorIndex::new(e.model_id(), e.dim()),
+                index: VectorIndex::new(e.model_id(), e.dim())?,
                 dumped_seq: -1,
                 dumped_at: Instant::now(),
             });
         }
         self.sync_vectors(None)?;
-        self.with_vector_index(|ix| ix.index_staged(usize::MAX))?;
+        self.with_vector_index(|ix| ix.index_staged(usize::MAX))??;
         self.dump_vectors_if_due(true)?;
         self.with_vector_index(|ix| ix.len() as u64)
     }

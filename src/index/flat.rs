@@ -54,28 +54,38 @@ impl FlatVectors {
         position: LogPosition,
         vectors: impl IntoIterator<Item = (u64, &'a [f32])>,
     ) -> FlatVectors {
-        let mut flat = FlatVectors {
+        let mut flat = FlatVectors::empty(model, dim, position);
+        for (key, v) in vectors {
+            flat.push(key, v);
+        }
+        flat
+    }
+
+    /// No vectors yet: [`FlatVectors::push`] adds them.
+    pub fn empty(model: &str, dim: usize, position: LogPosition) -> FlatVectors {
+        FlatVectors {
             model: model.to_owned(),
             dim,
             position,
             keys: Vec::new(),
             scales: Vec::new(),
             codes: Vec::new(),
-        };
-        for (key, v) in vectors {
-            if v.len() != dim {
-                continue;
-            }
-            let max = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-            let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
-            flat.keys.push(key);
-            flat.scales.push(scale);
-            flat.codes.extend(
-                v.iter()
-                    .map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8),
-            );
         }
-        flat
+    }
+
+    /// Quantises and appends one vector (one of another length is skipped).
+    pub fn push(&mut self, key: u64, v: &[f32]) {
+        if v.len() != self.dim {
+            return;
+        }
+        let max = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+        self.keys.push(key);
+        self.scales.push(scale);
+        self.codes.extend(
+            v.iter()
+                .map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8),
+        );
     }
 
     /// Number of vectors.

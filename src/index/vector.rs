@@ -1,65 +1,56 @@
-//! The vector index of memory embeddings: an HNSW graph (hnsw_rs) over unit vectors for
-//! approximate top-k search, an exact scan beside it, and a dump to disk reloaded at start.
-//! Derived state: SQLite holds every vector and the engine feeds them here; a dump that is
+//! The vector index of memory embeddings: an HNSW graph (usearch, in [`graph`]) over unit
+//! vectors for approximate top-k search, an exact scan beside it, and a dump to disk reloaded at
+//! start. Derived state: SQLite holds every vector and the engine feeds them here; a dump that is
 //! missing, damaged, or made for another model or dimension loads as an empty index (with the
 //! reason) that the engine refills.
 //!
-//! Keys are the engine's `u64`s. Inside, every inserted vector gets a *slot*, which is its point id
-//! in the graph. Replacing a key's vector or removing the key tombstones its slot (hnsw_rs cannot
-//! delete points); searches skip dead slots, and [`VectorIndex::compact`] rebuilds the graph from
-//! the live vectors once tombstones pass a quarter of the slots.
+//! Keys are the engine's `u64`s. Inside, every inserted vector gets a *slot*, which is its point
+//! key in the graph. Replacing a key's vector inserts a new slot and retires the old one only once
+//! the new one is in, so a search never misses the key meanwhile; retired slots leave the graph
+//! (which reuses their room) and leave a tombstone in the slot table, which
+//! [`VectorIndex::compact`] renumbers away once tombstones pass a quarter of the slots.
+//!
+//! Each vector is held once, in the graph, as half-precision floats (512 bytes at dim 256);
+//! vectors staged for insertion wait beside it in full precision. Every score is computed here,
+//! as the dot product of the query with the stored vector, so graph hits and exact hits of one
+//! vector carry the very same number.
 //!
 //! Locking: searches take the read side of one `RwLock` and never block each other. Writers
 //! (upsert, remove, compact, dump) are serialised by a mutex of their own and take the write side
 //! only for short bookkeeping steps; the graph insertions themselves run under the read side
-//! (hnsw_rs inserts through `&self` with its own fine-grained locks), so searches go on meanwhile.
-//!
-//! Standard output carries only JSON-RPC, and hnsw_rs prints there (`println!`) on some error paths
-//! of its dump and loader and then panics or exits. Every such path is kept out of reach, as noted
-//! where hnsw_rs is called; none of them can be caught once printed, so none may be reached.
+//! (usearch inserts concurrently with searches), so searches go on meanwhile.
+
+mod graph;
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Write};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use hnsw_rs::anndists::dist::distances::Distance;
-use hnsw_rs::api::AnnT;
-use hnsw_rs::hnsw::{Hnsw, Neighbour};
-use hnsw_rs::hnswio::HnswIo;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::model::LogPosition;
+use graph::Graph;
 
-/// Links per point in the upper layers (twice as many in layer 0). hnsw_rs exits the process
-/// (after printing to stdout) above 256.
-const MAX_NB_CONNECTION: usize = 16;
-/// Candidate list while inserting. 100 rather than the customary 200: it halves the CPU of a
-/// build (and of every compaction), and on clustered unit vectors (50,000 of dim 256) recall@10
-/// stayed 1.0 from a search candidate list of 32 up, as with 200.
-const EF_CONSTRUCTION: usize = 100;
-/// Smallest candidate list of a search; a search for k asks `max(2k, EF_SEARCH_MIN)`. Recall@10
-/// on clustered vectors held 1.0 from 32 up, but outliers (vectors far from all others) need
-/// more: with 48, 1 or 2 of 500 were not found again by their own vector; with 64, none.
-const EF_SEARCH_MIN: usize = 64;
-/// Layers of the graph. It must be hnsw_rs's own maximum (16): its dump refuses any other value,
-/// printing to stdout.
-const MAX_LAYER: usize = 16;
+/// Smallest candidate list of a search; a search for k asks `max(2k, EF_SEARCH_MIN)`. The
+/// built-in model's vectors crowd into a narrow cone (their mean has length 0.84–0.90), where a
+/// graph search needs a long list: on 18,495 real conversation turns searched by 3,401 real
+/// questions, recall@10 was 0.84 with 64, 0.91 with 128 and 0.955 with 256 (0.14 ms a search).
+const EF_SEARCH_MIN: usize = 256;
 /// Graph capacity reserved by an empty index (the graph grows past it).
 const INITIAL_CAPACITY: usize = 1_024;
-/// What one member of a search's candidate list costs, in vectors a scan reads meanwhile: a
-/// graph search with 48 candidates took about as long as scanning 6,000 vectors (dim 256). A
-/// scope cheaper to scan than `candidates × SCAN_VECTORS_PER_CANDIDATE` vectors is scanned.
-const SCAN_VECTORS_PER_CANDIDATE: usize = 100;
+/// What one member of a search's candidate list costs, in vectors a scan reads meanwhile (a scan
+/// reads each vector out of the graph, converting it from half precision). A scope cheaper to
+/// scan than `candidates × SCAN_VECTORS_PER_CANDIDATE` vectors is scanned.
+const SCAN_VECTORS_PER_CANDIDATE: usize = 4;
 /// A scan calls the predicate on every live key: one call counted as this share of a vector.
 const PREDICATE_CALL_COST: f64 = 1.0 / 16.0;
 /// Longest candidate list asked of the graph; a scope that would need more is scanned.
@@ -79,25 +70,10 @@ const FILE_PREFIX: &str = "vectors.";
 const META_FILE: &str = "vectors.meta.json";
 const META_TEMP: &str = "vectors.meta.json.tmp";
 /// Bumped whenever anything written by [`VectorIndex::dump`] changes meaning.
-const DUMP_FORMAT: u32 = 1;
-/// The graph files are hnsw_rs's own format; a dump from another version of it is rebuilt.
-const GRAPH_ENGINE: &str = "hnsw_rs 0.3.5";
-const SLOTS_MAGIC: &[u8; 8] = b"MGVSLOT1";
-
-/// Distance between unit vectors: 1 − dot product, kept within [0, 2]. hnsw_rs asserts that
-/// distances are never negative, and anndists' `DistDot` asserts it too, so rounding that makes a
-/// vector's dot product with itself exceed 1 would panic in a search; `DistCosine` recomputes both
-/// norms in f64 on every call, three times the work for vectors that are unit length already.
-/// The type name is written into the graph dump and checked on load: renaming it makes the next
-/// start rebuild.
-#[derive(Debug, Default, Clone, Copy)]
-struct UnitDot;
-
-impl Distance<f32> for UnitDot {
-    fn eval(&self, va: &[f32], vb: &[f32]) -> f32 {
-        distance(dot(va, vb))
-    }
-}
+const DUMP_FORMAT: u32 = 2;
+/// The graph file is usearch's own format; a dump from another version of it is rebuilt.
+const GRAPH_ENGINE: &str = "usearch 2.26.6 f16";
+const SLOTS_MAGIC: &[u8; 8] = b"MGVSLOT2";
 
 /// Dot product of two vectors of one length, the hot loop of every search and insertion. Where
 /// the CPU has AVX2 the same code runs with 256-bit registers: the operations and their order are
@@ -177,25 +153,6 @@ pub(crate) fn best_of(k: usize, dots: impl Iterator<Item = (u64, f32)>) -> Vec<(
         .into_iter()
         .map(|h| (h.key, h.score))
         .collect()
-}
-
-type Graph = Hnsw<'static, f32, UnitDot>;
-
-/// An empty graph. "Extend candidates" (widening an insertion's candidate list through its
-/// candidates' neighbours) is off: on 100,000 real 256-d memory embeddings it made the build 2.5×
-/// slower (110 s against 45 s on two cores) for no measurable recall (0.999 either way on the
-/// seeded test; a few random outliers among clustered vectors can be missed by their own vector
-/// without it, which the search list of 64 mostly absorbs).
-fn new_graph(capacity: usize) -> Graph {
-    let mut graph = Hnsw::new(
-        MAX_NB_CONNECTION,
-        capacity.max(INITIAL_CAPACITY),
-        MAX_LAYER,
-        EF_CONSTRUCTION,
-        UnitDot,
-    );
-    graph.set_extend_candidates(false);
-    graph
 }
 
 /// What [`VectorIndex::load`] found on disk.
@@ -329,8 +286,7 @@ impl TopK {
     }
 }
 
-/// Everything behind the lock. Slot `s` is graph point `s`; its vector is
-/// `vectors[s * dim..(s + 1) * dim]`.
+/// Everything behind the lock. Slot `s` is graph point `s` once inserted.
 struct State {
     graph: Graph,
     dim: usize,
@@ -338,27 +294,35 @@ struct State {
     keys: Vec<u64>,
     /// Whether each slot is its key's current vector.
     live: Vec<bool>,
-    /// The vector of each slot, dead ones too until compaction. hnsw_rs keeps its own copy inside
-    /// each graph point but gives no access to it by point id; this one makes exact scans and
-    /// `Keys` searches direct reads.
-    vectors: Vec<f32>,
+    /// A hash of each slot's vector, so re-sending the same vector adds nothing.
+    prints: Vec<u64>,
     /// The live slot of each key.
     slot_of: HashMap<u64, u32>,
     /// Slots staged but not in the graph yet, oldest first: searches scan them exactly, so a
-    /// staged vector is found at once while the (slow) graph insertion catches up.
+    /// staged vector is found at once while the (slower) graph insertion catches up.
     staged: Vec<u32>,
+    /// Full vectors of the slots not in the graph yet (staged, or being inserted).
+    pending: HashMap<u32, Vec<f32>>,
 }
 
 impl State {
-    fn empty(dim: usize) -> State {
+    fn empty(dim: usize) -> Result<State> {
+        Ok(State::with_graph(
+            Graph::new(dim, INITIAL_CAPACITY).map_err(Error::Internal)?,
+            dim,
+        ))
+    }
+
+    fn with_graph(graph: Graph, dim: usize) -> State {
         State {
-            graph: new_graph(INITIAL_CAPACITY),
+            graph,
             dim,
             keys: Vec::new(),
             live: Vec::new(),
-            vectors: Vec::new(),
+            prints: Vec::new(),
             slot_of: HashMap::new(),
             staged: Vec::new(),
+            pending: HashMap::new(),
         }
     }
 
@@ -374,23 +338,32 @@ impl State {
         if self.staged.is_empty() {
             return hits;
         }
-        let mut seen: std::collections::HashSet<u64> = hits.iter().map(|h| h.key).collect();
+        let mut seen: HashSet<u64> = hits.iter().map(|h| h.key).collect();
         let mut top = TopK::new(k);
         for h in hits {
             top.push(h);
         }
+        let mut buf = vec![0.0; self.dim];
         for &slot in &self.staged {
-            let slot = slot as usize;
-            let key = self.keys[slot];
-            if self.live[slot] && accept.is_none_or(|a| a(key)) && seen.insert(key) {
-                top.push(self.score(query, slot));
+            let key = self.keys[slot as usize];
+            if self.live[slot as usize]
+                && accept.is_none_or(|a| a(key))
+                && seen.insert(key)
+                && let Some(hit) = self.score(query, slot, &mut buf)
+            {
+                top.push(hit);
             }
         }
         top.into_sorted()
     }
 
-    fn vector(&self, slot: usize) -> &[f32] {
-        &self.vectors[slot * self.dim..(slot + 1) * self.dim]
+    /// The vector of `slot`: its full one while pending, else the graph's (half precision).
+    /// `None` for a slot in neither (retired).
+    fn vector<'a>(&'a self, slot: u32, buf: &'a mut [f32]) -> Option<&'a [f32]> {
+        if let Some(v) = self.pending.get(&slot) {
+            return Some(v);
+        }
+        self.graph.vector(slot, buf).then_some(&*buf)
     }
 
     fn is_live(&self, slot: usize) -> bool {
@@ -405,84 +378,141 @@ impl State {
         self.keys.len() - self.live_count()
     }
 
-    fn score(&self, query: &[f32], slot: usize) -> Hit {
-        Hit {
-            score: similarity(distance(dot(query, self.vector(slot)))),
-            key: self.keys[slot],
-        }
+    fn score(&self, query: &[f32], slot: u32, buf: &mut [f32]) -> Option<Hit> {
+        let v = self.vector(slot, buf)?;
+        Some(Hit {
+            score: similarity(distance(dot(query, v))),
+            key: self.keys[slot as usize],
+        })
     }
 
-    /// Appends a slot that is not live yet.
+    /// Appends a slot that is not live yet, its vector pending.
     fn push_slot(&mut self, key: u64, vector: &[f32]) -> Result<u32> {
         let slot = u32::try_from(self.keys.len())
             .map_err(|_| Error::Internal("vector index: more than 2^32 slots".to_owned()))?;
         self.keys.push(key);
         self.live.push(false);
-        self.vectors.extend_from_slice(vector);
+        self.prints.push(fingerprint(vector));
+        self.pending.insert(slot, vector.to_vec());
         Ok(slot)
     }
 
-    /// Inserts these slots' vectors into the graph (through `&self`: hnsw_rs locks inside).
-    fn insert_into_graph(&self, slots: &[u32]) {
-        let items: Vec<(&[f32], usize)> = slots
-            .iter()
-            .map(|&s| (self.vector(s as usize), s as usize))
-            .collect();
-        if items.len() >= PARALLEL_INSERT_MIN {
-            self.graph.parallel_insert_slice(&items);
+    /// Whether `key`'s live vector is `vector` already.
+    fn holds(&self, key: u64, vector: &[f32]) -> bool {
+        self.slot_of
+            .get(&key)
+            .is_some_and(|&slot| self.prints[slot as usize] == fingerprint(vector))
+    }
+
+    /// Room in the graph for `more` points beyond those in it and pending.
+    fn reserve(&mut self, more: usize) -> Result<()> {
+        let points = self.graph.len() + self.pending.len() + more;
+        self.graph.reserve(points).map_err(Error::Internal)
+    }
+
+    /// Inserts these pending slots' vectors into the graph (through `&self`: usearch inserts
+    /// concurrently), on rayon's threads for a large batch. Room was reserved when they were
+    /// pushed.
+    fn insert_into_graph(&self, slots: &[u32]) -> Result<()> {
+        let insert = |&slot: &u32| match self.pending.get(&slot) {
+            Some(v) => self.graph.add(slot, v),
+            None => Ok(()),
+        };
+        let done: std::result::Result<(), String> = if slots.len() >= PARALLEL_INSERT_MIN {
+            slots.par_iter().try_for_each(insert)
         } else {
-            for item in items {
-                self.graph.insert_slice(item);
-            }
+            slots.iter().try_for_each(insert)
+        };
+        done.map_err(Error::Internal)
+    }
+
+    /// Drops these inserted slots' full vectors (the graph holds them now).
+    fn settle(&mut self, slots: &[u32]) {
+        for slot in slots {
+            self.pending.remove(slot);
         }
     }
 
-    /// A fresh state holding only the live vectors, in slot order.
-    fn compacted(&self) -> State {
-        let n = self.live_count();
-        let mut next = State {
-            graph: new_graph(n),
-            dim: self.dim,
-            keys: Vec::with_capacity(n),
-            live: vec![true; n],
-            vectors: Vec::with_capacity(n * self.dim),
-            slot_of: HashMap::with_capacity(n),
-            staged: Vec::new(),
-        };
-        for (slot, _) in self.live.iter().enumerate().filter(|(_, live)| **live) {
-            let key = self.keys[slot];
-            next.slot_of.insert(key, next.keys.len() as u32);
-            next.keys.push(key);
-            next.vectors.extend_from_slice(self.vector(slot));
+    /// Retires a slot that is no longer its key's vector: out of the graph and not live.
+    fn retire(&mut self, slot: u32) {
+        self.live[slot as usize] = false;
+        if self.pending.remove(&slot).is_none() {
+            self.graph.remove(slot);
         }
-        let slots: Vec<u32> = (0..n as u32).collect();
-        next.insert_into_graph(&slots);
-        next
+    }
+
+    /// Renumbers the live slots `0..n` in slot order, dropping the tombstones (the graph's
+    /// points are renamed; nothing is re-inserted). A rename the graph refuses undoes the ones
+    /// before it and leaves the index as it was.
+    fn compact(&mut self) -> Result<()> {
+        let live: Vec<u32> = (0..self.keys.len() as u32)
+            .filter(|&s| self.live[s as usize])
+            .collect();
+        // Slot `live[i]` becomes `i`: never above it, so a target is free once the renames
+        // before it are done.
+        let mut done: Vec<(u32, u32)> = Vec::new();
+        for (to, &from) in live.iter().enumerate() {
+            let to = to as u32;
+            if from == to || self.pending.contains_key(&from) {
+                continue;
+            }
+            if let Err(e) = self.graph.rename(from, to) {
+                for &(from, to) in done.iter().rev() {
+                    let _ = self.graph.rename(to, from);
+                }
+                return Err(Error::Internal(e));
+            }
+            done.push((from, to));
+        }
+        let mut renamed = vec![u32::MAX; self.keys.len()];
+        let mut pending = HashMap::with_capacity(self.pending.len());
+        for (to, &from) in live.iter().enumerate() {
+            renamed[from as usize] = to as u32;
+            if let Some(v) = self.pending.remove(&from) {
+                pending.insert(to as u32, v);
+            }
+        }
+        self.staged = self
+            .staged
+            .iter()
+            .map(|&s| renamed[s as usize])
+            .filter(|&s| s != u32::MAX)
+            .collect();
+        self.keys = live.iter().map(|&s| self.keys[s as usize]).collect();
+        self.prints = live.iter().map(|&s| self.prints[s as usize]).collect();
+        self.live = vec![true; live.len()];
+        self.slot_of = self
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(slot, &key)| (key, slot as u32))
+            .collect();
+        self.pending = pending;
+        Ok(())
     }
 
     /// Brute force over the live vectors in scope.
     fn exact(&self, query: &[f32], k: usize, scope: Scope<'_>) -> Vec<Hit> {
         let mut top = TopK::new(k);
+        let mut buf = vec![0.0; self.dim];
+        let live = || (0..self.keys.len()).filter(|&s| self.live[s]);
+        let mut push = |slot: usize, top: &mut TopK| {
+            if let Some(hit) = self.score(query, slot as u32, &mut buf) {
+                top.push(hit);
+            }
+        };
         match scope {
-            Scope::All => {
-                for slot in (0..self.keys.len()).filter(|&s| self.live[s]) {
-                    top.push(self.score(query, slot));
-                }
-            }
-            Scope::Predicate(accept) => {
-                for slot in (0..self.keys.len()).filter(|&s| self.live[s]) {
-                    if accept(self.keys[slot]) {
-                        top.push(self.score(query, slot));
-                    }
-                }
-            }
+            Scope::All => live().for_each(|slot| push(slot, &mut top)),
+            Scope::Predicate(accept) => live()
+                .filter(|&slot| accept(self.keys[slot]))
+                .for_each(|slot| push(slot, &mut top)),
             Scope::Keys(keys) => {
                 let mut keys = keys.to_vec();
                 keys.sort_unstable();
                 keys.dedup();
                 for key in keys {
                     if let Some(&slot) = self.slot_of.get(&key) {
-                        top.push(self.score(query, slot as usize));
+                        push(slot as usize, &mut top);
                     }
                 }
             }
@@ -490,34 +520,10 @@ impl State {
         top.into_sorted()
     }
 
-    /// Graph hits of live slots the predicate accepts, best first, at most k.
-    fn graph_hits(
-        &self,
-        found: &[Neighbour],
-        k: usize,
-        accept: Option<&(dyn Fn(u64) -> bool + Sync)>,
-    ) -> Vec<Hit> {
-        let mut hits: Vec<Hit> = found
-            .iter()
-            .filter(|n| self.is_live(n.d_id))
-            .map(|n| Hit {
-                score: similarity(n.distance),
-                key: self.keys[n.d_id],
-            })
-            .filter(|h| accept.is_none_or(|accept| accept(h.key)))
-            .collect();
-        hits.sort_by(rank);
-        hits.truncate(k);
-        hits
-    }
-
     /// Top k of the live vectors in scope (`All` when `accept` is `None`), by the graph or, where
     /// cheaper, by a scan. The graph is searched unfiltered with a candidate list long enough that
     /// about 2k of its members should be in scope (live and accepted), and the candidates are
-    /// then filtered; hnsw_rs returns its whole candidate list at no extra cost. Its own filtered
-    /// search (`search_filter`) is not used: with a filter its walk never takes the early exit of
-    /// an unfiltered one, and it measured slower than a scan (50,000 vectors of dim 256: 5.0 ms
-    /// with half the keys in scope, 9.4 ms with a quarter, against 2.5 and 1.7 ms scanning).
+    /// then filtered and scored.
     fn search_scope(
         &self,
         query: &[f32],
@@ -540,19 +546,18 @@ impl State {
     /// The candidate list to ask of the graph for this scope, or `None` when a scan is cheaper.
     fn graph_plan(&self, k: usize, accept: Option<&(dyn Fn(u64) -> bool + Sync)>) -> Option<usize> {
         // Graph points only: staged slots are scanned anyway.
-        let slots = self.keys.len() - self.staged.len();
-        let live = self.live_count().saturating_sub(self.staged.len());
+        let points = self.graph.len();
         let (share, scan_cost) = match accept {
-            None => (live as f64 / slots.max(1) as f64, live as f64),
+            None => (1.0, points as f64),
             Some(accept) => {
                 let share = self.sampled_share(accept);
-                let calls = live as f64 * PREDICATE_CALL_COST;
-                (share, share * slots as f64 + calls)
+                let calls = self.live_count() as f64 * PREDICATE_CALL_COST;
+                (share, share * points as f64 + calls)
             }
         };
         // A share of 0 asks for an infinite list, which saturates: scanned.
         let ef = ef_for(k).max((2.0 * k as f64 / share).ceil() as usize);
-        let scan = ef > EF_MAX.min(slots) || scan_cost <= (ef * SCAN_VECTORS_PER_CANDIDATE) as f64;
+        let scan = ef > EF_MAX.min(points) || scan_cost <= (ef * SCAN_VECTORS_PER_CANDIDATE) as f64;
         (!scan).then_some(ef)
     }
 
@@ -564,12 +569,22 @@ impl State {
         ef: usize,
         accept: Option<&(dyn Fn(u64) -> bool + Sync)>,
     ) -> Vec<Hit> {
-        self.graph_hits(&self.graph.search(query, ef, ef), k, accept)
+        let mut top = TopK::new(k);
+        let mut buf = vec![0.0; self.dim];
+        for slot in self.graph.search(query, ef) {
+            if self.is_live(slot as usize)
+                && accept.is_none_or(|accept| accept(self.keys[slot as usize]))
+                && let Some(hit) = self.score(query, slot, &mut buf)
+            {
+                top.push(hit);
+            }
+        }
+        top.into_sorted()
     }
 
-    /// Share of all slots (graph points, dead ones included) that are live and accepted,
-    /// estimated from slots at pseudo-random positions (a fixed stride could fall in step with
-    /// a pattern of the keys); the same positions every time, so a search is repeatable.
+    /// Share of all slots (dead ones included) that are live and accepted, estimated from
+    /// slots at pseudo-random positions (a fixed stride could fall in step with a pattern of the
+    /// keys); the same positions every time, so a search is repeatable.
     fn sampled_share(&self, accept: &(dyn Fn(u64) -> bool + Sync)) -> f64 {
         let n = self.keys.len();
         let in_scope = |slot: usize| self.live[slot] && accept(self.keys[slot]);
@@ -582,8 +597,16 @@ impl State {
                 in_scope(((u128::from(r) * n as u128) >> 64) as usize)
             })
             .count();
-        passed as f64 / PREDICATE_SAMPLE as f64
+        let share = passed as f64 / PREDICATE_SAMPLE as f64;
+        // Tombstones are not in the graph: the share of its points in scope is higher.
+        share * n as f64 / self.live_count().max(1) as f64
     }
+}
+
+/// A 64-bit hash of a vector's bits: equal vectors, equal prints.
+fn fingerprint(v: &[f32]) -> u64 {
+    v.iter()
+        .fold(v.len() as u64, |h, x| mix(h ^ u64::from(x.to_bits())))
 }
 
 /// SplitMix64's finaliser: a well-mixed 64-bit value from a counter.
@@ -642,9 +665,10 @@ impl fmt::Debug for VectorIndex {
 }
 
 impl VectorIndex {
-    /// An empty index for vectors of `dim` floats made by `model`.
-    pub fn new(model: &str, dim: usize) -> VectorIndex {
-        VectorIndex::with_state(model, dim, 0, State::empty(dim))
+    /// An empty index for vectors of `dim` floats made by `model`. Fails only when the graph
+    /// cannot allocate its first points.
+    pub fn new(model: &str, dim: usize) -> Result<VectorIndex> {
+        Ok(VectorIndex::with_state(model, dim, 0, State::empty(dim)?))
     }
 
     fn with_state(model: &str, dim: usize, seq: i64, state: State) -> VectorIndex {
@@ -665,17 +689,17 @@ impl VectorIndex {
     }
 
     /// Loads the dump in `dir` when it is there, whole, and of this model and dimension;
-    /// otherwise an empty index and the reason. Never fails and never prints.
-    pub fn load(dir: &Path, model: &str, dim: usize) -> (VectorIndex, LoadState) {
-        match read_dump(dir, model, dim) {
+    /// otherwise an empty index and the reason. Fails only as [`VectorIndex::new`] does.
+    pub fn load(dir: &Path, model: &str, dim: usize) -> Result<(VectorIndex, LoadState)> {
+        Ok(match read_dump(dir, model, dim) {
             Ok(Some((state, seq, origin))) => {
                 let mut index = VectorIndex::with_state(model, dim, seq, state);
                 index.origin = origin;
                 (index, LoadState::Loaded)
             }
-            Ok(None) => (VectorIndex::new(model, dim), LoadState::Missing),
-            Err(why) => (VectorIndex::new(model, dim), LoadState::Rebuilt(why)),
-        }
+            Ok(None) => (VectorIndex::new(model, dim)?, LoadState::Missing),
+            Err(why) => (VectorIndex::new(model, dim)?, LoadState::Rebuilt(why)),
+        })
     }
 
     /// Writes the dump into `dir` (created if needed). New files get a fresh generation name;
@@ -727,8 +751,8 @@ impl VectorIndex {
             generation,
             slots: st.keys.len(),
             live: st.live_count(),
-            max_nb_connection: MAX_NB_CONNECTION,
-            ef_construction: EF_CONSTRUCTION,
+            connectivity: graph::CONNECTIVITY,
+            expansion_add: graph::EXPANSION_ADD,
             files,
             position,
         };
@@ -751,15 +775,14 @@ impl VectorIndex {
     /// A compact copy of every live vector (graph and staged), recorded as of `position`.
     pub fn flat(&self, position: LogPosition) -> crate::index::flat::FlatVectors {
         let st = self.read();
-        let dim = self.dim;
-        let live = st
-            .keys
-            .iter()
-            .zip(&st.live)
-            .zip(st.vectors.chunks_exact(dim))
-            .filter(|((_, live), _)| **live)
-            .map(|((key, _), v)| (*key, v));
-        crate::index::flat::FlatVectors::new(&self.model, dim, position, live)
+        let mut flat = crate::index::flat::FlatVectors::empty(&self.model, self.dim, position);
+        let mut buf = vec![0.0; self.dim];
+        for slot in (0..st.keys.len()).filter(|&s| st.live[s]) {
+            if let Some(v) = st.vector(slot as u32, &mut buf) {
+                flat.push(st.keys[slot], v);
+            }
+        }
+        flat
     }
 
     /// Identifier of the model whose vectors this index holds.
@@ -797,35 +820,38 @@ impl VectorIndex {
         let dim = self.dim;
         let (keys, flat) = self.normalized(items)?;
         let _writer = self.writer();
-        // 1. New slots, not live yet.
+        // 1. New slots, not live yet, their vectors pending; room in the graph for them.
         let fresh: Vec<(u64, u32)> = {
             let mut st = self.write();
+            st.reserve(keys.len())?;
             let mut fresh = Vec::with_capacity(keys.len());
             for (i, &key) in keys.iter().enumerate() {
                 let v = &flat[i * dim..(i + 1) * dim];
-                if let Some(&slot) = st.slot_of.get(&key)
-                    && st.vector(slot as usize) == v
-                {
-                    continue;
+                if !st.holds(key, v) {
+                    fresh.push((key, st.push_slot(key, v)?));
                 }
-                fresh.push((key, st.push_slot(key, v)?));
             }
             fresh
         };
         if fresh.is_empty() {
             return Ok(());
         }
+        let slots: Vec<u32> = fresh.iter().map(|&(_, s)| s).collect();
         // 2. Into the graph, searches going on (they skip these slots: not live).
-        {
-            let st = self.read();
-            let slots: Vec<u32> = fresh.iter().map(|&(_, s)| s).collect();
-            st.insert_into_graph(&slots);
-        }
-        // 3. Swap: the new slots live, the replaced ones dead.
+        let inserted = self.read().insert_into_graph(&slots);
+        // 3. Swap: the new slots live, the replaced ones retired. A failed insertion (the graph
+        // could not allocate) retires the whole batch instead.
         let mut st = self.write();
+        if let Err(e) = inserted {
+            for slot in slots {
+                st.retire(slot);
+            }
+            return Err(e);
+        }
+        st.settle(&slots);
         for (key, slot) in fresh {
             if let Some(old) = st.slot_of.insert(key, slot) {
-                st.live[old as usize] = false;
+                st.retire(old);
             }
             st.live[slot as usize] = true;
         }
@@ -867,16 +893,15 @@ impl VectorIndex {
         let (keys, flat) = self.normalized(items)?;
         let _writer = self.writer();
         let mut st = self.write();
+        st.reserve(keys.len())?;
         for (i, &key) in keys.iter().enumerate() {
             let v = &flat[i * dim..(i + 1) * dim];
-            if let Some(&slot) = st.slot_of.get(&key)
-                && st.vector(slot as usize) == v
-            {
+            if st.holds(key, v) {
                 continue;
             }
             let slot = st.push_slot(key, v)?;
             if let Some(old) = st.slot_of.insert(key, slot) {
-                st.live[old as usize] = false;
+                st.retire(old);
             }
             st.live[slot as usize] = true;
             st.staged.push(slot);
@@ -885,8 +910,9 @@ impl VectorIndex {
     }
 
     /// Puts up to `max` staged vectors into the graph (searches go on meanwhile; writes wait);
-    /// returns how many stay staged.
-    pub fn index_staged(&self, max: usize) -> usize {
+    /// returns how many stay staged. On failure (the graph could not allocate) they stay staged,
+    /// still found by the scan.
+    pub fn index_staged(&self, max: usize) -> Result<usize> {
         let _writer = self.writer();
         let (taken, slots): (usize, Vec<u32>) = {
             let st = self.read();
@@ -899,12 +925,13 @@ impl VectorIndex {
             (n, live)
         };
         if taken == 0 {
-            return 0;
+            return Ok(0);
         }
-        self.read().insert_into_graph(&slots);
+        self.read().insert_into_graph(&slots)?;
         let mut st = self.write();
+        st.settle(&slots);
         st.staged.drain(..taken);
-        st.staged.len()
+        Ok(st.staged.len())
     }
 
     /// Vectors searchable but not in the graph yet.
@@ -918,7 +945,7 @@ impl VectorIndex {
         let mut st = self.write();
         for key in keys {
             if let Some(slot) = st.slot_of.remove(key) {
-                st.live[slot as usize] = false;
+                st.retire(slot);
             }
         }
     }
@@ -962,24 +989,6 @@ impl VectorIndex {
         hits.into_iter().map(|h| (h.key, h.score)).collect()
     }
 
-    /// The k nearest live keys through the graph alone, with a candidate list of `ef` (the
-    /// staged vectors are scanned as always): for finding near-duplicates of every memory in
-    /// turn, whose nearest neighbours a short list finds. Never a scan of the whole index.
-    pub fn nearest(&self, query: &[f32], k: usize, ef: usize) -> Vec<(u64, f32)> {
-        let Some(query) = self.query_vector(query) else {
-            return Vec::new();
-        };
-        let st = self.read();
-        if k == 0 || st.live_count() == 0 {
-            return Vec::new();
-        }
-        let hits = st.graph_search(&query, k, ef.max(k), None);
-        st.with_staged(&query, k, None, hits)
-            .into_iter()
-            .map(|h| (h.key, h.score))
-            .collect()
-    }
-
     /// Exact top k over all live vectors in scope (brute force): the ground truth of [`search`],
     /// with the same scores.
     ///
@@ -1003,15 +1012,11 @@ impl VectorIndex {
         st.dead_count() as f64 > COMPACT_DEAD_SHARE * st.keys.len() as f64
     }
 
-    /// Rebuilds the graph from the live vectors, dropping every tombstone. Searches go on over
-    /// the old graph meanwhile; upserts and removals wait. Costs as much as inserting all live
-    /// vectors again, so run it off the hot path.
-    pub fn compact(&self) {
+    /// Renumbers the slots, dropping every tombstone. Holds the lock throughout (searches wait;
+    /// it renames each live point of the graph once, about a second per million).
+    pub fn compact(&self) -> Result<()> {
         let _writer = self.writer();
-        let next = self.read().compacted();
-        let old = std::mem::replace(&mut *self.write(), next);
-        // Dropped outside the lock: freeing a large graph takes a while.
-        drop(old);
+        self.write().compact()
     }
 
     fn query_vector(&self, query: &[f32]) -> Option<Vec<f32>> {
@@ -1034,10 +1039,9 @@ impl VectorIndex {
 
 // ---------------------------------------------------------------------------------------------
 // Dump format: `vectors.meta.json` (below) names one generation of files:
-//   vectors.<gen>.slots       magic, slot count (u64 LE), key of each slot (u64 LE), live flags
-//   vectors.<gen>.hnsw.graph  hnsw_rs's graph dump (point id = slot)  } only when there are slots
-//   vectors.<gen>.hnsw.data   hnsw_rs's vector dump                   }
-// The vectors are read back from the graph dump, so they are stored once on disk.
+//   vectors.<gen>.slots    the slot table (see `write_slots`)
+//   vectors.<gen>.usearch  usearch's file of the graph and its vectors (point key = slot), only
+//                          when there are slots
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Meta {
@@ -1049,8 +1053,8 @@ struct Meta {
     generation: String,
     slots: usize,
     live: usize,
-    max_nb_connection: usize,
-    ef_construction: usize,
+    connectivity: usize,
+    expansion_add: usize,
     files: Vec<FileMeta>,
     /// The change-log position of `seq` (absent in dumps of older versions).
     #[serde(default)]
@@ -1066,26 +1070,24 @@ struct FileMeta {
 
 /// File names of one generation.
 struct DumpNames {
-    /// hnsw_rs's basename: it appends `.hnsw.graph` and `.hnsw.data`.
-    base: String,
+    /// `vectors.<generation>.`: what every file of the generation starts with.
+    prefix: String,
     slots: String,
     graph: String,
-    data: String,
 }
 
 impl DumpNames {
     fn new(generation: &str) -> DumpNames {
-        let base = format!("{FILE_PREFIX}{generation}");
+        let prefix = format!("{FILE_PREFIX}{generation}.");
         DumpNames {
-            slots: format!("{base}.slots"),
-            graph: format!("{base}.hnsw.graph"),
-            data: format!("{base}.hnsw.data"),
-            base,
+            slots: format!("{prefix}slots"),
+            graph: format!("{prefix}usearch"),
+            prefix,
         }
     }
 
-    fn all(&self) -> [&str; 3] {
-        [&self.slots, &self.graph, &self.data]
+    fn all(&self) -> [&str; 2] {
+        [&self.slots, &self.graph]
     }
 
     /// The files a dump of `slots` slots consists of.
@@ -1115,29 +1117,17 @@ fn fresh_generation(dir: &Path) -> String {
 
 /// Writes and syncs this generation's files; returns their lengths and digests.
 fn write_files(dir: &Path, names: &DumpNames, st: &State) -> Result<Vec<FileMeta>> {
-    // The slots file goes first: creating it proves the directory writable before hnsw_rs
-    // opens its files there (it prints to stdout, then panics, when it cannot).
-    write_slots(&dir.join(&names.slots), &st.keys, &st.live)?;
+    write_slots(&dir.join(&names.slots), st)?;
     if !st.keys.is_empty() {
-        // hnsw_rs picks another basename when the data file exists and the graph was loaded
-        // through mmap; neither happens here (fresh generation, loads copy), but check its answer.
-        let dumped = catch_unwind(AssertUnwindSafe(|| st.graph.file_dump(dir, &names.base)));
-        match dumped {
-            Ok(Ok(base)) if base == names.base => {}
-            Ok(Ok(base)) => {
-                let _ = fs::remove_file(dir.join(format!("{base}.hnsw.graph")));
-                let _ = fs::remove_file(dir.join(format!("{base}.hnsw.data")));
-                return Err(Error::Internal(format!(
-                    "vector dump: hnsw_rs wrote {base} instead of {}",
-                    names.base
-                )));
-            }
-            Ok(Err(e)) => return Err(Error::Internal(format!("vector dump: {e}"))),
-            Err(_) => return Err(Error::Internal("vector dump: hnsw_rs panicked".to_owned())),
-        }
-        for name in [&names.graph, &names.data] {
-            File::open(dir.join(name))?.sync_all()?;
-        }
+        let path = dir.join(&names.graph);
+        let path = path.to_str().ok_or_else(|| {
+            Error::Internal(format!(
+                "vector dump: the folder {} is not a UTF-8 path, which the graph library needs",
+                dir.display()
+            ))
+        })?;
+        st.graph.save(path).map_err(Error::Internal)?;
+        File::open(path)?.sync_all()?;
     }
     names
         .expected(st.keys.len())
@@ -1153,23 +1143,31 @@ fn write_files(dir: &Path, names: &DumpNames, st: &State) -> Result<Vec<FileMeta
         .collect()
 }
 
-fn write_slots(path: &Path, keys: &[u64], live: &[bool]) -> io::Result<()> {
+/// Slot table: magic, slot count (u64 LE), each slot's key (u64 LE), live flag (one byte) and
+/// vector print (u64 LE).
+fn write_slots(path: &Path, st: &State) -> io::Result<()> {
     let mut out = BufWriter::new(File::create(path)?);
     out.write_all(SLOTS_MAGIC)?;
-    out.write_all(&(keys.len() as u64).to_le_bytes())?;
-    for key in keys {
+    out.write_all(&(st.keys.len() as u64).to_le_bytes())?;
+    for key in &st.keys {
         out.write_all(&key.to_le_bytes())?;
     }
-    for &l in live {
+    for &l in &st.live {
         out.write_all(&[u8::from(l)])?;
+    }
+    for print in &st.prints {
+        out.write_all(&print.to_le_bytes())?;
     }
     out.into_inner().map_err(|e| e.into_error())?.sync_all()
 }
 
-fn read_slots(path: &Path, slots: usize) -> std::result::Result<(Vec<u64>, Vec<bool>), String> {
+/// The keys, live flags and prints of a slot table of `slots` slots.
+type SlotTable = (Vec<u64>, Vec<bool>, Vec<u64>);
+
+fn read_slots(path: &Path, slots: usize) -> std::result::Result<SlotTable, String> {
     let bytes = fs::read(path).map_err(|e| format!("slot table unreadable: {e}"))?;
     let header = SLOTS_MAGIC.len() + 8;
-    if bytes.len() != header + 9 * slots || !bytes.starts_with(SLOTS_MAGIC) {
+    if bytes.len() != header + 17 * slots || !bytes.starts_with(SLOTS_MAGIC) {
         return Err("slot table malformed".to_owned());
     }
     let count = u64::from_le_bytes(
@@ -1182,11 +1180,13 @@ fn read_slots(path: &Path, slots: usize) -> std::result::Result<(Vec<u64>, Vec<b
             "slot table holds {count} slots, metadata says {slots}"
         ));
     }
-    let (key_bytes, live_bytes) = bytes[header..].split_at(8 * slots);
-    let keys = key_bytes
-        .chunks_exact(8)
-        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-        .collect();
+    let words = |b: &[u8]| -> Vec<u64> {
+        b.chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+            .collect()
+    };
+    let (key_bytes, rest) = bytes[header..].split_at(8 * slots);
+    let (live_bytes, print_bytes) = rest.split_at(slots);
     let live = live_bytes
         .iter()
         .map(|&b| match b {
@@ -1195,7 +1195,7 @@ fn read_slots(path: &Path, slots: usize) -> std::result::Result<(Vec<u64>, Vec<b
             _ => Err("slot table has a bad live flag".to_owned()),
         })
         .collect::<std::result::Result<_, _>>()?;
-    Ok((keys, live))
+    Ok((words(key_bytes), live, words(print_bytes)))
 }
 
 fn file_sha256(path: &Path) -> io::Result<String> {
@@ -1221,11 +1221,11 @@ fn remove_stale_files(dir: &Path, current: &DumpNames) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
-    let keep = format!("{}.", current.base);
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.starts_with(FILE_PREFIX) && name != META_FILE && !name.starts_with(&keep) {
+        if name.starts_with(FILE_PREFIX) && name != META_FILE && !name.starts_with(&current.prefix)
+        {
             let _ = fs::remove_file(entry.path());
         }
     }
@@ -1274,16 +1274,19 @@ fn read_dump(
     {
         return Err("metadata lists other files than the dump has".to_owned());
     }
-    // hnsw_rs's loader prints to stdout when a file cannot be opened, and a damaged file can
-    // make it exit, abort on a huge allocation or read out of bounds. So it only ever sees files
-    // that are byte for byte what the dump wrote: present, regular, of the recorded length and
-    // SHA-256.
+    // The graph's loader trusts its file (offsets and counts in it are followed as written), so
+    // it only ever sees files that are byte for byte what the dump wrote: present, regular, of
+    // the recorded length and SHA-256.
     meta.files.par_iter().try_for_each(|f| check_file(dir, f))?;
-    let (keys, live) = read_slots(&dir.join(&names.slots), meta.slots)?;
-    let (graph, vectors) = if meta.slots == 0 {
-        (new_graph(INITIAL_CAPACITY), Vec::new())
+    let (keys, live, prints) = read_slots(&dir.join(&names.slots), meta.slots)?;
+    let graph = if meta.slots == 0 {
+        Graph::new(dim, INITIAL_CAPACITY)?
     } else {
-        load_graph(dir, &names.base, dim, meta.slots)?
+        let path = dir.join(&names.graph);
+        let path = path
+            .to_str()
+            .ok_or("the folder is not a UTF-8 path, which the graph library needs")?;
+        Graph::load(path, dim)?
     };
     let mut slot_of = HashMap::with_capacity(meta.live);
     for (slot, _) in live.iter().enumerate().filter(|(_, l)| **l) {
@@ -1298,14 +1301,19 @@ fn read_dump(
             meta.live
         ));
     }
+    if graph.len() != meta.live {
+        return Err(format!(
+            "graph holds {} points, metadata says {} live slots",
+            graph.len(),
+            meta.live
+        ));
+    }
     let state = State {
-        graph,
-        dim,
         keys,
         live,
-        vectors,
+        prints,
         slot_of,
-        staged: Vec::new(),
+        ..State::with_graph(graph, dim)
     };
     Ok(Some((state, meta.seq, meta.position)))
 }
@@ -1329,51 +1337,6 @@ fn check_file(dir: &Path, f: &FileMeta) -> std::result::Result<(), String> {
         return Err(format!("{} does not match its checksum", f.name));
     }
     Ok(())
-}
-
-/// Loads the graph of a verified dump and reads every slot's vector back out of it.
-fn load_graph(
-    dir: &Path,
-    base: &str,
-    dim: usize,
-    slots: usize,
-) -> std::result::Result<(Graph, Vec<f32>), String> {
-    // `load_hnsw_with_dist` ties the graph's lifetime to a borrow of the loader ('a: 'b), for
-    // when points are mmapped from the data file. Without mmap (the default, used here) every
-    // vector is copied into the graph and nothing is borrowed, so leaking the loader (a path, a
-    // name and a counter, about a hundred bytes, once per load) gives the 'static graph the index
-    // keeps. The files exist (just checked), so the loader's open-failure prints are unreachable;
-    // a panic or an inconsistency left in it counts as a damaged dump.
-    let loader: &'static HnswIo = Box::leak(Box::new(HnswIo::new(dir, base)));
-    let loaded = catch_unwind(AssertUnwindSafe(
-        || -> std::result::Result<(Graph, Vec<f32>), String> {
-            let graph: Graph = loader
-                .load_hnsw_with_dist(UnitDot)
-                .map_err(|e| format!("graph unreadable: {e}"))?;
-            if graph.get_nb_point() != slots {
-                return Err(format!(
-                    "graph holds {} points, metadata says {slots}",
-                    graph.get_nb_point()
-                ));
-            }
-            let mut vectors = vec![0.0f32; slots * dim];
-            let mut seen = vec![false; slots];
-            for point in graph.get_point_indexation() {
-                let slot = point.get_origin_id();
-                let v = point.get_v();
-                if slot >= slots || seen[slot] || v.len() != dim {
-                    return Err(format!("graph point {slot} is inconsistent"));
-                }
-                seen[slot] = true;
-                vectors[slot * dim..(slot + 1) * dim].copy_from_slice(v);
-            }
-            if seen.iter().any(|s| !s) {
-                return Err("graph lacks some slots".to_owned());
-            }
-            Ok((graph, vectors))
-        },
-    ));
-    loaded.unwrap_or_else(|_| Err("graph loader panicked".to_owned()))
 }
 
 #[cfg(test)]
@@ -1479,7 +1442,7 @@ mod tests {
     }
 
     fn build(points: &[Vec<f32>], dim: usize) -> VectorIndex {
-        let index = VectorIndex::new(MODEL, dim);
+        let index = VectorIndex::new(MODEL, dim).unwrap();
         let items: Vec<(u64, Vec<f32>)> = points
             .iter()
             .enumerate()
@@ -1618,7 +1581,7 @@ mod tests {
             .iter()
             .map(|q| index.exact(q, 10, Scope::All))
             .collect();
-        index.compact();
+        index.compact().unwrap();
         assert!(!index.needs_compaction());
         assert_eq!(index.read().keys.len(), 8_001);
         assert_eq!(index.len(), 8_001);
@@ -1732,7 +1695,7 @@ mod tests {
             key(8_001)
         );
         // Into the graph in chunks; every search in between still sees everything.
-        while index.index_staged(1_000) > 0 {
+        while index.index_staged(1_000).unwrap() > 0 {
             assert_eq!(
                 index.search(&points[11_999], 1, Scope::All)[0].0,
                 key(11_999)
@@ -1757,7 +1720,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         index.dump(dir.path()).unwrap();
 
-        let (loaded, state) = VectorIndex::load(dir.path(), MODEL, dim);
+        let (loaded, state) = VectorIndex::load(dir.path(), MODEL, dim).unwrap();
         assert_eq!(state, LoadState::Loaded);
         assert_eq!(loaded.seq(), 42);
         assert_eq!(loaded.len(), index.len());
@@ -1789,8 +1752,8 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
-        assert_eq!(names.len(), 4, "{names:?}");
-        let (again, state) = VectorIndex::load(dir.path(), MODEL, dim);
+        assert_eq!(names.len(), 3, "{names:?}");
+        let (again, state) = VectorIndex::load(dir.path(), MODEL, dim).unwrap();
         assert_eq!(state, LoadState::Loaded);
         assert_eq!(again.seq(), 43);
         assert!(again.contains(key(9_999)));
@@ -1803,13 +1766,13 @@ mod tests {
     #[test]
     fn empty_and_small_indexes() {
         let dir = tempfile::tempdir().unwrap();
-        let (index, state) = VectorIndex::load(dir.path(), MODEL, 8);
+        let (index, state) = VectorIndex::load(dir.path(), MODEL, 8).unwrap();
         assert_eq!(state, LoadState::Missing);
         assert!(index.is_empty());
         let q = vec![0.5f32; 8];
         assert!(index.search(&q, 10, Scope::All).is_empty());
         index.dump(dir.path()).unwrap();
-        let (index, state) = VectorIndex::load(dir.path(), MODEL, 8);
+        let (index, state) = VectorIndex::load(dir.path(), MODEL, 8).unwrap();
         assert_eq!(state, LoadState::Loaded);
         assert!(index.is_empty());
 
@@ -1827,17 +1790,17 @@ mod tests {
         index.remove(&(0..300).collect::<Vec<_>>());
         assert!(index.search(&q, 10, Scope::All).is_empty());
         index.dump(dir.path()).unwrap();
-        let (index, state) = VectorIndex::load(dir.path(), MODEL, 8);
+        let (index, state) = VectorIndex::load(dir.path(), MODEL, 8).unwrap();
         assert_eq!(state, LoadState::Loaded);
         assert!(index.is_empty());
         assert!(index.needs_compaction());
-        index.compact();
+        index.compact().unwrap();
         assert!(!index.needs_compaction());
     }
 
     #[test]
     fn bad_vectors_and_queries() {
-        let index = VectorIndex::new(MODEL, 4);
+        let index = VectorIndex::new(MODEL, 4).unwrap();
         let good = (1u64, vec![1.0, 0.0, 0.0, 0.0]);
         assert!(index.upsert(&[good.clone(), (2, vec![1.0; 3])]).is_err());
         assert!(
@@ -1877,7 +1840,7 @@ mod tests {
     }
 
     fn assert_rebuilt(dir: &Path, model: &str, dim: usize, why: &str) {
-        let (index, state) = VectorIndex::load(dir, model, dim);
+        let (index, state) = VectorIndex::load(dir, model, dim).unwrap();
         match state {
             LoadState::Rebuilt(reason) => assert!(reason.contains(why), "{reason:?} lacks {why:?}"),
             other => panic!("expected Rebuilt({why}), got {other:?}"),
@@ -1888,19 +1851,19 @@ mod tests {
         assert_eq!(index.seq(), 0);
     }
 
-    // None of these cases may reach hnsw_rs's loader with a bad file (its error paths print to
-    // stdout): every damage below is caught by the length and checksum checks before it runs.
+    // None of these cases may reach the graph's loader with a bad file (it trusts the offsets
+    // in it): every damage below is caught by the length and checksum checks before it runs.
     #[test]
     fn damaged_or_foreign_dumps_load_empty() {
         let (dir, names) = dumped();
-        let (_, state) = VectorIndex::load(dir.path(), MODEL, 16);
+        let (_, state) = VectorIndex::load(dir.path(), MODEL, 16).unwrap();
         assert_eq!(state, LoadState::Loaded);
         assert_rebuilt(dir.path(), "other-model", 16, "model");
         assert_rebuilt(dir.path(), MODEL, 32, "dimensions");
 
-        // Truncated data file.
+        // Truncated graph file.
         let (dir, names2) = dumped();
-        let data = dir.path().join(&names2.data);
+        let data = dir.path().join(&names2.graph);
         let len = fs::metadata(&data).unwrap().len();
         File::options()
             .write(true)
@@ -1936,22 +1899,22 @@ mod tests {
         let text = fs::read_to_string(dir5.path().join(META_FILE)).unwrap();
         fs::write(
             dir5.path().join(META_FILE),
-            text.replace("\"format\": 1", "\"format\": 99"),
+            text.replace("\"format\": 2", "\"format\": 99"),
         )
         .unwrap();
         assert_rebuilt(dir5.path(), MODEL, 16, "format");
 
         // No metadata at all: missing, whatever else lies there.
         fs::remove_file(dir5.path().join(META_FILE)).unwrap();
-        let (index, state) = VectorIndex::load(dir5.path(), MODEL, 16);
+        let (index, state) = VectorIndex::load(dir5.path(), MODEL, 16).unwrap();
         assert_eq!(state, LoadState::Missing);
         assert!(index.is_empty());
 
         // A dump over a damaged one works and cleans up the other generation's files.
-        let fresh = VectorIndex::new(MODEL, 16);
+        let fresh = VectorIndex::new(MODEL, 16).unwrap();
         fresh.upsert(&[(5, vec![1.0; 16])]).unwrap();
         fresh.dump(dir.path()).unwrap();
-        let (index, state) = VectorIndex::load(dir.path(), MODEL, 16);
+        let (index, state) = VectorIndex::load(dir.path(), MODEL, 16).unwrap();
         assert_eq!(state, LoadState::Loaded);
         assert_eq!(index.len(), 1);
         assert!(!dir.path().join(&names4.graph).exists());
@@ -2000,7 +1963,7 @@ mod tests {
                 .unwrap();
             index.remove(&[key(100 + b)]);
             if b == 10 {
-                index.compact();
+                index.compact().unwrap();
             }
         }
         done.store(true, AtomicOrdering::Relaxed);

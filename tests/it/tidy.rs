@@ -1,5 +1,5 @@
 //! Source tidiness the compiler does not check: each heavy dependency is named only inside the
-//! module that wraps it (so replacing SQLite, tantivy, hnsw_rs, rmcp or the embedding back-ends
+//! module that wraps it (so replacing SQLite, tantivy, usearch, rmcp or the embedding back-ends
 //! is a change to one module), SQL appears only in `store`, and every source file opens with a
 //! `//!` line saying what it is for.
 
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 const OWNERS: &[(&str, &[&str])] = &[
     ("rusqlite", &["src/store/", "src/error.rs"]),
     ("tantivy", &["src/index/text", "src/error.rs"]),
-    ("hnsw_rs", &["src/index/vector.rs"]),
+    ("usearch", &["src/index/vector"]),
     ("rmcp", &["src/mcp/", "tests/", "benches/", "examples/"]),
     ("schemars", &["src/mcp/"]),
     ("candle_core", &["src/embed/"]),

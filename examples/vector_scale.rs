@@ -1,0 +1,311 @@
+//! The vector index at scale: builds it from N real embeddings (the seeded corpus's memories
+//! through the built-in model, default N = 1,000,000), then reports build rate, resident memory
+//! per vector, search latency, recall@10 against the exact scan, dump size and load time, as a
+//! markdown table against the floors.
+//! Run: `cargo run --release --example vector_scale [-- --n 1000000 --queries 1000]`.
+
+#[allow(dead_code)]
+#[path = "../benches/fixture/mod.rs"]
+mod fixture;
+
+use std::fs;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use mnemograph::config::EmbedderSpec;
+use mnemograph::index::vector::{LoadState, Scope, VectorIndex};
+use rayon::prelude::*;
+
+use fixture::Corpus;
+
+/// Vectors per upsert call (an import's batch).
+const BATCH: usize = 10_000;
+/// Hits asked of each search.
+const K: usize = 10;
+/// Queries checked against the exact scan.
+const RECALL_QUERIES: usize = 200;
+/// Texts embedded per parallel chunk.
+const EMBED_CHUNK: usize = 4_096;
+
+const FLOOR_BUILD_PER_S: f64 = 10_000.0;
+const FLOOR_BYTES_PER_VECTOR: f64 = 1_536.0;
+const FLOOR_RECALL: f64 = 0.95;
+const FLOOR_P50_MS: f64 = 5.0;
+const FLOOR_P99_MS: f64 = 20.0;
+
+fn log(msg: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "{msg}");
+}
+
+struct Args {
+    n: usize,
+    queries: usize,
+    /// One text per line to index instead of the seeded corpus, and the questions to ask of it.
+    texts: Option<(PathBuf, PathBuf)>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        n: 1_000_000,
+        queries: 1_000,
+        texts: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        if flag == "--texts" {
+            let (texts, questions) = value
+                .split_once(',')
+                .ok_or("--texts takes TEXTS,QUESTIONS (two files, one text per line)")?;
+            args.texts = Some((texts.into(), questions.into()));
+            continue;
+        }
+        let number: usize = value
+            .replace('_', "")
+            .parse()
+            .map_err(|_| format!("{flag}: {value:?} is not a count"))?;
+        match flag.as_str() {
+            "--n" => args.n = number.max(1),
+            "--queries" => args.queries = number.max(RECALL_QUERIES),
+            _ => {
+                return Err(format!(
+                    "unknown flag {flag} (try --n N, --queries Q, --texts TEXTS,QUESTIONS)"
+                ));
+            }
+        }
+    }
+    Ok(args)
+}
+
+/// Resident memory of this process in bytes (Linux), if known.
+fn resident_bytes() -> Option<u64> {
+    let statm = fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1e3
+}
+
+/// The vectors of memories `0..n` of the seeded corpus, cached as raw floats beside the other
+/// bench data (embedding a million texts takes a few seconds, reading them back less).
+fn corpus_vectors(
+    embedder: &dyn mnemograph::embed::Embedder,
+    corpus: &Corpus,
+    n: usize,
+) -> Vec<f32> {
+    let dim = embedder.dim();
+    let path: PathBuf = fixture::bench_data_dir().join(format!(
+        "vectors-v{}-{}-{n}.f32",
+        fixture::CORPUS_VERSION,
+        embedder.model_id().replace(['/', ':'], "_")
+    ));
+    if let Ok(bytes) = fs::read(&path)
+        && bytes.len() == n * dim * 4
+    {
+        return bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+    }
+    let started = Instant::now();
+    let flat: Vec<f32> = (0..n)
+        .collect::<Vec<usize>>()
+        .par_chunks(EMBED_CHUNK)
+        .flat_map_iter(|chunk| {
+            let texts: Vec<String> = chunk
+                .iter()
+                .map(|&i| corpus.memory(i as u64).content)
+                .collect();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            embedder
+                .embed(&refs)
+                .expect("the built-in embedder embeds")
+                .into_iter()
+                .flatten()
+        })
+        .collect();
+    log(format_args!(
+        "embedded {n} memories in {:.1?}",
+        started.elapsed()
+    ));
+    let _ = fs::create_dir_all(fixture::bench_data_dir());
+    let bytes: Vec<u8> = flat.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let _ = fs::write(&path, bytes);
+    flat
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            log(format_args!("vector_scale: {e}"));
+            return ExitCode::from(2);
+        }
+    };
+    let Ok(Some(embedder)) = mnemograph::embed::open(&EmbedderSpec::Builtin) else {
+        log(format_args!(
+            "vector_scale: the built-in embedder did not open"
+        ));
+        return ExitCode::FAILURE;
+    };
+    let dim = embedder.dim();
+    let embed_lines = |path: &PathBuf, max: usize| -> Vec<Vec<f32>> {
+        let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .take(max)
+            .collect();
+        lines
+            .par_chunks(EMBED_CHUNK)
+            .flat_map_iter(|chunk| embedder.embed(chunk).expect("texts embed"))
+            .collect()
+    };
+    let (flat, queries) = match &args.texts {
+        Some((texts, questions)) => {
+            let flat: Vec<f32> = embed_lines(texts, args.n).into_iter().flatten().collect();
+            (flat, embed_lines(questions, args.queries))
+        }
+        None => {
+            let corpus = Corpus::new();
+            let flat = corpus_vectors(embedder.as_ref(), &corpus, args.n);
+            let texts: Vec<String> = (0..args.queries as u64).map(|i| corpus.query(i)).collect();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            (flat, embedder.embed(&refs).expect("queries embed"))
+        }
+    };
+    let n = flat.len() / dim;
+
+    // Build, batch by batch as an import feeds it.
+    let index = VectorIndex::new(embedder.model_id(), dim).expect("an empty index");
+    let rss_before = resident_bytes();
+    let started = Instant::now();
+    let mut next_report = Instant::now() + Duration::from_secs(10);
+    for (b, chunk) in flat.chunks(BATCH * dim).enumerate() {
+        let items: Vec<(u64, Vec<f32>)> = chunk
+            .chunks_exact(dim)
+            .enumerate()
+            .map(|(i, v)| ((b * BATCH + i) as u64, v.to_vec()))
+            .collect();
+        index.upsert(&items).expect("upsert");
+        if Instant::now() >= next_report {
+            let done = (b + 1) * BATCH;
+            log(format_args!(
+                "  {done} vectors in {:.0?} ({:.0}/s)",
+                started.elapsed(),
+                done as f64 / started.elapsed().as_secs_f64()
+            ));
+            next_report = Instant::now() + Duration::from_secs(10);
+        }
+    }
+    let build = started.elapsed();
+    let rss_after = resident_bytes();
+    drop(flat);
+    let build_rate = n as f64 / build.as_secs_f64();
+    let bytes_per_vector = match (rss_before, rss_after) {
+        (Some(b), Some(a)) => a.saturating_sub(b) as f64 / n as f64,
+        _ => f64::NAN,
+    };
+
+    // Search latency, one query at a time.
+    let mut times = Vec::with_capacity(queries.len());
+    for q in &queries {
+        let t = Instant::now();
+        std::hint::black_box(index.search(q, K, Scope::All));
+        times.push(t.elapsed());
+    }
+    times.sort();
+    let (p50, p99) = (percentile_ms(&times, 0.5), percentile_ms(&times, 0.99));
+
+    // Recall@10 against the exact scan.
+    let mut found = 0usize;
+    let mut asked = 0usize;
+    for q in queries.iter().take(RECALL_QUERIES) {
+        let truth: Vec<u64> = index
+            .exact(q, K, Scope::All)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        let got: Vec<u64> = index
+            .search(q, K, Scope::All)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        asked += truth.len();
+        found += truth.iter().filter(|k| got.contains(k)).count();
+    }
+    let recall = found as f64 / asked.max(1) as f64;
+
+    // Dump and load.
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let t = Instant::now();
+    index.dump(dir.path()).expect("dump");
+    let dump_time = t.elapsed();
+    let dump_bytes: u64 = fs::read_dir(dir.path())
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    drop(index);
+    let t = Instant::now();
+    let (loaded, state) =
+        VectorIndex::load(dir.path(), embedder.model_id(), dim).expect("the index loads");
+    let load_time = t.elapsed();
+    assert!(
+        matches!(state, LoadState::Loaded),
+        "the dump loads: {state:?}"
+    );
+    assert_eq!(loaded.len(), n, "every vector comes back");
+
+    let mut out = std::io::stdout().lock();
+    let ok = |pass: bool| if pass { "yes" } else { "**no**" };
+    let _ = writeln!(
+        out,
+        "Vector index at {n} vectors of dim {dim} ({})",
+        fixture::machine()
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(out, "| figure | measured | floor | met |");
+    let _ = writeln!(out, "|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| build, batches of {BATCH} | {build_rate:.0} vectors/s ({:.1} s) | ≥ {FLOOR_BUILD_PER_S:.0}/s | {} |",
+        build.as_secs_f64(),
+        ok(build_rate >= FLOOR_BUILD_PER_S)
+    );
+    let _ = writeln!(
+        out,
+        "| resident memory of the index | {bytes_per_vector:.0} bytes/vector | ≤ {FLOOR_BYTES_PER_VECTOR:.0} | {} |",
+        ok(bytes_per_vector <= FLOOR_BYTES_PER_VECTOR)
+    );
+    let _ = writeln!(
+        out,
+        "| search top {K}, p50 / p99 ({} queries) | {p50:.3} / {p99:.3} ms | ≤ {FLOOR_P50_MS} / {FLOOR_P99_MS} ms | {} |",
+        times.len(),
+        ok(p50 <= FLOOR_P50_MS && p99 <= FLOOR_P99_MS)
+    );
+    let _ = writeln!(
+        out,
+        "| recall@{K} against the exact scan ({RECALL_QUERIES} queries) | {recall:.3} | ≥ {FLOOR_RECALL} | {} |",
+        ok(recall >= FLOOR_RECALL)
+    );
+    let _ = writeln!(
+        out,
+        "| dump: time, size | {:.2} s, {:.0} bytes/vector | | |",
+        dump_time.as_secs_f64(),
+        dump_bytes as f64 / n as f64
+    );
+    let _ = writeln!(
+        out,
+        "| load the dump | {:.3} s | | |",
+        load_time.as_secs_f64()
+    );
+    ExitCode::SUCCESS
+}
