@@ -132,12 +132,17 @@ impl Graph {
         self.index.size()
     }
 
-    /// Inserts the vector of `slot` (a unit vector of `dim` floats). Needs capacity (see
+    /// Inserts the vector of `slot` (a unit vector of `dim` floats), replacing the slot's point
+    /// if it has one (a batch retried after a failure halfway). Needs capacity (see
     /// [`Graph::reserve`]).
     pub(super) fn add(&self, slot: u32, vector: &[f32]) -> Result<(), String> {
         let _permit = self.permits.take();
+        let key = u64::from(slot);
+        if self.index.contains(key) {
+            let _ = self.index.remove(key);
+        }
         self.index
-            .add(u64::from(slot), vector)
+            .add(key, vector)
             .map_err(|e| format!("vector graph: insert of slot {slot}: {e}"))
     }
 
@@ -187,6 +192,20 @@ impl Graph {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// A slot inserted again (a batch retried after failing halfway) replaces its point.
+    #[test]
+    fn adding_a_slot_again_replaces_its_point() {
+        let mut graph = Graph::new(4, 16).unwrap();
+        graph.reserve(16).unwrap();
+        graph.add(3, &[1.0, 0.0, 0.0, 0.0]).unwrap();
+        graph.add(3, &[0.0, 1.0, 0.0, 0.0]).unwrap();
+        assert_eq!(graph.len(), 1);
+        let mut out = [0.0; 4];
+        assert!(graph.vector(3, &mut out));
+        assert_eq!(out, [0.0, 1.0, 0.0, 0.0]);
+        assert_eq!(graph.search(&[0.0, 1.0, 0.0, 0.0], 5), vec![3]);
+    }
 
     /// Many more callers than contexts: each waits for one instead of failing (usearch fails a
     /// call that finds none free).
