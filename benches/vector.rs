@@ -83,13 +83,6 @@ fn build(points: &[Vec<f32>]) -> VectorIndex {
     index
 }
 
-/// Resident memory of this process in bytes (Linux), if known.
-fn resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
-}
-
 fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .map(|d| {
@@ -115,11 +108,11 @@ struct Big {
 fn big() -> Big {
     let points = vectors(1, N);
     let queries = vectors(2, N_QUERIES);
-    let rss_before = resident_bytes();
+    let rss_before = fixture::resident_bytes();
     let started = Instant::now();
     let index = build(&points);
     let built = started.elapsed();
-    let rss_after = resident_bytes();
+    let rss_after = fixture::resident_bytes();
     drop(points);
     log(format_args!(
         "vector/build: {N} vectors of dim {DIM}, batches of {BATCH}: {built:.2?} ({:.0} vectors/s)",

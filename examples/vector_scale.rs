@@ -81,13 +81,6 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// Resident memory of this process in bytes (Linux), if known.
-fn resident_bytes() -> Option<u64> {
-    let statm = fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
-}
-
 fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1e3
 }
@@ -218,7 +211,7 @@ fn main() -> ExitCode {
 
     // Build, batch by batch as an import feeds it.
     let index = VectorIndex::new(embedder.model_id(), dim).expect("an empty index");
-    let rss_before = resident_bytes();
+    let rss_before = fixture::resident_bytes();
     let started = Instant::now();
     let mut next_report = Instant::now() + Duration::from_secs(10);
     for (b, chunk) in flat.chunks(BATCH * dim).enumerate() {
@@ -239,7 +232,7 @@ fn main() -> ExitCode {
         }
     }
     let build = started.elapsed();
-    let rss_after = resident_bytes();
+    let rss_after = fixture::resident_bytes();
     drop(flat);
     let build_rate = n as f64 / build.as_secs_f64();
     let bytes_per_vector = match (rss_before, rss_after) {
