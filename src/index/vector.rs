@@ -22,6 +22,8 @@
 //! (usearch inserts concurrently with searches), so searches go on meanwhile.
 
 mod graph;
+mod sketch;
+mod staged;
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -40,6 +42,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::model::LogPosition;
 use graph::Graph;
+use staged::Staged;
 
 /// Smallest candidate list of a search; a search for k asks `max(2k, EF_SEARCH_MIN)`. The
 /// built-in model's vectors crowd into a narrow cone (their mean has length 0.84–0.90), where a
@@ -65,6 +68,8 @@ const PARALLEL_INSERT_MIN: usize = 32;
 const PREDICATE_SAMPLE: usize = 256;
 /// Tombstones beyond this share of all slots call for [`VectorIndex::compact`].
 const COMPACT_DEAD_SHARE: f64 = 0.25;
+/// Vectors [`VectorIndex::stage`] adds under one hold of the write lock.
+const STAGE_CHUNK: usize = 1_024;
 /// Vectors whose length is off 1 by more than this are rescaled to unit length.
 const UNIT_TOLERANCE: f32 = 1e-4;
 
@@ -302,11 +307,11 @@ struct State {
     prints: Vec<u64>,
     /// The live slot of each key.
     slot_of: HashMap<u64, u32>,
-    /// Slots staged but not in the graph yet, oldest first: searches scan them exactly, so a
-    /// staged vector is found at once while the (slower) graph insertion catches up.
-    staged: Vec<u32>,
+    /// Slots staged but not in the graph yet, oldest first: searches read them beside the graph,
+    /// so a staged vector is found at once while the (slower) graph insertion catches up.
+    staged: Staged,
     /// Full vectors of the slots not in the graph yet (staged, or being inserted).
-    pending: HashMap<u32, Vec<f32>>,
+    pending: HashMap<u32, Vec<f32>, SlotHash>,
     /// The mean of the vectors, fixed once the index first holds [`CENTRE_AFTER`] of them
     /// (zero until then). The graph holds each vector `x` as the unit direction `t` of `x − c`
     /// and `norms` its length `r`, so `x = c + r·t` and `q·x = q·c + r·(q·t)`: scores are those
@@ -321,6 +326,30 @@ struct State {
     /// `r = |x − centre|` of each slot.
     norms: Vec<f32>,
 }
+
+/// Hashes slot numbers for the pending vectors' map: a multiply spreads them over the table
+/// (they are small consecutive integers), several times cheaper than the default SipHash on the
+/// scan of staged vectors, and nothing outside the index chooses them.
+#[derive(Default, Clone, Copy)]
+struct SlotHasher(u64);
+
+impl std::hash::Hasher for SlotHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u32(&mut self, slot: u32) {
+        self.0 = u64::from(slot).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type SlotHash = std::hash::BuildHasherDefault<SlotHasher>;
 
 /// A query as the state scores it: the unit vector, its direction away from the centre (what
 /// the graph is searched with) and its dot product with the centre.
@@ -346,8 +375,8 @@ impl State {
             live: Vec::new(),
             prints: Vec::new(),
             slot_of: HashMap::new(),
-            staged: Vec::new(),
-            pending: HashMap::new(),
+            staged: Staged::new(dim),
+            pending: HashMap::default(),
             centre: vec![0.0; dim],
             centred: false,
             norms: Vec::new(),
@@ -429,11 +458,41 @@ impl State {
             self.pending.insert(slot, v);
             moved.push(slot);
         }
+        let mut staged = std::mem::replace(&mut self.staged, Staged::new(self.dim));
+        staged.resketch(|slot| {
+            self.pending
+                .get(&slot)
+                .map_or_else(|| vec![0.0; self.dim], |v| self.direction(v).0)
+        });
+        self.staged = staged;
         moved
     }
 
-    /// `hits` from the graph merged with an exact scan of the staged slots in scope (a slot
-    /// being inserted may be in both: kept once).
+    /// Stages pending slots whose sketches were not computed beforehand.
+    fn stage_slots(&mut self, slots: &[u32]) {
+        for &slot in slots {
+            let sketch = self
+                .pending
+                .get(&slot)
+                .map_or_else(Vec::new, |v| self.staged.sketch(&self.direction(v).0));
+            if sketch.is_empty() {
+                continue;
+            }
+            self.staged.push(slot, &sketch);
+        }
+    }
+
+    /// Sketches of the directions of these unit vectors (`dim` each, flat), as they would be
+    /// staged now; computed on rayon's threads, without the write lock.
+    fn sketches(&self, flat: &[f32]) -> Vec<Vec<u64>> {
+        flat.par_chunks(self.dim)
+            .map(|v| self.staged.sketch(&self.direction(v).0))
+            .collect()
+    }
+
+    /// `hits` from the graph merged with the best staged slots in scope (a slot being inserted
+    /// may be in both: kept once). Up to [`staged::EXACT_UP_TO`] staged slots are all scored;
+    /// beyond, a shortlist of those whose sketches are nearest the query's.
     fn with_staged(
         &self,
         query: &Query,
@@ -444,20 +503,40 @@ impl State {
         if self.staged.is_empty() {
             return hits;
         }
-        let mut seen: HashSet<u64> = hits.iter().map(|h| h.key).collect();
+        // A slot being inserted may be among the graph's hits too: counted once.
+        let from_graph: Vec<u64> = hits.iter().map(|h| h.key).collect();
         let mut top = TopK::new(k);
         for h in hits {
             top.push(h);
         }
+        let in_scope = |slot: u32| {
+            self.live[slot as usize] && accept.is_none_or(|a| a(self.keys[slot as usize]))
+        };
         let mut buf = vec![0.0; self.dim];
-        for &slot in &self.staged {
-            let key = self.keys[slot as usize];
-            if self.live[slot as usize]
-                && accept.is_none_or(|a| a(key))
-                && seen.insert(key)
+        let mut push = |slot: u32, top: &mut TopK| {
+            if !from_graph.contains(&self.keys[slot as usize])
                 && let Some(hit) = self.score(query, slot, &mut buf)
             {
                 top.push(hit);
+            }
+        };
+        let n = self.staged.len();
+        // A scope keeping a share of the slots lengthens the shortlist by as much (the sketches
+        // are ranked among all staged slots, then the scope filters).
+        let share = accept.map_or(1.0, |a| self.sampled_share(a).max(1e-6));
+        let shortlist = (staged::SHORTLIST.max(2 * k) as f64 / share).ceil();
+        if n <= staged::EXACT_UP_TO || shortlist >= n as f64 / 4.0 {
+            for &slot in self.staged.slots() {
+                if in_scope(slot) {
+                    push(slot, &mut top);
+                }
+            }
+        } else {
+            let sketch = self.staged.sketch(&query.direction);
+            for slot in self.staged.shortlist(&sketch, shortlist as usize) {
+                if in_scope(slot) {
+                    push(slot, &mut top);
+                }
             }
         }
         top.into_sorted()
@@ -569,19 +648,15 @@ impl State {
             done.push((from, to));
         }
         let mut renamed = vec![u32::MAX; self.keys.len()];
-        let mut pending = HashMap::with_capacity(self.pending.len());
+        let mut pending =
+            HashMap::with_capacity_and_hasher(self.pending.len(), SlotHash::default());
         for (to, &from) in live.iter().enumerate() {
             renamed[from as usize] = to as u32;
             if let Some(v) = self.pending.remove(&from) {
                 pending.insert(to as u32, v);
             }
         }
-        self.staged = self
-            .staged
-            .iter()
-            .map(|&s| renamed[s as usize])
-            .filter(|&s| s != u32::MAX)
-            .collect();
+        self.staged.renumber(&renamed);
         self.keys = live.iter().map(|&s| self.keys[s as usize]).collect();
         self.prints = live.iter().map(|&s| self.prints[s as usize]).collect();
         self.norms = live.iter().map(|&s| self.norms[s as usize]).collect();
@@ -636,8 +711,18 @@ impl State {
         accept: Option<&(dyn Fn(u64) -> bool + Sync)>,
     ) -> Vec<Hit> {
         let scope = accept.map_or(Scope::All, Scope::Predicate);
+        let scan = || {
+            if self.staged.len() <= staged::EXACT_UP_TO {
+                self.exact(query, k, scope)
+            } else {
+                // Many staged: the scan reads the graph's points, the staged slots their
+                // shortlist.
+                let hits = self.exact_in_graph(query, k, accept);
+                self.with_staged(query, k, accept, hits)
+            }
+        };
         let Some(ef) = self.graph_plan(k, accept) else {
-            return self.exact(query, k, scope);
+            return scan();
         };
         let hits = self.graph_search(query, k, ef, accept);
         if hits.len() >= k {
@@ -645,7 +730,31 @@ impl State {
         }
         // Fewer than k in scope among the candidates: the share was overestimated, or fewer
         // than k keys are in scope at all. The scan settles it.
-        self.exact(query, k, scope)
+        scan()
+    }
+
+    /// Brute force over the live vectors in scope that are not staged.
+    fn exact_in_graph(
+        &self,
+        query: &Query,
+        k: usize,
+        accept: Option<&(dyn Fn(u64) -> bool + Sync)>,
+    ) -> Vec<Hit> {
+        let mut top = TopK::new(k);
+        if self.graph.len() == 0 {
+            return Vec::new();
+        }
+        let mut buf = vec![0.0; self.dim];
+        for slot in 0..self.keys.len() {
+            if self.live[slot]
+                && !self.staged.holds(slot as u32)
+                && accept.is_none_or(|a| a(self.keys[slot]))
+                && let Some(hit) = self.score(query, slot as u32, &mut buf)
+            {
+                top.push(hit);
+            }
+        }
+        top.into_sorted()
     }
 
     /// The candidate list to ask of the graph for this scope, or `None` when a scan is cheaper.
@@ -957,7 +1066,7 @@ impl VectorIndex {
             for &(_, slot) in &fresh {
                 st.retire(slot);
             }
-            st.staged.extend(moved);
+            st.stage_slots(&moved);
             return Err(e);
         }
         st.settle(&slots);
@@ -1004,22 +1113,29 @@ impl VectorIndex {
         let dim = self.dim;
         let (keys, flat) = self.normalized(items)?;
         let _writer = self.writer();
-        let mut st = self.write();
-        st.reserve(keys.len())?;
-        for (i, &key) in keys.iter().enumerate() {
-            let v = &flat[i * dim..(i + 1) * dim];
-            if st.holds(key, v) {
-                continue;
+        // The centre moves only under the writer lock: these are the sketches the slots get
+        // (unless this very batch fixes the centre, which sketches every staged slot anew).
+        let sketches = self.read().sketches(&flat);
+        self.write().reserve(keys.len())?;
+        // The write lock is taken per chunk, so searches wait at most for one.
+        for (chunk, at) in keys.chunks(STAGE_CHUNK).zip((0..).step_by(STAGE_CHUNK)) {
+            let mut st = self.write();
+            for (i, &key) in chunk.iter().enumerate().map(|(i, k)| (at + i, k)) {
+                let v = &flat[i * dim..(i + 1) * dim];
+                if st.holds(key, v) {
+                    continue;
+                }
+                let slot = st.push_slot(key, v)?;
+                if let Some(old) = st.slot_of.insert(key, slot) {
+                    st.retire(old);
+                }
+                st.live[slot as usize] = true;
+                st.staged.push(slot, &sketches[i]);
             }
-            let slot = st.push_slot(key, v)?;
-            if let Some(old) = st.slot_of.insert(key, slot) {
-                st.retire(old);
-            }
-            st.live[slot as usize] = true;
-            st.staged.push(slot);
         }
+        let mut st = self.write();
         let moved = st.fix_centre();
-        st.staged.extend(moved);
+        st.stage_slots(&moved);
         Ok(())
     }
 
@@ -1031,7 +1147,7 @@ impl VectorIndex {
         let (taken, slots): (usize, Vec<u32>) = {
             let st = self.read();
             let n = st.staged.len().min(max);
-            let live = st.staged[..n]
+            let live = st.staged.slots()[..n]
                 .iter()
                 .copied()
                 .filter(|&s| st.live[s as usize])
@@ -1044,7 +1160,7 @@ impl VectorIndex {
         self.read().insert_into_graph(&slots)?;
         let mut st = self.write();
         st.settle(&slots);
-        st.staged.drain(..taken);
+        st.staged.take_front(taken);
         Ok(st.staged.len())
     }
 
@@ -1908,6 +2024,50 @@ mod tests {
         assert!(r >= 0.95, "recall@10 after indexing: {r}");
         index.set_seq(7);
         assert_eq!(index.dump(dir.path()).unwrap(), Some(7));
+    }
+
+    #[test]
+    fn many_staged_vectors_are_searched_by_sketch() {
+        let dim = 64;
+        let clusters = Clusters::new(60, 80, dim);
+        let n = 2_000 + 3 * staged::EXACT_UP_TO;
+        let points = clusters.points(51, n);
+        let queries = clusters.points(52, 100);
+        // 2,000 in the graph, the rest staged (past the exact scan's limit).
+        let index = build(&points[..2_000], dim);
+        let staged: Vec<(u64, Vec<f32>)> =
+            (2_000..n).map(|i| (key(i), points[i].clone())).collect();
+        index.stage(&staged).unwrap();
+        assert_eq!(index.staged(), n - 2_000);
+        let r = recall(&index, &queries, 10, Scope::All);
+        report(format_args!(
+            "recall@10 with {} staged, by sketch: {r:.3}",
+            n - 2_000
+        ));
+        assert!(r >= 0.9, "recall@10 by sketch: {r}");
+        let even = |k: u64| k.is_multiple_of(2);
+        let r = recall(&index, &queries, 10, Scope::Predicate(&even));
+        assert!(r >= 0.9, "recall@10 by sketch in a predicate scope: {r}");
+        // A staged vector (its own sketch) and a graph point are their own nearest neighbours.
+        for i in [0, 1_999, 2_000, n / 2, n - 1] {
+            assert_eq!(index.search(&points[i], 1, Scope::All)[0].0, key(i));
+        }
+        // Removed and replaced staged keys are respected; compaction keeps the sketches in step.
+        index.remove(&[key(n - 1)]);
+        index.upsert(&[(key(n - 2), points[0].clone())]).unwrap();
+        assert!(!keys_of(&index.search(&points[n - 1], 10, Scope::All)).contains(&key(n - 1)));
+        assert_eq!(index.search(&points[0], 1, Scope::All).len(), 1);
+        let gone: Vec<u64> = (2_000..2_000 + staged::EXACT_UP_TO).map(key).collect();
+        index.remove(&gone);
+        assert!(index.needs_compaction());
+        index.compact().unwrap();
+        let i = n / 2;
+        assert_eq!(index.search(&points[i], 1, Scope::All)[0].0, key(i));
+        let r = recall(&index, &queries, 10, Scope::All);
+        assert!(r >= 0.9, "recall@10 after compaction: {r}");
+        while index.index_staged(4_096).unwrap() > 0 {}
+        let r = recall(&index, &queries, 10, Scope::All);
+        assert!(r >= 0.95, "recall@10 once in the graph: {r}");
     }
 
     #[test]

@@ -201,6 +201,14 @@ impl Engine {
             run.read_file(f)?;
         }
         run.flush()?;
+        if !req.dry_run && self.has_background() {
+            // What was imported is found by meaning as soon as the import returns: the vectors
+            // the background job has not staged yet are staged now (the graph takes them in
+            // later; searches read staged vectors meanwhile).
+            if let Err(e) = self.sync_vectors(None) {
+                tracing::warn!(error = %e, "the vector index could not catch up after the import");
+            }
+        }
         if run.report.records == 0 && run.skip == 0 {
             return Err(Error::invalid(
                 "source",
