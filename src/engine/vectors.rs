@@ -65,12 +65,29 @@ pub(crate) enum VectorSync {
     Loading,
 }
 
-/// The text a memory is embedded from: its name (entity-style memories) and content.
+/// The text a memory is embedded from: its content, after its name when the name reads as words
+/// (an entity's name such as `alice` or `project-atlas` says what the content is about; an
+/// identifier such as `3f2a9c1e-…:12` or `D1:3` says nothing, and its rare pieces would pull
+/// the vector away from the content's meaning).
 pub(crate) fn embed_text(name: Option<&str>, content: &str) -> String {
     match name {
-        Some(n) if !n.is_empty() => format!("{n}: {content}"),
+        Some(n) if reads_as_words(n) => format!("{n}: {content}"),
         _ => content.to_owned(),
     }
+}
+
+/// True when at least half of the name's parts (split at anything not a letter or digit) are
+/// letters only.
+fn reads_as_words(name: &str) -> bool {
+    let parts: Vec<&str> = name
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|p| !p.is_empty())
+        .collect();
+    let wordy = parts
+        .iter()
+        .filter(|p| p.chars().all(char::is_alphabetic))
+        .count();
+    !parts.is_empty() && 2 * wordy >= parts.len()
 }
 
 /// Embeds `texts` on the rayon pool in chunks; one failing chunk fails the whole call.
@@ -617,6 +634,26 @@ mod tests {
     use crate::engine::tests::{recall_ids_in, remember_text as remember};
     use crate::engine::{Engine, RememberItem};
     use crate::model::{MemoryRef, RecallMode, RecallQuery};
+
+    #[test]
+    fn names_are_embedded_only_when_they_read_as_words() {
+        use super::embed_text;
+        assert_eq!(embed_text(Some("alice"), "likes tea"), "alice: likes tea");
+        assert_eq!(embed_text(Some("project-atlas"), "x"), "project-atlas: x");
+        assert_eq!(
+            embed_text(Some("conv-26 session 1"), "x"),
+            "conv-26 session 1: x"
+        );
+        for id in [
+            "D1:3",
+            "3f2a9c1e-8b7d-4c1a-9e2f-1a2b3c4d5e6f:12",
+            "2024-05-01",
+            "--",
+        ] {
+            assert_eq!(embed_text(Some(id), "x"), "x", "{id}");
+        }
+        assert_eq!(embed_text(None, "x"), "x");
+    }
 
     fn vector_ids(e: &Engine, q: &str) -> Vec<String> {
         recall_ids_in(e, q, RecallMode::Vector)
