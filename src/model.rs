@@ -293,10 +293,11 @@ pub struct RecallQuery {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RecallMode {
-    /// Text (BM25) and vector ranks fused by reciprocal rank, with boosts. The default.
+    /// Text and vector scores fused (each scaled to its best), with boosts. The default.
     #[default]
     Hybrid,
-    /// BM25 only; the score is the BM25 score.
+    /// Words only; the score is the BM25 score times the square root of the share of the
+    /// query's weight the memory holds.
     Text,
     /// Vector similarity only; the score is the cosine similarity.
     Vector,
@@ -333,7 +334,8 @@ pub struct Via {
 /// The signals behind one hit's score.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct Explain {
-    /// 1-based rank in the text (BM25) list, and the BM25 score.
+    /// 1-based rank in the text list, and the text score (BM25 times the square root of the
+    /// share of the query it covers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub text_rank: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -343,7 +345,8 @@ pub struct Explain {
     pub vector_rank: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vector_similarity: Option<f32>,
-    /// Reciprocal-rank fusion of the ranks above, scaled so that first in both lists is 1.
+    /// The weighted mean of the text score (over the best one) and the vector similarity (between
+    /// the last and the best candidate's): 1 when first in both lists.
     pub fused: f32,
     /// Multipliers applied to the fused score.
     pub importance_boost: f32,

@@ -1229,3 +1229,39 @@ fn a_run_whose_lease_was_taken_over_stops_without_writing_its_batch() {
     let hits = recall_ids(&e, "Greta bees Porto");
     assert_eq!(hits.len(), 2, "nothing was merged: {hits:?}");
 }
+
+#[test]
+fn a_memory_holding_the_rare_words_of_a_question_outranks_one_named_by_a_common_one() {
+    let (_d, e) = temp_engine();
+    let named = |name: &str, content: &str| RememberItem {
+        name: Some(name.into()),
+        ..item(content)
+    };
+    let alice = remember_one(
+        &e,
+        named("alice", "Alice is the tech lead of the Atlas project"),
+    );
+    let atlas = remember_one(
+        &e,
+        named(
+            "atlas",
+            "The Atlas project ships its first release in March",
+        ),
+    );
+    remember_one(
+        &e,
+        item("Alice prefers green tea over coffee in the morning"),
+    );
+    remember_one(
+        &e,
+        item("Deploys of Atlas go through the staging cluster first"),
+    );
+    // BM25 alone ranks the Atlas memory first (its name matches "atlas"); it does not hold
+    // "leads", the question's rarest word, which the first does.
+    for mode in [RecallMode::Text, RecallMode::Hybrid] {
+        let ids = recall_ids_in(&e, "Who leads the Atlas project?", mode);
+        assert_eq!(ids[..2], [alice.clone(), atlas.clone()], "{mode:?}");
+    }
+    // A named entity is still found first by its name alone.
+    assert_eq!(recall_ids(&e, "atlas")[0], atlas);
+}

@@ -521,21 +521,36 @@ impl TextIndex {
         terms
     }
 
-    /// The analysed terms of `text` with their inverse document frequency in the index, for
-    /// [`TextIndex::relevance`].
+    /// The analysed terms of `text` with their inverse document frequency among the live
+    /// memories (the statistics searches score with, overlay included), for
+    /// [`TextIndex::relevance`] and [`TextIndex::coverage`].
     pub fn query_weights(&self, text: &str) -> Vec<(String, f64)> {
+        let terms = self.query_terms(text);
+        let weigh = |stats: &dyn tantivy::query::Bm25StatisticsProvider| -> Vec<(String, f64)> {
+            let n = stats.total_num_docs().unwrap_or(0).max(1) as f64;
+            terms
+                .iter()
+                .map(|t| {
+                    let term = Term::from_field_text(self.fields.content, t);
+                    let df = stats.doc_freq(&term).unwrap_or(0) as f64;
+                    (t.clone(), (1.0 + (n - df + 0.5) / (df + 0.5)).ln())
+                })
+                .collect()
+        };
         let searcher = self.reader.searcher();
-        let n = searcher.num_docs().max(1) as f64;
-        self.query_terms(text)
-            .into_iter()
-            .map(|t| {
-                let df = searcher
-                    .doc_freq(&Term::from_field_text(self.fields.content, &t))
-                    .unwrap_or(0) as f64;
-                let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-                (t, idf)
-            })
-            .collect()
+        let guard = lock::read_or_reset(&self.overlay, |o| *o = None);
+        let committed = LiveStatistics::new(&searcher, self.fields);
+        let Some(overlay) = guard.as_ref().filter(|o| !o.keys.is_empty()) else {
+            return weigh(&committed);
+        };
+        let overlay_searcher = overlay.reader.searcher();
+        match committed.hiding(overlay.keys.keys().copied()) {
+            Ok(committed) => weigh(&Combined([
+                committed,
+                LiveStatistics::new(&overlay_searcher, self.fields),
+            ])),
+            Err(_) => weigh(&LiveStatistics::new(&searcher, self.fields)),
+        }
     }
 
     /// BM25-style relevance of one memory's text to weighted terms (no index lookup: used to
@@ -566,6 +581,33 @@ impl TextIndex {
                 idf * tf * (k1 + 1.0) / (tf + norm)
             })
             .sum()
+    }
+
+    /// The share of the weights' total that a memory's text holds (a term counts when it is in
+    /// the content or the name): 1 when every query term is there, low when only common words
+    /// of the query are.
+    pub fn coverage(&self, weights: &[(String, f64)], content: &str, name: Option<&str>) -> f64 {
+        let total: f64 = weights.iter().map(|(_, w)| w).sum();
+        if total <= 0.0 {
+            return 1.0;
+        }
+        let mut found = vec![false; weights.len()];
+        let mut analyzer = analyzer();
+        for text in [content, name.unwrap_or("")] {
+            let mut stream = analyzer.token_stream(text);
+            while let Some(t) = stream.next() {
+                if let Some(i) = weights.iter().position(|(w, _)| *w == t.text) {
+                    found[i] = true;
+                }
+            }
+        }
+        weights
+            .iter()
+            .zip(found)
+            .filter(|(_, f)| *f)
+            .map(|((_, w), _)| w)
+            .sum::<f64>()
+            / total
     }
 
     /// The query of `q`'s words and filters; `None` when it has no word to search.
