@@ -536,7 +536,8 @@ impl Scale {
         if span > 0.0 {
             ((s - self.vector_floor) / span).clamp(0.0, 1.0)
         } else {
-            f32::from(s >= self.vector_best)
+            // One candidate, or all alike: full credit where the similarity counts at all.
+            f32::from(s >= self.vector_best && s >= MIN_VECTOR_SIMILARITY)
         }
     }
 }
@@ -609,6 +610,24 @@ fn matches(q: &RecallQuery, m: &Memory) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scores_are_scaled_to_the_best_of_each_list() {
+        let k = MemoryKey;
+        let text = [(k(1), 8.0), (k(2), 2.0)];
+        let vector = [(k(2), 0.9), (k(3), 0.6), (k(1), 0.5)];
+        let s = Scale::of(&text, &vector);
+        assert_eq!((s.text(8.0), s.text(2.0)), (1.0, 0.25));
+        assert_eq!((s.vector(0.9), s.vector(0.5)), (1.0, 0.0));
+        assert!((s.vector(0.6) - 0.25).abs() < 1e-6);
+        // The floor is at least the similarity that counts at all.
+        let s = Scale::of(&text, &[(k(2), 0.9), (k(1), 0.1)]);
+        assert_eq!(s.vector(0.35), 0.0);
+        // One vector candidate: full credit only when it counts at all.
+        assert_eq!(Scale::of(&text, &[(k(2), 0.9)]).vector(0.9), 1.0);
+        assert_eq!(Scale::of(&text, &[(k(2), 0.2)]).vector(0.2), 0.0);
+        assert_eq!(Scale::of(&[], &[]).text(3.0), 0.0);
+    }
 
     #[test]
     fn boosts_are_neutral_at_defaults_and_bounded() {
