@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock};
 
 use tantivy::collector::TopDocs;
+use tantivy::columnar::ColumnValues;
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{
     BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery,
@@ -38,6 +39,9 @@ const TEXT_SCHEMA_VERSION: u32 = 4;
 const ANALYZER: &str = "mnemo";
 /// Extra weight of a match in a memory's name over one in its content.
 const NAME_BOOST: f32 = 2.0;
+/// Text hits fetched beyond those asked for, to see whether the last ones asked for tie with
+/// more (see `top_keys`).
+const TIE_SLACK: usize = 8;
 /// Longest query, in terms, that is searched; the rest of a very long query is ignored.
 const MAX_QUERY_TERMS: usize = 64;
 
@@ -787,6 +791,51 @@ fn top_keys(
     limit: usize,
     stats: &dyn tantivy::query::Bm25StatisticsProvider,
 ) -> Result<Vec<(MemoryKey, f32)>> {
+    // By score alone first: tantivy then skips blocks that cannot reach the top (block-max
+    // WAND), which ordering by (score, key) forbids. A few more than asked are fetched; when the
+    // last of them still ties the last one asked for, the tie may go on beyond, and the full
+    // ordering decides.
+    let want = offset + limit;
+    let fetch = want + TIE_SLACK;
+    let by_score = TopDocs::with_limit(fetch).order_by_score();
+    let found = searcher.search_with_statistics_provider(query, &by_score, stats)?;
+    if want == 0 {
+        return Ok(Vec::new());
+    }
+    if found.len() == fetch && found[fetch - 1].0 >= found[want - 1].0 {
+        return top_keys_by_key(searcher, query, offset, limit, stats);
+    }
+    let mut columns: HashMap<u32, Option<std::sync::Arc<dyn ColumnValues<u64>>>> = HashMap::new();
+    let mut hits: Vec<(f32, u64)> = Vec::with_capacity(found.len());
+    for (score, address) in found {
+        let column = columns.entry(address.segment_ord).or_insert_with(|| {
+            searcher
+                .segment_reader(address.segment_ord)
+                .fast_fields()
+                .u64("key")
+                .ok()
+                .map(|c| c.first_or_default_col(0))
+        });
+        let key = column.as_ref().map_or(0, |c| c.get_val(address.doc_id));
+        hits.push((score, key));
+    }
+    hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    Ok(hits
+        .into_iter()
+        .skip(offset)
+        .take(limit)
+        .map(|(score, key)| (MemoryKey(key as i64), score))
+        .collect())
+}
+
+/// [`top_keys`] ordered by (score, key) over every match.
+fn top_keys_by_key(
+    searcher: &tantivy::Searcher,
+    query: &dyn Query,
+    offset: usize,
+    limit: usize,
+    stats: &dyn tantivy::query::Bm25StatisticsProvider,
+) -> Result<Vec<(MemoryKey, f32)>> {
     let top = TopDocs::with_limit(limit).and_offset(offset).tweak_score(
         |segment: &tantivy::SegmentReader| {
             let keys = segment
@@ -1019,6 +1068,57 @@ mod tests {
         ];
         assert_eq!(idx.update(|base| Ok((ops, at(base + 3)))).unwrap(), Some(3));
         idx
+    }
+
+    #[test]
+    fn pruned_top_hits_order_like_the_full_ordering_also_across_ties() {
+        let idx = TextIndex::open_in_ram().unwrap();
+        // Groups of identical memories (equal scores) of different lengths, keys interleaved so
+        // that key order and document order differ.
+        let ops: Vec<TextOp> = (0..200i64)
+            .map(|i| {
+                let key = (i * 37) % 200 + 1;
+                let filler = "word ".repeat((i % 7) as usize);
+                TextOp::Upsert(doc(key, "a", &format!("lake {filler}")))
+            })
+            .collect();
+        idx.update(|base| Ok((ops, at(base + 200)))).unwrap();
+        let searcher = idx.reader.searcher();
+        let q = idx.query_of(&query("lake")).unwrap();
+        let stats = LiveStatistics::new(&searcher, idx.fields);
+        for (offset, limit) in [
+            (0, 1),
+            (0, 10),
+            (0, 28),
+            (0, 29),
+            (5, 30),
+            (25, 10),
+            (190, 20),
+        ] {
+            let pruned = top_keys(&searcher, &q, offset, limit, &stats).unwrap();
+            let full = top_keys_by_key(&searcher, &q, offset, limit, &stats).unwrap();
+            assert_eq!(pruned, full, "offset {offset}, limit {limit}");
+        }
+        // Distinct scores (no tie at the cut): answered without the full ordering.
+        let ops: Vec<TextOp> = (0..50i64)
+            .map(|i| {
+                TextOp::Upsert(doc(
+                    1_000 + i,
+                    "b",
+                    &format!("river {}", "river ".repeat(i as usize)),
+                ))
+            })
+            .collect();
+        idx.update(|base| Ok((ops, at(base + 50)))).unwrap();
+        let searcher = idx.reader.searcher();
+        let q = idx.query_of(&query("river")).unwrap();
+        let stats = LiveStatistics::new(&searcher, idx.fields);
+        let pruned = top_keys(&searcher, &q, 0, 10, &stats).unwrap();
+        assert_eq!(
+            pruned,
+            top_keys_by_key(&searcher, &q, 0, 10, &stats).unwrap()
+        );
+        assert_eq!(pruned.len(), 10);
     }
 
     #[test]
