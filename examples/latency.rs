@@ -1,7 +1,9 @@
 //! Latency report: times `remember` (one memory, and batches of 1,000), `recall` over 100,000
 //! memories and the real `mnemograph serve` binary's start-to-first-answer, and prints a markdown
 //! table of p50/p90/p99/max against the stated floors, with the machine it ran on.
-//! Run: `cargo build --release && cargo run --release --example latency`.
+//! Run: `cargo build --release && cargo run --release --example latency`. With
+//! `-- --memories N` the recall and start-up rows run over a corpus of N memories instead (built
+//! once and cached; a million takes about ten minutes), without the `remember` rows.
 
 #[allow(dead_code)]
 #[path = "../benches/fixture/mod.rs"]
@@ -47,6 +49,28 @@ const FLOOR_BATCH_PER_S: f64 = 20_000.0;
 const FLOOR_RECALL_P50_MS: f64 = 5.0;
 const FLOOR_RECALL_P99_MS: f64 = 20.0;
 const FLOOR_START_MS: f64 = 300.0;
+/// Start to first hybrid answer at a million memories.
+const FLOOR_START_1M_MS: f64 = 1_000.0;
+
+/// `--memories N`, or the default corpus size.
+fn memories_arg() -> Result<usize, String> {
+    let mut args = std::env::args().skip(1);
+    let mut n = BIG_CORPUS;
+    while let Some(flag) = args.next() {
+        match (flag.as_str(), args.next()) {
+            ("--memories", Some(v)) => {
+                n = v
+                    .replace('_', "")
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n >= 1_000)
+                    .ok_or(format!("--memories {v:?}: give a count of at least 1000"))?;
+            }
+            _ => return Err(format!("unknown argument {flag:?} (try --memories N)")),
+        }
+    }
+    Ok(n)
+}
 
 /// Percentiles (nearest rank) of a series of durations, in milliseconds.
 struct Summary {
@@ -326,151 +350,26 @@ fn main() -> ExitCode {
         ));
         return ExitCode::from(2);
     };
+    let n = match memories_arg() {
+        Ok(n) => n,
+        Err(e) => {
+            log(format_args!("latency: {e}"));
+            return ExitCode::from(2);
+        }
+    };
+    let size = if n % 1_000_000 == 0 {
+        format!("{}M", n / 1_000_000)
+    } else {
+        format!("{}k", n / 1_000)
+    };
     let corpus = Corpus::new();
-    let cached = fixture::cached_corpus(BIG_CORPUS);
+    let cached = fixture::cached_corpus(n);
     let mut rows: Vec<Row> = Vec::new();
-
-    log(format_args!(
-        "remember, one memory per call ({SINGLE_CALLS} calls)…"
-    ));
-    let (_empty_dir, empty_db) = fixture::scratch_copy(0);
-    let s = summarize(&remember_single(&corpus, &empty_db, Durability::Normal));
-    rows.push(ms_row(
-        "`remember` 1 memory, empty db",
-        &s,
-        "p50 ≤ 2 ms",
-        Some(s.p50 <= FLOOR_REMEMBER_MS),
-    ));
-    let (_full_dir, full_db) = fixture::scratch_copy(0);
-    let s = summarize(&remember_single(&corpus, &full_db, Durability::Full));
-    rows.push(ms_row(
-        "`remember` 1 memory, empty db, `--durability full`",
-        &s,
-        "",
-        None,
-    ));
-    let (dir, db) = fixture::scratch_copy(BIG_CORPUS);
-    let s = summarize(&remember_single(&corpus, &db, Durability::Normal));
-    rows.push(ms_row(
-        "`remember` 1 memory, 100k db",
-        &s,
-        "p50 ≤ 2 ms",
-        Some(s.p50 <= FLOOR_REMEMBER_MS),
-    ));
-    drop(dir);
-
-    log(format_args!(
-        "remember, {BATCHES} batches of {BATCH} memories into an empty db, {BATCHES_BIG} into 100k…"
-    ));
-    let rate = |ms: f64| format!("{:.0}/s", BATCH as f64 / (ms / 1e3));
-    let (dir, db) = fixture::scratch_copy(0);
-    let (batches, overall) = remember_batches(&corpus, &db, BATCHES);
-    drop(dir);
-    let s = summarize(&batches);
-    rows.push(ms_row("`remember` batch of 1,000, empty db", &s, "", None));
-    rows.push(Row {
-        what: format!("  as memories/s (overall {overall:.0}/s)"),
-        n: s.n,
-        cells: [rate(s.p50), rate(s.p90), rate(s.p99), rate(s.max)],
-        floor: "p50 ≥ 20,000/s".into(),
-        pass: Some(BATCH as f64 / (s.p50 / 1e3) >= FLOOR_BATCH_PER_S),
-    });
-    let (dir, db) = fixture::scratch_copy(BIG_CORPUS);
-    let (batches, overall) = remember_batches(&corpus, &db, BATCHES_BIG);
-    drop(dir);
-    let s = summarize(&batches);
-    rows.push(ms_row("`remember` batch of 1,000, 100k db", &s, "", None));
-    rows.push(Row {
-        what: format!("  as memories/s (overall {overall:.0}/s)"),
-        n: s.n,
-        cells: [rate(s.p50), rate(s.p90), rate(s.p99), rate(s.max)],
-        floor: String::new(),
-        pass: None,
-    });
-
-    log(format_args!(
-        "recall, {RECALL_QUERIES} queries over {BIG_CORPUS} memories…"
-    ));
-    let (dir, db) = fixture::scratch_copy(BIG_CORPUS);
-    let s = summarize(&recall(&corpus, &db, RecallMode::Text));
-    rows.push(ms_row(
-        "`recall` text (BM25), limit 10, 100k memories",
-        &s,
-        "p50 ≤ 5 ms, p99 ≤ 20 ms",
-        Some(s.p50 <= FLOOR_RECALL_P50_MS && s.p99 <= FLOOR_RECALL_P99_MS),
-    ));
-    let s = summarize(&recall(&corpus, &db, RecallMode::Vector));
-    rows.push(ms_row(
-        "`recall` vector, limit 10, 100k memories",
-        &s,
-        "",
-        None,
-    ));
-    let s = summarize(&recall(&corpus, &db, RecallMode::Hybrid));
-    rows.push(ms_row(
-        "`recall` hybrid (default), limit 10, 100k memories",
-        &s,
-        "p50 ≤ 8 ms",
-        Some(s.p50 <= FLOOR_HYBRID_P50_MS),
-    ));
-    drop(dir);
-
-    log(format_args!(
-        "recall right after remember, {WRITE_THEN_READ} pairs…"
-    ));
-    let (dir, db) = fixture::scratch_copy(BIG_CORPUS);
-    let s = summarize(&recall_after_write(&corpus, &db));
-    rows.push(ms_row(
-        "`recall` right after a `remember` (indexes it first), 100k",
-        &s,
-        "",
-        None,
-    ));
-    drop(dir);
-
-    log(format_args!(
-        "server start-up, {STARTS} runs of {}…",
-        bin.display()
-    ));
-    let (_server_dir, db) = fixture::scratch_copy(BIG_CORPUS);
-    let _ = start_once(&bin, &db, &corpus.query(999_999)); // untimed: warms the page cache
-    let starts: Vec<Start> = (0..STARTS)
-        .map(|i| start_once(&bin, &db, &corpus.query(2_000_000 + i as u64)))
-        .collect();
-    let s_init = summarize(&starts.iter().map(|s| s.initialize).collect::<Vec<_>>());
-    let s_recall = summarize(&starts.iter().map(|s| s.recall).collect::<Vec<_>>());
-    let opens: Vec<Duration> = starts
-        .iter()
-        .filter_map(|s| s.open_ms)
-        .map(|ms| Duration::from_secs_f64(ms / 1e3))
-        .collect();
-    rows.push(ms_row(
-        "start → `initialize` answer, 100k db",
-        &s_init,
-        "",
-        None,
-    ));
-    rows.push(ms_row(
-        "start → first `recall` answer, 100k db",
-        &s_recall,
-        "p50 ≤ 300 ms",
-        Some(s_recall.p50 <= FLOOR_START_MS),
-    ));
-    let s_hybrid = summarize(&starts.iter().map(|s| s.hybrid).collect::<Vec<_>>());
-    rows.push(ms_row(
-        "start → first hybrid answer (no text-only warning), 100k db",
-        &s_hybrid,
-        "p50 ≤ 300 ms",
-        Some(s_hybrid.p50 <= FLOOR_START_MS),
-    ));
-    if !opens.is_empty() {
-        rows.push(ms_row(
-            "  of which engine open (server log `open_ms`)",
-            &summarize(&opens),
-            "",
-            None,
-        ));
+    if n == BIG_CORPUS {
+        remember_rows(&corpus, &mut rows);
     }
+    recall_rows(&corpus, n, &size, &mut rows);
+    start_rows(&bin, &corpus, n, &size, &mut rows);
 
     let mut out = std::io::stdout().lock();
     let db_bytes = fixture::dir_bytes(&cached);
@@ -478,7 +377,7 @@ fn main() -> ExitCode {
     let _ = writeln!(out, "- machine: {}", fixture::machine());
     let _ = writeln!(
         out,
-        "- corpus: v{} seed {:#x}, {BIG_CORPUS} memories, {:.1} MiB on disk (database + index), cached in {}",
+        "- corpus: v{} seed {:#x}, {n} memories, {:.1} MiB on disk (database + index), cached in {}",
         fixture::CORPUS_VERSION,
         fixture::SEED,
         db_bytes as f64 / (1024.0 * 1024.0),
@@ -511,4 +410,169 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// `remember` one at a time and in batches, into an empty and a 100,000-memory database.
+fn remember_rows(corpus: &Corpus, rows: &mut Vec<Row>) {
+    log(format_args!(
+        "remember, one memory per call ({SINGLE_CALLS} calls)…"
+    ));
+    let (_empty_dir, empty_db) = fixture::scratch_copy(0);
+    let s = summarize(&remember_single(corpus, &empty_db, Durability::Normal));
+    rows.push(ms_row(
+        "`remember` 1 memory, empty db",
+        &s,
+        "p50 ≤ 2 ms",
+        Some(s.p50 <= FLOOR_REMEMBER_MS),
+    ));
+    let (_full_dir, full_db) = fixture::scratch_copy(0);
+    let s = summarize(&remember_single(corpus, &full_db, Durability::Full));
+    rows.push(ms_row(
+        "`remember` 1 memory, empty db, `--durability full`",
+        &s,
+        "",
+        None,
+    ));
+    let (dir, db) = fixture::scratch_copy(BIG_CORPUS);
+    let s = summarize(&remember_single(corpus, &db, Durability::Normal));
+    rows.push(ms_row(
+        "`remember` 1 memory, 100k db",
+        &s,
+        "p50 ≤ 2 ms",
+        Some(s.p50 <= FLOOR_REMEMBER_MS),
+    ));
+    drop(dir);
+
+    log(format_args!(
+        "remember, {BATCHES} batches of {BATCH} memories into an empty db, {BATCHES_BIG} into 100k…"
+    ));
+    let rate = |ms: f64| format!("{:.0}/s", BATCH as f64 / (ms / 1e3));
+    let (dir, db) = fixture::scratch_copy(0);
+    let (batches, overall) = remember_batches(corpus, &db, BATCHES);
+    drop(dir);
+    let s = summarize(&batches);
+    rows.push(ms_row("`remember` batch of 1,000, empty db", &s, "", None));
+    rows.push(Row {
+        what: format!("  as memories/s (overall {overall:.0}/s)"),
+        n: s.n,
+        cells: [rate(s.p50), rate(s.p90), rate(s.p99), rate(s.max)],
+        floor: "p50 ≥ 20,000/s".into(),
+        pass: Some(BATCH as f64 / (s.p50 / 1e3) >= FLOOR_BATCH_PER_S),
+    });
+    let (dir, db) = fixture::scratch_copy(BIG_CORPUS);
+    let (batches, overall) = remember_batches(corpus, &db, BATCHES_BIG);
+    drop(dir);
+    let s = summarize(&batches);
+    rows.push(ms_row("`remember` batch of 1,000, 100k db", &s, "", None));
+    rows.push(Row {
+        what: format!("  as memories/s (overall {overall:.0}/s)"),
+        n: s.n,
+        cells: [rate(s.p50), rate(s.p90), rate(s.p99), rate(s.max)],
+        floor: String::new(),
+        pass: None,
+    });
+}
+
+/// `recall` in each mode over the corpus of `n` memories, and right after a write.
+fn recall_rows(corpus: &Corpus, n: usize, size: &str, rows: &mut Vec<Row>) {
+    log(format_args!(
+        "recall, {RECALL_QUERIES} queries over {n} memories…"
+    ));
+    let (dir, db) = fixture::scratch_copy(n);
+    let s = summarize(&recall(corpus, &db, RecallMode::Text));
+    rows.push(ms_row(
+        &format!("`recall` text (BM25 × coverage), limit 10, {size} memories"),
+        &s,
+        "p50 ≤ 5 ms, p99 ≤ 20 ms",
+        Some(s.p50 <= FLOOR_RECALL_P50_MS && s.p99 <= FLOOR_RECALL_P99_MS),
+    ));
+    let s = summarize(&recall(corpus, &db, RecallMode::Vector));
+    rows.push(ms_row(
+        &format!("`recall` vector, limit 10, {size} memories"),
+        &s,
+        "",
+        None,
+    ));
+    let s = summarize(&recall(corpus, &db, RecallMode::Hybrid));
+    rows.push(ms_row(
+        &format!("`recall` hybrid (default), limit 10, {size} memories"),
+        &s,
+        if n == BIG_CORPUS {
+            "p50 ≤ 8 ms"
+        } else {
+            "p50 ≤ 5 ms, p99 ≤ 20 ms"
+        },
+        Some(if n == BIG_CORPUS {
+            s.p50 <= FLOOR_HYBRID_P50_MS
+        } else {
+            s.p50 <= FLOOR_RECALL_P50_MS && s.p99 <= FLOOR_RECALL_P99_MS
+        }),
+    ));
+    drop(dir);
+
+    log(format_args!(
+        "recall right after remember, {WRITE_THEN_READ} pairs…"
+    ));
+    let (dir, db) = fixture::scratch_copy(n);
+    let s = summarize(&recall_after_write(corpus, &db));
+    rows.push(ms_row(
+        &format!("`recall` right after a `remember` (indexes it first), {size}"),
+        &s,
+        "",
+        None,
+    ));
+    drop(dir);
+}
+
+/// The server's start-up over the corpus of `n` memories, to its first answers.
+fn start_rows(bin: &Path, corpus: &Corpus, n: usize, size: &str, rows: &mut Vec<Row>) {
+    let floor_ms = if n >= 1_000_000 {
+        FLOOR_START_1M_MS
+    } else {
+        FLOOR_START_MS
+    };
+    let floor_label = format!("p50 ≤ {floor_ms:.0} ms");
+    log(format_args!(
+        "server start-up, {STARTS} runs of {}…",
+        bin.display()
+    ));
+    let (_server_dir, db) = fixture::scratch_copy(n);
+    let _ = start_once(bin, &db, &corpus.query(999_999)); // untimed: warms the page cache
+    let starts: Vec<Start> = (0..STARTS)
+        .map(|i| start_once(bin, &db, &corpus.query(2_000_000 + i as u64)))
+        .collect();
+    let s_init = summarize(&starts.iter().map(|s| s.initialize).collect::<Vec<_>>());
+    let s_recall = summarize(&starts.iter().map(|s| s.recall).collect::<Vec<_>>());
+    let opens: Vec<Duration> = starts
+        .iter()
+        .filter_map(|s| s.open_ms)
+        .map(|ms| Duration::from_secs_f64(ms / 1e3))
+        .collect();
+    rows.push(ms_row(
+        &format!("start → `initialize` answer, {size} db"),
+        &s_init,
+        "",
+        None,
+    ));
+    rows.push(ms_row(
+        &format!("start → first `recall` answer, {size} db"),
+        &s_recall,
+        &floor_label,
+        Some(s_recall.p50 <= floor_ms),
+    ));
+    let s_hybrid = summarize(&starts.iter().map(|s| s.hybrid).collect::<Vec<_>>());
+    rows.push(ms_row(
+        &format!("start → first hybrid answer (no text-only warning), {size} db"),
+        &s_hybrid,
+        &floor_label,
+        Some(s_hybrid.p50 <= floor_ms),
+    ));
+    if !opens.is_empty() {
+        rows.push(ms_row(
+            "  of which engine open (server log `open_ms`)",
+            &summarize(&opens),
+            "",
+            None,
+        ));
+    }
 }
