@@ -68,9 +68,35 @@ impl Engine {
         if q.mode == RecallMode::Vector && self.embedder.is_none() {
             warnings.push("no embedder is configured; answered with text search".to_owned());
         }
+        // Hybrid: the text search runs here while another thread searches the vectors (each
+        // half takes milliseconds at a million memories; a spawned thread costs microseconds
+        // and, unlike a pool, never queues behind an import's embedding work).
+        let text_now = q.mode == RecallMode::Hybrid || !want_vector;
+        let (vector_found, text_found) = std::thread::scope(|scope| {
+            let vector = want_vector.then(|| {
+                let search = || self.vector_candidates(q, depth);
+                if text_now {
+                    std::thread::Builder::new()
+                        .name("mnemograph-recall".into())
+                        .spawn_scoped(scope, search)
+                        .map_err(|_| search)
+                } else {
+                    Err(search)
+                }
+            });
+            let text = text_now.then(|| self.text_candidates(q, depth));
+            let vector = vector.map(|v| match v {
+                Ok(thread) => thread
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::Internal("the vector search panicked".into()))),
+                // No thread (or none needed): searched here.
+                Err(search) => search(),
+            });
+            (vector, text)
+        });
         let mut vector_hits = Vec::new();
-        if want_vector {
-            match self.vector_candidates(q, depth) {
+        if let Some(found) = vector_found {
+            match found {
                 Ok((hits, sync)) => {
                     vector_hits = hits;
                     match sync {
@@ -98,16 +124,22 @@ impl Engine {
             (RecallMode::Vector, false) => RecallMode::Text,
             (m, _) => m,
         };
-        let mut text_hits = if mode == RecallMode::Vector {
-            Vec::new()
-        } else {
-            let (hits, unseen) = self.text_candidates(q, depth)?;
-            if unseen > 0 {
-                warnings.push(format!(
-                    "the text index is catching up ({unseen} recent changes not searchable by words yet)"
-                ));
+        let text_found = match text_found {
+            Some(found) => Some(found),
+            None if mode != RecallMode::Vector => Some(self.text_candidates(q, depth)),
+            None => None,
+        };
+        let mut text_hits = match text_found {
+            Some(found) => {
+                let (hits, unseen) = found?;
+                if unseen > 0 {
+                    warnings.push(format!(
+                        "the text index is catching up ({unseen} recent changes not searchable by words yet)"
+                    ));
+                }
+                hits
             }
-            hits
+            None => Vec::new(),
         };
 
         let mut keys: Vec<MemoryKey> = text_hits.iter().chain(&vector_hits).map(|h| h.0).collect();
