@@ -61,7 +61,7 @@ impl Engine {
     /// Ranked memories for `q` (see the module doc); sees every write committed before the call.
     pub fn recall(&self, q: &RecallQuery) -> Result<RecallPage> {
         self.check_recall(q)?;
-        // Fusion and duplicate collapse need candidates beyond the page; plain text ranking does not.
+        // Fusion, coverage and duplicate collapse need candidates beyond the page.
         let depth = (2 * (q.offset + q.limit + 1)).max(MIN_CANDIDATES);
         let mut warnings = Vec::new();
         let mut want_vector = q.mode != RecallMode::Text && self.embedder.is_some();
@@ -124,23 +124,15 @@ impl Engine {
             (RecallMode::Vector, false) => RecallMode::Text,
             (m, _) => m,
         };
-        let text_found = match text_found {
-            Some(found) => Some(found),
-            None if mode != RecallMode::Vector => Some(self.text_candidates(q, depth)),
-            None => None,
-        };
-        let mut text_hits = match text_found {
-            Some(found) => {
-                let (hits, unseen) = found?;
-                if unseen > 0 {
-                    warnings.push(format!(
-                        "the text index is catching up ({unseen} recent changes not searchable by words yet)"
-                    ));
-                }
-                hits
-            }
-            None => Vec::new(),
-        };
+        // Vector mode that fell back to text searches it now.
+        let text_found = text_found
+            .or_else(|| (mode != RecallMode::Vector).then(|| self.text_candidates(q, depth)));
+        let (mut text_hits, unseen) = text_found.transpose()?.unwrap_or_default();
+        if unseen > 0 {
+            warnings.push(format!(
+                "the text index is catching up ({unseen} recent changes not searchable by words yet)"
+            ));
+        }
 
         let mut keys: Vec<MemoryKey> = text_hits.iter().chain(&vector_hits).map(|h| h.0).collect();
         keys.sort_unstable();

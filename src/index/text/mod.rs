@@ -563,18 +563,7 @@ impl TextIndex {
         if weights.is_empty() {
             return 0.0;
         }
-        let mut analyzer = analyzer();
-        let mut tf = vec![0u32; weights.len()];
-        let mut len = 0u32;
-        for text in [content, name.unwrap_or("")] {
-            let mut stream = analyzer.token_stream(text);
-            while let Some(t) = stream.next() {
-                len += 1;
-                if let Some(i) = weights.iter().position(|(w, _)| *w == t.text) {
-                    tf[i] += 1;
-                }
-            }
-        }
+        let (tf, len) = term_counts(weights, content, name);
         let (k1, b, avg_len) = (1.2, 0.75, 40.0);
         let norm = k1 * (1.0 - b + b * f64::from(len) / avg_len);
         weights
@@ -595,20 +584,11 @@ impl TextIndex {
         if total <= 0.0 {
             return 1.0;
         }
-        let mut found = vec![false; weights.len()];
-        let mut analyzer = analyzer();
-        for text in [content, name.unwrap_or("")] {
-            let mut stream = analyzer.token_stream(text);
-            while let Some(t) = stream.next() {
-                if let Some(i) = weights.iter().position(|(w, _)| *w == t.text) {
-                    found[i] = true;
-                }
-            }
-        }
+        let (tf, _) = term_counts(weights, content, name);
         weights
             .iter()
-            .zip(found)
-            .filter(|(_, f)| *f)
+            .zip(tf)
+            .filter(|(_, tf)| *tf > 0)
             .map(|((_, w), _)| w)
             .sum::<f64>()
             / total
@@ -808,14 +788,9 @@ fn top_keys(
     let mut columns: HashMap<u32, Option<std::sync::Arc<dyn ColumnValues<u64>>>> = HashMap::new();
     let mut hits: Vec<(f32, u64)> = Vec::with_capacity(found.len());
     for (score, address) in found {
-        let column = columns.entry(address.segment_ord).or_insert_with(|| {
-            searcher
-                .segment_reader(address.segment_ord)
-                .fast_fields()
-                .u64("key")
-                .ok()
-                .map(|c| c.first_or_default_col(0))
-        });
+        let column = columns
+            .entry(address.segment_ord)
+            .or_insert_with(|| key_column(searcher.segment_reader(address.segment_ord)));
         let key = column.as_ref().map_or(0, |c| c.get_val(address.doc_id));
         hits.push((score, key));
     }
@@ -838,11 +813,7 @@ fn top_keys_by_key(
 ) -> Result<Vec<(MemoryKey, f32)>> {
     let top = TopDocs::with_limit(limit).and_offset(offset).tweak_score(
         |segment: &tantivy::SegmentReader| {
-            let keys = segment
-                .fast_fields()
-                .u64("key")
-                .map(|c| c.first_or_default_col(0))
-                .ok();
+            let keys = key_column(segment);
             move |doc: tantivy::DocId, score: tantivy::Score| {
                 let key = keys.as_ref().map_or(0, |k| k.get_val(doc));
                 (score, std::cmp::Reverse(key))
@@ -854,6 +825,33 @@ fn top_keys_by_key(
         .into_iter()
         .map(|((score, std::cmp::Reverse(key)), _)| (MemoryKey(key as i64), score))
         .collect())
+}
+
+/// How often each weighted term occurs in a memory's content and name (as analysed), and how
+/// many terms they hold in all.
+fn term_counts(weights: &[(String, f64)], content: &str, name: Option<&str>) -> (Vec<u32>, u32) {
+    let mut analyzer = analyzer();
+    let mut tf = vec![0u32; weights.len()];
+    let mut len = 0u32;
+    for text in [content, name.unwrap_or("")] {
+        let mut stream = analyzer.token_stream(text);
+        while let Some(t) = stream.next() {
+            len += 1;
+            if let Some(i) = weights.iter().position(|(w, _)| *w == t.text) {
+                tf[i] += 1;
+            }
+        }
+    }
+    (tf, len)
+}
+
+/// The memory key column of a segment (`None` when it cannot be read: keys then read as 0).
+fn key_column(segment: &tantivy::SegmentReader) -> Option<std::sync::Arc<dyn ColumnValues<u64>>> {
+    segment
+        .fast_fields()
+        .u64("key")
+        .ok()
+        .map(|c| c.first_or_default_col(0))
 }
 
 /// Statistics of two searchers summed: the committed index and the overlay scored as one.
