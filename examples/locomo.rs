@@ -149,7 +149,8 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
 }
 
 /// The table's rows: each ranking at expansion 0, hybrid with the default and with equal
-/// weights, expansion 1 and 2, then a hybrid row per extra weights.
+/// weights, text and hybrid at expansion 1 and 2 (recall's default), then a hybrid row per extra
+/// weights.
 fn setups(extra: &[(f32, f32)]) -> Vec<Setup> {
     let row = |label: &str, mode, expand, weights| Setup {
         label: label.to_owned(),
@@ -166,6 +167,7 @@ fn setups(extra: &[(f32, f32)]) -> Vec<Setup> {
         row(&hybrid((1.0, 1.0)), RecallMode::Hybrid, 0, Some((1.0, 1.0))),
         row("text (BM25)", RecallMode::Text, 1, None),
         row(&default, RecallMode::Hybrid, 1, None),
+        row("text (BM25)", RecallMode::Text, 2, None),
         row(&default, RecallMode::Hybrid, 2, None),
     ];
     for &w in extra {
@@ -745,13 +747,14 @@ mod tests {
                 ("hybrid, weights 1 : 1", 0),
                 ("text (BM25)", 1),
                 ("hybrid, weights 1 : 0.25 (default)", 1),
+                ("text (BM25)", 2),
                 ("hybrid, weights 1 : 0.25 (default)", 2),
                 ("hybrid, weights 1 : 0.5", 0),
             ]
         );
         assert_eq!(rows[2].weights, None, "the engine's default, not a copy");
         assert_eq!(rows[3].weights, Some((1.0, 1.0)));
-        assert_eq!(rows[7].weights, Some((1.0, 0.5)));
+        assert_eq!(rows[8].weights, Some((1.0, 0.5)));
     }
 
     #[test]

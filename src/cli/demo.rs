@@ -386,7 +386,11 @@ fn talk(client: &mut Client) -> anyhow::Result<()> {
                 out,
                 "  {:.2}  {:<26}  {}",
                 hit["score"].as_f64().unwrap_or(0.0),
-                super::why(rank("text_rank"), rank("vector_rank")),
+                super::why(
+                    rank("text_rank"),
+                    rank("vector_rank"),
+                    hit["via"]["relation"].as_str()
+                ),
                 hit["snippet"].as_str().unwrap_or("")
             )?;
         }

@@ -517,10 +517,13 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             )?;
             for h in page.hits {
                 let snippet: String = h.snippet.replace('\n', " ").chars().take(80).collect();
-                let ranked = h
-                    .explain
-                    .as_ref()
-                    .map_or(String::new(), |x| why(x.text_rank, x.vector_rank));
+                let ranked = h.explain.as_ref().map_or(String::new(), |x| {
+                    why(
+                        x.text_rank,
+                        x.vector_rank,
+                        h.via.as_ref().map(|v| v.relation.as_str()),
+                    )
+                });
                 writeln!(
                     out,
                     "{:>6.2}  {:<24}  {:<12}  {:<10}  {:<28}  {}",
@@ -829,23 +832,37 @@ fn find_task(engine: &Engine, id: &str) -> anyhow::Result<Option<crate::model::T
 }
 
 /// Why a hybrid hit ranks where it does, for people: its place by words and by meaning.
-fn why(text_rank: Option<usize>, vector_rank: Option<usize>) -> String {
-    let place = |rank: Option<usize>, what: &str| {
-        rank.map_or(format!("not by {what}"), |r| format!("{what} #{r}"))
-    };
-    format!(
-        "{}, {}",
-        place(text_rank, "words"),
-        place(vector_rank, "meaning")
-    )
+/// Why a hit ranks where it does: its place by words and by meaning, or, for a hit that joined
+/// the page through a relation of another hit (recall's `expand`), that relation.
+fn why(text_rank: Option<usize>, vector_rank: Option<usize>, via: Option<&str>) -> String {
+    let place = |rank: Option<usize>, what: &str| rank.map(|r| format!("{what} #{r}"));
+    let places: Vec<String> = [place(text_rank, "words"), place(vector_rank, "meaning")]
+        .into_iter()
+        .flatten()
+        .collect();
+    match (via, places.is_empty()) {
+        (Some(relation), true) => format!("via {relation}"),
+        (Some(relation), false) => format!("via {relation}, {}", places.join(", ")),
+        (None, true) => "no match".to_owned(),
+        (None, false) => [
+            place(text_rank, "words").unwrap_or_else(|| "not by words".to_owned()),
+            place(vector_rank, "meaning").unwrap_or_else(|| "not by meaning".to_owned()),
+        ]
+        .join(", "),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn why_names_the_place_by_words_and_by_meaning() {
-        assert_eq!(super::why(Some(1), Some(3)), "words #1, meaning #3");
-        assert_eq!(super::why(None, Some(2)), "not by words, meaning #2");
-        assert_eq!(super::why(Some(4), None), "words #4, not by meaning");
+        assert_eq!(super::why(Some(1), Some(3), None), "words #1, meaning #3");
+        assert_eq!(super::why(None, Some(2), None), "not by words, meaning #2");
+        assert_eq!(super::why(Some(4), None, None), "words #4, not by meaning");
+        assert_eq!(super::why(None, None, Some("leads")), "via leads");
+        assert_eq!(
+            super::why(None, Some(7), Some("follows")),
+            "via follows, meaning #7"
+        );
     }
 }

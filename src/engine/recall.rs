@@ -34,6 +34,10 @@ pub const RECENCY_HALF_LIFE_MS: f64 = 30.0 * 24.0 * 3_600_000.0;
 /// A neighbour reached through graph expansion inherits this share of its source's score per
 /// hop, times the relation's weight.
 pub const EXPAND_DECAY: f32 = 0.9;
+/// Relations between two memories of at most this many relations each pass on the full share;
+/// past it the share shrinks as HUB_DEGREE / √(degree of one × degree of the other), so a hub
+/// (a session holding fifty turns) neither crowds the page nor floods it with its members.
+pub const HUB_DEGREE: f32 = 4.0;
 /// Most neighbours one hit contributes per hop.
 const EXPAND_FANOUT: usize = 32;
 /// Hits sharing at least this share of their words (Jaccard) are the same memory said twice:
@@ -385,9 +389,16 @@ impl Engine {
                     g.adjacent(key.0, |nbr, kind, weight, forward| {
                         nbrs.push((nbr, weight, kind.to_owned(), forward));
                     });
+                    let degree = |k: i64| {
+                        let mut n = 0usize;
+                        g.adjacent(k, |_, _, _, _| n += 1);
+                        n as f32
+                    };
+                    let own = nbrs.len() as f32;
                     nbrs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
                     for (nbr, w, kind, forward) in nbrs.into_iter().take(EXPAND_FANOUT) {
-                        let inherited = s * EXPAND_DECAY * w.clamp(0.0, 1.0);
+                        let hub = (HUB_DEGREE / (own * degree(nbr)).sqrt()).min(1.0);
+                        let inherited = s * EXPAND_DECAY * w.clamp(0.0, 1.0) * hub;
                         let nk = MemoryKey(nbr);
                         let better = reached.get(&nk).is_none_or(|(old, _)| inherited > *old);
                         if better && inherited > 0.0 {

@@ -58,13 +58,14 @@ fn recall_ids(engine: &Engine, text: &str) -> Vec<String> {
     recall_ids_in(engine, text, RecallMode::Text)
 }
 
-/// Ids of the first 10 hits for `text` ranked by `mode`.
+/// Ids of the first 10 matches for `text` ranked by `mode` (no expansion).
 pub(crate) fn recall_ids_in(engine: &Engine, text: &str, mode: RecallMode) -> Vec<String> {
     engine
         .recall(&RecallQuery {
             text: text.into(),
             limit: 10,
             mode,
+            expand: 0,
             ..RecallQuery::default()
         })
         .unwrap()
@@ -695,11 +696,13 @@ mod semantic {
     use crate::embed::Embedder;
     use crate::model::Hit;
 
+    /// A recall of the matches alone (no expansion).
     fn query(text: &str, mode: RecallMode) -> RecallQuery {
         RecallQuery {
             text: text.into(),
             limit: 10,
             mode,
+            expand: 0,
             ..RecallQuery::default()
         }
     }
@@ -819,6 +822,79 @@ mod semantic {
         );
         let want = expanded.hits[0].score * crate::engine::recall::EXPAND_DECAY * 0.8;
         assert!((expanded.hits[1].score - want).abs() < 1e-6);
+    }
+
+    /// A hub (a session holding many turns) passes on a share shrunk by its degree, so the
+    /// turns next to a hit rank above the hub and the hub's other members; by default a recall
+    /// expands two hops.
+    #[test]
+    fn expansion_damps_hubs_and_reaches_two_hops_by_default() {
+        use crate::engine::recall::{EXPAND_DECAY, HUB_DEGREE};
+        let (_d, e) = temp_engine();
+        let hub = remember_one(&e, item("Session of the ninth of May"));
+        let link = |to: &str, kind: &str| Link {
+            to: to.to_owned(),
+            kind: kind.into(),
+            weight: None,
+        };
+        let turn = |content: &str, before: Option<&str>| RememberItem {
+            content: content.into(),
+            links: std::iter::once(link(&hub, "part_of"))
+                .chain(before.map(|b| link(b, "follows")))
+                .collect(),
+            ..RememberItem::default()
+        };
+        let first = remember_one(&e, turn("Where did you go last weekend?", None));
+        let answer = remember_one(&e, turn("We hiked up Mount Tamalpais", Some(&first)));
+        let after = remember_one(&e, turn("It rained the whole way down", Some(&answer)));
+        let mut last = after.clone();
+        for i in 0..17 {
+            last = remember_one(
+                &e,
+                turn(&format!("Unrelated remark number {i}"), Some(&last)),
+            );
+        }
+        let recalled = e
+            .recall(&RecallQuery {
+                expand: 1,
+                ..query("Tamalpais", RecallMode::Text)
+            })
+            .unwrap();
+        let got = ids(&recalled.hits);
+        assert_eq!(got[..3], [answer.as_str(), first.as_str(), after.as_str()]);
+        // The hub: 20 relations against the answer's 3.
+        let hub_hit = recalled.hits.iter().find(|h| h.memory.id == hub).unwrap();
+        let s = recalled.hits[0].score;
+        let want = s * EXPAND_DECAY * HUB_DEGREE / (3.0f32 * 20.0).sqrt();
+        assert!(
+            (hub_hit.score - want).abs() < 1e-5,
+            "{} vs {want}",
+            hub_hit.score
+        );
+        assert_eq!(
+            recalled.hits.len(),
+            4,
+            "one hop: the hit, its two turns, the hub"
+        );
+        // Two hops along the turns: the turn after the next one, at the decay squared.
+        let two = e
+            .recall(&RecallQuery {
+                text: "Tamalpais".into(),
+                limit: 10,
+                mode: RecallMode::Text,
+                ..RecallQuery::default()
+            })
+            .unwrap();
+        let second_after = two
+            .hits
+            .iter()
+            .find(|h| {
+                h.via
+                    .as_ref()
+                    .is_some_and(|v| v.hops == 2 && v.relation == "follows")
+            })
+            .expect("a turn two hops away");
+        assert!((second_after.score - s * EXPAND_DECAY * EXPAND_DECAY).abs() < 1e-5);
     }
 
     #[test]

@@ -277,6 +277,8 @@ impl Engine {
             text: q.clone(),
             namespaces: req.namespaces.clone(),
             limit: QUERY_SEEDS,
+            // The seeds are the memories the words find; the walk itself reaches their neighbours.
+            expand: 0,
             ..RecallQuery::default()
         })?;
         if page.hits.is_empty() {

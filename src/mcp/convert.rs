@@ -148,7 +148,7 @@ pub(super) fn recall_query(p: &dto::RecallParams) -> Result<RecallQuery> {
             Some(dto::ModeInput::Vector) => RecallMode::Vector,
             Some(dto::ModeInput::Hybrid) | None => RecallMode::Hybrid,
         },
-        expand: p.expand.unwrap_or(0).min(2),
+        expand: p.expand.unwrap_or(crate::model::DEFAULT_EXPAND).min(2),
         explain: p.explain.unwrap_or(false),
         include_archived: p.include_archived.unwrap_or(false),
         weights: match p.weights.as_deref() {

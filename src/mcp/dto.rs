@@ -99,7 +99,7 @@ pub struct RecallParams {
     pub cursor: Option<String>,
     /// Full content instead of snippets.
     pub full: Option<bool>,
-    /// Hops of related memories to add, 0–8.
+    /// Hops of related memories to add, 0–8 (default 2).
     pub expand: Option<u8>,
     /// hybrid (default), text or vector.
     pub mode: Option<ModeInput>,

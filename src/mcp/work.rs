@@ -235,7 +235,7 @@ fn run_find_paths(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Va
 pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Value> {
     let p: dto::RecallParams = parse("recall", args)?;
     let full = p.full.unwrap_or(false);
-    let expand = p.expand.unwrap_or(0);
+    let expand = p.expand.unwrap_or(crate::model::DEFAULT_EXPAND);
     if expand > crate::engine::traverse::MAX_DEPTH {
         return Err(Error::invalid(
             "expand",

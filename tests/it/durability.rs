@@ -80,7 +80,7 @@ async fn restart_keeps_every_memory_and_relation() {
     // Recall finds each of them by its token after the restart, and not the forgotten one.
     for (n, id) in ids.iter().enumerate() {
         let found = second
-            .recall_ids(json!({"query": format!("rq{n}z"), "namespace": "keep", "limit": 5, "mode": "text"}))
+            .recall_ids(json!({"query": format!("rq{n}z"), "namespace": "keep", "limit": 5, "mode": "text", "expand": 0}))
             .await;
         if n == 7 {
             assert!(found.is_empty(), "forgotten fact recalled: {found:?}");

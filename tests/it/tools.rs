@@ -359,12 +359,17 @@ async fn forget_and_restore_memories_and_relations() {
 
         let restored = s.ok("restore", json!({"names": ["carol"]})).await;
         assert_eq!(restored["memories"], json!([carol]), "{restored}");
-        let hits = s.recall_ids(json!({"query": "Carol"})).await;
+        let hits = s.recall_ids(json!({"query": "Carol", "expand": 0})).await;
         assert_eq!(
             hits,
             [carol.as_str()],
             "{era:?}: a restored memory was not recalled"
         );
+        // By default recall also brings the hit's neighbours, saying how it reached them.
+        let page = s.ok("recall", json!({"query": "Carol"})).await;
+        assert_eq!(page["hits"][0]["id"], carol.as_str(), "{page}");
+        assert_eq!(page["hits"][1]["id"], payments.as_str(), "{page}");
+        assert_eq!(page["hits"][1]["via"]["relation"], "owns", "{page}");
         let got = s.ok("get", json!({"ids": [carol]})).await;
         assert!(got["memories"][0].get("forgotten_at").is_none(), "{got}");
         assert_eq!(got["memories"][0]["relations"][0]["id"], rel_id.as_str());

@@ -83,6 +83,7 @@ fn recall(e: &Engine, text: &str, include_archived: bool) -> Vec<String> {
         limit: 10,
         mode: RecallMode::Text,
         include_archived,
+        expand: 0,
         ..RecallQuery::default()
     })
     .unwrap()
