@@ -52,6 +52,15 @@ use staged::Staged;
 const EF_SEARCH_MIN: usize = 384;
 /// Vectors an index holds before it fixes its centre (see [`State::centre`]).
 const CENTRE_AFTER: usize = 1_024;
+/// The graph is searched toward `q − α·c` for this α (see [`State::centre`]). A stored vector
+/// is `x = c + r·t` with `|x| = 1`, which ties its distance from the centre to its direction
+/// (`2r·(c·t) = 1 − |c|² − r²`): the farther from the centre, the lower `c·t`. Near the top of a
+/// ranking by `q·x = q·c + r·(q·t)`, then, `(q − α·c)·t = q·t − α·(c·t)` with α about 0.6
+/// follows the same order, where the query's own direction from the centre (α = 1) overrates
+/// vectors near the centre and `q` alone (α = 0) those far from it. Over the real turns grown
+/// to a million, the exact top 10 of 200 questions were all among the first 128 directions by
+/// `(q − 0.6·c)·t` (α 0.5–0.7 alike), against 90 % with α = 1 and 71 % with α = 0.
+const QUERY_CENTRE_SHARE: f32 = 0.6;
 /// Graph capacity reserved by an empty index (the graph grows past it).
 const INITIAL_CAPACITY: usize = 1_024;
 /// What one member of a search's candidate list costs, in vectors a scan reads meanwhile (a scan
@@ -320,7 +329,9 @@ struct State {
     /// has length 0.84–0.90), which crowds them into a narrow cone a graph search navigates
     /// badly: searching the centred directions and scoring the candidates by `q·x` raised
     /// recall@10 from 0.966 to 0.981 on 18,495 real turns and from 0.865 to 0.907 on a
-    /// million memories grown from them (list 384, `examples/vector_scale.rs`).
+    /// million memories grown from them (list 384, `examples/vector_scale.rs`); searching
+    /// toward `q − 0.6·c` instead of the query's own direction from the centre (see
+    /// [`QUERY_CENTRE_SHARE`]) raised the million's to 0.956.
     centre: Vec<f32>,
     centred: bool,
     /// `r = |x − centre|` of each slot.
@@ -352,10 +363,12 @@ impl std::hash::Hasher for SlotHasher {
 type SlotHash = std::hash::BuildHasherDefault<SlotHasher>;
 
 /// A query as the state scores it: the unit vector, its direction away from the centre (what
-/// the graph is searched with) and its dot product with the centre.
+/// staged sketches are compared with), the direction the graph is searched toward (see
+/// [`QUERY_CENTRE_SHARE`]) and its dot product with the centre.
 struct Query {
     v: Vec<f32>,
     direction: Vec<f32>,
+    toward: Vec<f32>,
     at_centre: f32,
 }
 
@@ -385,7 +398,17 @@ impl State {
 
     fn query(&self, v: Vec<f32>) -> Query {
         let (direction, _) = self.direction(&v);
+        let mut toward: Vec<f32> = v
+            .iter()
+            .zip(&self.centre)
+            .map(|(q, c)| q - QUERY_CENTRE_SHARE * c)
+            .collect();
+        let norm = dot(&toward, &toward).sqrt();
+        if norm > 0.0 {
+            toward.iter_mut().for_each(|x| *x /= norm);
+        }
         Query {
+            toward,
             at_centre: dot(&v, &self.centre),
             direction,
             v,
@@ -785,7 +808,7 @@ impl State {
     ) -> Vec<Hit> {
         let mut top = TopK::new(k);
         let mut buf = vec![0.0; self.dim];
-        for slot in self.graph.search(&query.direction, ef) {
+        for slot in self.graph.search(&query.toward, ef) {
             if self.is_live(slot as usize)
                 && accept.is_none_or(|accept| accept(self.keys[slot as usize]))
                 && let Some(hit) = self.score(query, slot, &mut buf)
@@ -1765,6 +1788,71 @@ mod tests {
         let hits = index.search(&points[123], 10, Scope::All);
         assert_eq!(hits[0].0, key(123));
         assert!((hits[0].1 - 1.0).abs() < 1e-3, "{}", hits[0].1);
+    }
+
+    /// Unit vectors in a narrow cone: ranked by `(q − 0.6·c)·t`, the directions from the centre
+    /// put the exact top 10 by `q·x` near the top, closer than the query's own direction from
+    /// the centre does.
+    #[test]
+    fn the_graph_is_searched_toward_a_direction_that_ranks_like_the_scores() {
+        let dim = 64;
+        let mut rng = Rng(91);
+        let common = random_unit(&mut rng, dim);
+        let cone = |rng: &mut Rng| -> Vec<f32> {
+            let noise = random_unit(rng, dim);
+            let spread = 0.5 + rng.unit() as f32;
+            normalized(
+                common
+                    .iter()
+                    .zip(&noise)
+                    .map(|(c, n)| 2.0 * c + spread * n)
+                    .collect(),
+            )
+        };
+        let points: Vec<Vec<f32>> = (0..4_000).map(|_| cone(&mut rng)).collect();
+        let index = build(&points, dim);
+        let st = index.read();
+        assert!(st.centred);
+        // Among how many directions, ranked by `toward`, the exact top 10 lie.
+        let depth = |q: &Query, toward: &[f32]| -> usize {
+            let mut exact: Vec<(f32, usize)> = points
+                .iter()
+                .enumerate()
+                .map(|(i, x)| (dot(&q.v, x), i))
+                .collect();
+            exact.sort_by(|a, b| b.0.total_cmp(&a.0));
+            let mut proxy: Vec<(f32, usize)> = points
+                .iter()
+                .enumerate()
+                .map(|(i, x)| (dot(toward, &st.direction(x).0), i))
+                .collect();
+            proxy.sort_by(|a, b| b.0.total_cmp(&a.0));
+            exact[..10]
+                .iter()
+                .map(|(_, i)| proxy.iter().position(|(_, j)| j == i).unwrap_or(usize::MAX))
+                .max()
+                .unwrap_or(0)
+                + 1
+        };
+        let (mut toward, mut own) = (0, 0);
+        for _ in 0..50 {
+            let q = st.query(cone(&mut rng));
+            let expected: Vec<f32> = {
+                let t: Vec<f32> =
+                    q.v.iter()
+                        .zip(&st.centre)
+                        .map(|(v, c)| v - QUERY_CENTRE_SHARE * c)
+                        .collect();
+                normalized(t)
+            };
+            assert!(dot(&expected, &q.toward) > 0.9999);
+            toward += depth(&q, &q.toward);
+            own += depth(&q, &q.direction);
+        }
+        report(format_args!(
+            "exact top 10 within the first {toward} (toward) against {own} (own direction) over 50 queries"
+        ));
+        assert!(toward < own, "{toward} against {own}");
     }
 
     /// Vectors sharing one dominant direction, as a static model's are: the index centres them
