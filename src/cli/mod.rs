@@ -831,7 +831,6 @@ fn find_task(engine: &Engine, id: &str) -> anyhow::Result<Option<crate::model::T
     }
 }
 
-/// Why a hybrid hit ranks where it does, for people: its place by words and by meaning.
 /// Why a hit ranks where it does: its place by words and by meaning, or, for a hit that joined
 /// the page through a relation of another hit (recall's `expand`), that relation.
 fn why(text_rank: Option<usize>, vector_rank: Option<usize>, via: Option<&str>) -> String {

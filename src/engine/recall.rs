@@ -34,9 +34,10 @@ pub const RECENCY_HALF_LIFE_MS: f64 = 30.0 * 24.0 * 3_600_000.0;
 /// A neighbour reached through graph expansion inherits this share of its source's score per
 /// hop, times the relation's weight.
 pub const EXPAND_DECAY: f32 = 0.9;
-/// Relations between two memories of at most this many relations each pass on the full share;
-/// past it the share shrinks as HUB_DEGREE / √(degree of one × degree of the other), so a hub
-/// (a session holding fifty turns) neither crowds the page nor floods it with its members.
+/// Expansion through a relation passes on the share `min(1, HUB_DEGREE / √(d₁ · d₂))`, d₁ and
+/// d₂ being how many relations its two ends have: full along a chain of turns (3 each), less
+/// through a hub, so a session holding fifty turns neither crowds the page nor floods it with
+/// its members.
 pub const HUB_DEGREE: f32 = 4.0;
 /// Most neighbours one hit contributes per hop.
 const EXPAND_FANOUT: usize = 32;
@@ -377,6 +378,8 @@ impl Engine {
             .collect();
         // (neighbour) -> (inherited score, via)
         let mut reached: HashMap<MemoryKey, (f32, Via)> = HashMap::new();
+        // Relations per memory, each counted once per recall (a hub may neighbour many hits).
+        let mut degrees: HashMap<i64, f32> = HashMap::new();
         self.with_graph(|g| {
             let mut frontier: Vec<(MemoryKey, f32, String)> = seeds
                 .iter()
@@ -389,15 +392,15 @@ impl Engine {
                     g.adjacent(key.0, |nbr, kind, weight, forward| {
                         nbrs.push((nbr, weight, kind.to_owned(), forward));
                     });
-                    let degree = |k: i64| {
-                        let mut n = 0usize;
-                        g.adjacent(k, |_, _, _, _| n += 1);
-                        n as f32
-                    };
                     let own = nbrs.len() as f32;
                     nbrs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
                     for (nbr, w, kind, forward) in nbrs.into_iter().take(EXPAND_FANOUT) {
-                        let hub = (HUB_DEGREE / (own * degree(nbr)).sqrt()).min(1.0);
+                        let theirs = *degrees.entry(nbr).or_insert_with(|| {
+                            let mut n = 0usize;
+                            g.adjacent(nbr, |_, _, _, _| n += 1);
+                            n as f32
+                        });
+                        let hub = (HUB_DEGREE / (own * theirs).sqrt()).min(1.0);
                         let inherited = s * EXPAND_DECAY * w.clamp(0.0, 1.0) * hub;
                         let nk = MemoryKey(nbr);
                         let better = reached.get(&nk).is_none_or(|(old, _)| inherited > *old);
