@@ -79,15 +79,13 @@ pub(crate) fn embed_text(name: Option<&str>, content: &str) -> String {
 /// True when at least half of the name's parts (split at anything not a letter or digit) are
 /// letters only.
 fn reads_as_words(name: &str) -> bool {
-    let parts: Vec<&str> = name
+    let (parts, wordy) = name
         .split(|c: char| !c.is_alphanumeric())
         .filter(|p| !p.is_empty())
-        .collect();
-    let wordy = parts
-        .iter()
-        .filter(|p| p.chars().all(char::is_alphabetic))
-        .count();
-    !parts.is_empty() && 2 * wordy >= parts.len()
+        .fold((0usize, 0usize), |(n, w), p| {
+            (n + 1, w + usize::from(p.chars().all(char::is_alphabetic)))
+        });
+    parts > 0 && 2 * wordy >= parts
 }
 
 /// Embeds `texts` on the rayon pool in chunks; one failing chunk fails the whole call.

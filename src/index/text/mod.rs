@@ -541,20 +541,37 @@ impl TextIndex {
                 })
                 .collect()
         };
+        self.with_live_statistics(|_, _, stats| Ok(weigh(stats)))
+            .unwrap_or_else(|_| weigh(&LiveStatistics::new(&self.reader.searcher(), self.fields)))
+    }
+
+    /// Runs `f` with the committed index's searcher, the overlay and its searcher (when it holds
+    /// memories), and the statistics both are scored with: the committed index's live documents
+    /// less the versions the overlay replaces, plus the overlay's — as one index holding the
+    /// overlay's versions would count them.
+    fn with_live_statistics<T>(
+        &self,
+        f: impl FnOnce(
+            &tantivy::Searcher,
+            Option<(&Overlay, &tantivy::Searcher)>,
+            &dyn tantivy::query::Bm25StatisticsProvider,
+        ) -> Result<T>,
+    ) -> Result<T> {
         let searcher = self.reader.searcher();
         let guard = lock::read_or_reset(&self.overlay, |o| *o = None);
-        let committed = LiveStatistics::new(&searcher, self.fields);
         let Some(overlay) = guard.as_ref().filter(|o| !o.keys.is_empty()) else {
-            return weigh(&committed);
+            return f(
+                &searcher,
+                None,
+                &LiveStatistics::new(&searcher, self.fields),
+            );
         };
         let overlay_searcher = overlay.reader.searcher();
-        match committed.hiding(overlay.keys.keys().copied()) {
-            Ok(committed) => weigh(&Combined([
-                committed,
-                LiveStatistics::new(&overlay_searcher, self.fields),
-            ])),
-            Err(_) => weigh(&LiveStatistics::new(&searcher, self.fields)),
-        }
+        let stats = Combined([
+            LiveStatistics::new(&searcher, self.fields).hiding(overlay.keys.keys().copied())?,
+            LiveStatistics::new(&overlay_searcher, self.fields),
+        ]);
+        f(&searcher, Some((overlay, &overlay_searcher)), &stats)
     }
 
     /// BM25-style relevance of one memory's text to weighted terms (no index lookup: used to
@@ -662,34 +679,26 @@ impl TextIndex {
         let Some(query) = self.query_of(q) else {
             return Ok(Vec::new());
         };
-        let searcher = self.reader.searcher();
-        let guard = lock::read_or_reset(&self.overlay, |o| *o = None);
-        let overlay = guard.as_ref().filter(|o| !o.keys.is_empty());
-        let Some(overlay) = overlay else {
-            let stats = LiveStatistics::new(&searcher, self.fields);
-            return top_keys(&searcher, &query, q.offset, q.limit, &stats);
-        };
-        // Both halves are scored with the statistics of both, as one index holding the
-        // overlay's versions would score them.
-        let overlay_searcher = overlay.reader.searcher();
-        let stats = Combined([
-            LiveStatistics::new(&searcher, self.fields).hiding(overlay.keys.keys().copied())?,
-            LiveStatistics::new(&overlay_searcher, self.fields),
-        ]);
-        let hidden: Vec<Term> = overlay
-            .keys
-            .keys()
-            .map(|&k| Term::from_field_u64(self.fields.key, k))
-            .collect();
-        let committed_query = BooleanQuery::new(vec![
-            (Occur::Must, Box::new(query.clone()) as Box<dyn Query>),
-            (Occur::MustNot, Box::new(TermSetQuery::new(hidden))),
-        ]);
-        let depth = q.offset + q.limit;
-        let mut hits = top_keys(&searcher, &committed_query, 0, depth, &stats)?;
-        hits.extend(top_keys(&overlay_searcher, &query, 0, depth, &stats)?);
-        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        Ok(hits.into_iter().skip(q.offset).take(q.limit).collect())
+        self.with_live_statistics(|searcher, overlay, stats| {
+            let Some((overlay, overlay_searcher)) = overlay else {
+                return top_keys(searcher, &query, q.offset, q.limit, stats);
+            };
+            // Both halves are scored with the statistics of both.
+            let hidden: Vec<Term> = overlay
+                .keys
+                .keys()
+                .map(|&k| Term::from_field_u64(self.fields.key, k))
+                .collect();
+            let committed_query = BooleanQuery::new(vec![
+                (Occur::Must, Box::new(query.clone()) as Box<dyn Query>),
+                (Occur::MustNot, Box::new(TermSetQuery::new(hidden))),
+            ]);
+            let depth = q.offset + q.limit;
+            let mut hits = top_keys(searcher, &committed_query, 0, depth, stats)?;
+            hits.extend(top_keys(overlay_searcher, &query, 0, depth, stats)?);
+            hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            Ok(hits.into_iter().skip(q.offset).take(q.limit).collect())
+        })
     }
 }
 
