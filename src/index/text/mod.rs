@@ -42,6 +42,9 @@ const NAME_BOOST: f32 = 2.0;
 /// Text hits fetched beyond those asked for, to see whether the last ones asked for tie with
 /// more (see `top_keys`).
 const TIE_SLACK: usize = 8;
+/// Up to this many committed entries replaced by the overlay are dropped from a search's hits
+/// (which asks for as many more); beyond, the query excludes them, which forgoes pruning.
+const HIDE_BY_DROPPING: usize = 1_024;
 /// Longest query, in terms, that is searched; the rest of a very long query is ignored.
 const MAX_QUERY_TERMS: usize = 64;
 
@@ -634,10 +637,9 @@ impl TextIndex {
                 Box::new(BoostQuery::new(Box::new(name), NAME_BOOST)),
             ));
         }
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
-            vec![(Occur::Must, Box::new(BooleanQuery::new(words)))];
+        let mut filters: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         let mut filter = |q: Box<dyn Query>| {
-            clauses.push((Occur::Must, Box::new(ConstScoreQuery::new(q, 0.0))));
+            filters.push((Occur::Must, Box::new(ConstScoreQuery::new(q, 0.0))));
         };
         if let NamespaceScope::Only(namespaces) = &q.namespaces {
             filter(any_of(f.namespace, namespaces));
@@ -666,7 +668,14 @@ impl TextIndex {
                 Bound::Unbounded,
             )));
         }
-        Some(BooleanQuery::new(clauses))
+        // Without filters the words alone are the query: a union of term queries, which tantivy
+        // answers by block-max WAND, skipping blocks that cannot reach the top. Nested under a
+        // `Must` it would visit every document holding any of the words (the scores are equal).
+        if filters.is_empty() {
+            return Some(BooleanQuery::new(words));
+        }
+        filters.insert(0, (Occur::Must, Box::new(BooleanQuery::new(words))));
+        Some(BooleanQuery::new(filters))
     }
 
     /// Ranked keys matching `q.text` (any of its words) and every filter of `q`; `q.offset` and
@@ -683,18 +692,27 @@ impl TextIndex {
             let Some((overlay, overlay_searcher)) = overlay else {
                 return top_keys(searcher, &query, q.offset, q.limit, stats);
             };
-            // Both halves are scored with the statistics of both.
-            let hidden: Vec<Term> = overlay
-                .keys
-                .keys()
-                .map(|&k| Term::from_field_u64(self.fields.key, k))
-                .collect();
-            let committed_query = BooleanQuery::new(vec![
-                (Occur::Must, Box::new(query.clone()) as Box<dyn Query>),
-                (Occur::MustNot, Box::new(TermSetQuery::new(hidden))),
-            ]);
+            // Both halves are scored with the statistics of both. The committed index's entries
+            // of keys the overlay replaces are hidden: a few by asking for as many more hits and
+            // dropping them (the query stays one tantivy can prune), many by excluding them.
             let depth = q.offset + q.limit;
-            let mut hits = top_keys(searcher, &committed_query, 0, depth, stats)?;
+            let hidden = &overlay.keys;
+            let mut hits = if hidden.len() <= HIDE_BY_DROPPING {
+                let mut hits = top_keys(searcher, &query, 0, depth + hidden.len(), stats)?;
+                hits.retain(|(k, _)| !hidden.contains_key(&(k.0 as u64)));
+                hits.truncate(depth);
+                hits
+            } else {
+                let hidden: Vec<Term> = hidden
+                    .keys()
+                    .map(|&k| Term::from_field_u64(self.fields.key, k))
+                    .collect();
+                let committed_query = BooleanQuery::new(vec![
+                    (Occur::Must, Box::new(query.clone()) as Box<dyn Query>),
+                    (Occur::MustNot, Box::new(TermSetQuery::new(hidden))),
+                ]);
+                top_keys(searcher, &committed_query, 0, depth, stats)?
+            };
             hits.extend(top_keys(overlay_searcher, &query, 0, depth, stats)?);
             hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             Ok(hits.into_iter().skip(q.offset).take(q.limit).collect())
