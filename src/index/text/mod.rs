@@ -1174,6 +1174,36 @@ mod tests {
     }
 
     #[test]
+    fn the_overlay_hides_what_it_replaces_whether_few_or_many() {
+        // Committed: 1,100 memories about tea; memory k's text grows with k, so lower keys rank
+        // higher (shorter) and the replaced ones would fill the top of every page.
+        let idx = TextIndex::open_in_ram().unwrap();
+        let n = HIDE_BY_DROPPING as i64 + 76;
+        let ops = (1..=n)
+            .map(|k| TextOp::Upsert(doc(k, "a", &format!("tea {}", "x ".repeat(k as usize)))))
+            .collect();
+        assert_eq!(idx.update(|base| Ok((ops, at(base + n)))).unwrap(), Some(n));
+        for replaced in [3, HIDE_BY_DROPPING as i64 + 50] {
+            // The first `replaced` memories now speak of coffee, in the overlay only.
+            let ops = (1..=replaced)
+                .map(|k| (n + k, TextOp::Upsert(doc(k, "a", "coffee"))))
+                .collect();
+            idx.extend_overlay(ops, n + replaced).unwrap();
+            let tea = keys(idx.search(&query("tea")).unwrap());
+            let want: Vec<i64> = (replaced + 1..=replaced + 10).collect();
+            assert_eq!(tea, want, "{replaced} replaced");
+            let mut page = query("tea");
+            page.offset = 10;
+            page.limit = 5;
+            let want: Vec<i64> = (replaced + 11..=replaced + 15).collect();
+            assert_eq!(keys(idx.search(&page).unwrap()), want);
+            let coffee = keys(idx.search(&query("coffee")).unwrap());
+            assert_eq!(coffee.len(), 10.min(replaced as usize));
+            assert!(coffee.iter().all(|k| *k <= replaced));
+        }
+    }
+
+    #[test]
     fn delete_and_upsert_replace_documents() {
         let idx = filled();
         idx.update(|base| {
