@@ -71,9 +71,95 @@ struct TextSide {
     rows: HashMap<MemoryKey, Memory>,
 }
 
+/// How the candidates of one recall are scored.
+struct Scoring {
+    mode: RecallMode,
+    weights: (f32, f32),
+    scale: Scale,
+    now: Millis,
+}
+
+impl Scoring {
+    fn score(&self, c: &mut Candidate, m: &Memory) {
+        score(c, m, self.mode, self.weights, &self.scale, self.now);
+    }
+
+    /// The most a hybrid candidate found by meaning alone can score, whatever its row: its
+    /// share of the fusion with every boost at its largest.
+    fn ceiling(&self, c: &Candidate) -> f32 {
+        let (wt, wv) = self.weights;
+        let fused = c.vector.map_or(0.0, |(_, s)| wv * self.scale.vector(s))
+            / (wt + wv).max(f32::MIN_POSITIVE);
+        fused * importance_boost(1.0) * (1.0 + RECENCY_BOOST) * salience_boost(1.0)
+    }
+}
+
+/// A score that hybrid candidates found by meaning alone must be able to reach for their rows
+/// to be read: the `2 × need`-th best score of the text hits (whose rows the text half read),
+/// so at least that many candidates rank at or above it. Duplicates are looked for among the
+/// first `2 × need`, and the page with the one after it are the first `need` that remain; a
+/// candidate that cannot reach the bar changes neither, unless relations bring it in or
+/// duplicates leave fewer than `need` at or above the bar ([`Bar::settles`]).
+struct Bar(Option<f32>);
+
+impl Bar {
+    fn of(
+        cands: &HashMap<MemoryKey, Candidate>,
+        rows: &HashMap<MemoryKey, Memory>,
+        q: &RecallQuery,
+        scoring: &Scoring,
+        need: usize,
+    ) -> Bar {
+        if scoring.mode != RecallMode::Hybrid {
+            return Bar(None);
+        }
+        let mut scores: Vec<f32> = cands
+            .iter()
+            .filter_map(|(k, c)| {
+                let m = rows.get(k).filter(|m| matches(q, m))?;
+                let mut c = c.clone();
+                scoring.score(&mut c, m);
+                Some(c.score)
+            })
+            .collect();
+        let n = 2 * need;
+        if scores.len() < n {
+            return Bar(None);
+        }
+        scores.select_nth_unstable_by(n - 1, |a, b| b.total_cmp(a));
+        Bar(Some(scores[n - 1]))
+    }
+
+    fn may_reach(&self, c: &Candidate, scoring: &Scoring) -> bool {
+        self.0.is_none_or(|bar| scoring.ceiling(c) >= bar)
+    }
+
+    /// True when `ranked` is what it would be with the `skipped` (sorted) candidates' rows
+    /// read: none of them came in through a relation, and at least `need` hits stay at or
+    /// above the bar.
+    fn settles(
+        &self,
+        ranked: &[(MemoryKey, Candidate, Vec<String>)],
+        skipped: &[MemoryKey],
+        need: usize,
+    ) -> bool {
+        let Some(bar) = self.0 else {
+            return true;
+        };
+        ranked.iter().filter(|h| h.1.score >= bar).count() >= need
+            && !ranked.iter().any(|h| skipped.binary_search(&h.0).is_ok())
+    }
+}
+
 impl Engine {
     /// Ranked memories for `q` (see the module doc); sees every write committed before the call.
     pub fn recall(&self, q: &RecallQuery) -> Result<RecallPage> {
+        Ok(self.recall_with(q, true)?.0)
+    }
+
+    /// [`Engine::recall`], reading the rows of candidates that cannot reach the page only when
+    /// `prune` is false; also tells whether the pruned ranking had to be done again.
+    pub(crate) fn recall_with(&self, q: &RecallQuery, prune: bool) -> Result<(RecallPage, bool)> {
         self.check_recall(q)?;
         // Fusion, coverage and duplicate collapse need candidates beyond the page.
         let depth = (2 * (q.offset + q.limit + 1)).max(MIN_CANDIDATES);
@@ -153,18 +239,6 @@ impl Engine {
             ));
         }
 
-        // Rows of the vector hits the text half did not bring.
-        let text_keys: HashSet<MemoryKey> = text_hits.iter().map(|h| h.0).collect();
-        let mut keys: Vec<MemoryKey> = vector_hits
-            .iter()
-            .map(|h| h.0)
-            .filter(|k| !text_keys.contains(k))
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        if !keys.is_empty() {
-            rows.extend(self.load_rows(&keys, q.include_archived)?);
-        }
         let mut cands: HashMap<MemoryKey, Candidate> = HashMap::new();
         for (i, (k, s)) in text_hits.iter().enumerate() {
             cands.entry(*k).or_default().text = Some((i + 1, *s));
@@ -180,23 +254,43 @@ impl Engine {
                 cands.entry(*k).or_default().vector = Some((i + 1, *s));
             }
         }
-        // Vector candidates have not been filtered yet; text ones have (by the index).
-        cands.retain(|k, _| rows.get(k).is_some_and(|m| matches(q, m)));
+        let scoring = Scoring {
+            mode,
+            weights: q.weights.unwrap_or(DEFAULT_WEIGHTS),
+            scale: Scale::of(&text_hits, &vector_hits),
+            now: now_millis(),
+        };
+        let need = q.offset + q.limit + 1;
 
-        let now = now_millis();
-        let (wt, wv) = q.weights.unwrap_or(DEFAULT_WEIGHTS);
-        let scale = Scale::of(&text_hits, &vector_hits);
-        for (k, c) in cands.iter_mut() {
-            let m = &rows[k];
-            score(c, m, mode, (wt, wv), &scale, now);
+        // Rows of the candidates the text half did not bring, but for those that cannot reach
+        // the page (see `Bar`); when the ranking shows they might, they are read and it is done
+        // again, so the answer is always the one every row read would give.
+        let bar = if prune {
+            Bar::of(&cands, &rows, q, &scoring, need)
+        } else {
+            Bar(None)
+        };
+        let text_keys: HashSet<MemoryKey> = text_hits.iter().map(|h| h.0).collect();
+        let (mut missing, mut skipped) = (Vec::new(), Vec::new());
+        for (k, c) in &cands {
+            if text_keys.contains(k) {
+                // Read by the text half (absent: not live).
+            } else if bar.may_reach(c, &scoring) {
+                missing.push(*k);
+            } else {
+                skipped.push(*k);
+            }
         }
-        let mut ranked = sorted(cands);
-
-        if q.expand > 0 && !ranked.is_empty() {
-            self.expand(q, &mut ranked, &mut rows)?;
+        missing.sort_unstable();
+        skipped.sort_unstable();
+        if !missing.is_empty() {
+            rows.extend(self.load_rows(&missing, q.include_archived)?);
         }
-        if mode != RecallMode::Text {
-            ranked = Engine::collapse_duplicates(ranked, q.offset + q.limit + 1, &rows);
+        let mut ranked = self.rank(q, cands.clone(), &mut rows, &scoring)?;
+        let redone = !skipped.is_empty() && !bar.settles(&ranked, &skipped, need);
+        if redone {
+            rows.extend(self.load_rows(&skipped, q.include_archived)?);
+            ranked = self.rank(q, cands, &mut rows, &scoring)?;
         }
 
         let more = ranked.len() > q.offset + q.limit;
@@ -220,12 +314,13 @@ impl Engine {
                 explain: q.explain.then_some(c.explain),
             });
         }
-        self.note_touched(hits.iter().map(|h| h.memory.key), now);
-        Ok(RecallPage {
+        self.note_touched(hits.iter().map(|h| h.memory.key), scoring.now);
+        let page = RecallPage {
             hits,
             next_offset: more.then_some(q.offset + q.limit),
             warnings,
-        })
+        };
+        Ok((page, redone))
     }
 
     fn check_recall(&self, q: &RecallQuery) -> Result<()> {
@@ -318,6 +413,30 @@ impl Engine {
                 Ok((self.text.search(&tq)?, 0))
             }
         }
+    }
+
+    /// `cands` filtered, scored, sorted, expanded and with duplicates collapsed; `rows` holds
+    /// the rows of the candidates (those without one are not live) and gains the neighbours'.
+    fn rank(
+        &self,
+        q: &RecallQuery,
+        mut cands: HashMap<MemoryKey, Candidate>,
+        rows: &mut HashMap<MemoryKey, Memory>,
+        scoring: &Scoring,
+    ) -> Result<Vec<(MemoryKey, Candidate, Vec<String>)>> {
+        // Vector candidates have not been filtered yet; text ones have (by the index).
+        cands.retain(|k, _| rows.get(k).is_some_and(|m| matches(q, m)));
+        for (k, c) in cands.iter_mut() {
+            scoring.score(c, &rows[k]);
+        }
+        let mut ranked = sorted(cands);
+        if q.expand > 0 && !ranked.is_empty() {
+            self.expand(q, &mut ranked, rows)?;
+        }
+        if scoring.mode != RecallMode::Text {
+            ranked = Engine::collapse_duplicates(ranked, q.offset + q.limit + 1, rows);
+        }
+        Ok(ranked)
     }
 
     /// The best `depth` text matches with their rows, each score scaled by how much of the

@@ -917,6 +917,111 @@ mod semantic {
         assert_eq!(kept.duplicates, std::slice::from_ref(dropped));
     }
 
+    /// The pages of `q` with and without skipping the rows that cannot reach them (ids, scores,
+    /// how each was found, duplicates) are the same; true when the skipping ranking was redone.
+    fn same_page_with_and_without_skipping(e: &Engine, q: &RecallQuery) -> bool {
+        let q = RecallQuery {
+            explain: true,
+            ..q.clone()
+        };
+        let (pruned, redone) = e.recall_with(&q, true).unwrap();
+        let (all, _) = e.recall_with(&q, false).unwrap();
+        assert_eq!(ids(&pruned.hits), ids(&all.hits), "{}", q.text);
+        for (p, a) in pruned.hits.iter().zip(&all.hits) {
+            assert!((p.score - a.score).abs() < 1e-5, "{p:?} {a:?}");
+            assert_eq!((&p.via, &p.duplicates), (&a.via, &a.duplicates));
+            let (px, ax) = (p.explain.as_ref().unwrap(), a.explain.as_ref().unwrap());
+            assert_eq!(
+                (px.text_rank, px.vector_rank),
+                (ax.text_rank, ax.vector_rank)
+            );
+        }
+        assert_eq!(pruned.next_offset, all.next_offset, "{}", q.text);
+        redone
+    }
+
+    /// Recall skips reading the rows of candidates found by meaning alone that cannot reach
+    /// the page: when duplicates thin the hits above the bar, one of them may reach it after
+    /// all, and the ranking is redone with their rows.
+    #[test]
+    fn rows_skipped_are_read_when_duplicates_leave_room_on_the_page() {
+        let (_d, e) = temp_engine();
+        for ns in ["a", "b", "c", "d", "e", "f"] {
+            remember_one(
+                &e,
+                RememberItem {
+                    namespace: Some(ns.into()),
+                    ..item("The lighthouse keeper logs every ship in the harbour")
+                },
+            );
+        }
+        let beacon = remember_one(
+            &e,
+            item("The beacon warden records every boat entering the bay"),
+        );
+        let q = RecallQuery {
+            limit: 2,
+            ..query("lighthouse keeper logs ship harbour", RecallMode::Hybrid)
+        };
+        assert!(same_page_with_and_without_skipping(&e, &q));
+        let page = e.recall(&q).unwrap();
+        assert_eq!(page.hits.len(), 2);
+        assert_eq!(page.hits[0].duplicates.len(), 5);
+        assert_eq!(page.hits[1].memory.id, beacon);
+    }
+
+    /// ... and when a relation brings a skipped candidate onto the page, it is ranked with its
+    /// own signals too, as if its row had been read from the start.
+    #[test]
+    fn rows_skipped_are_read_when_a_relation_brings_one_in() {
+        let (_d, e) = temp_engine();
+        let keeper = remember_one(
+            &e,
+            item("Lighthouse keeper Ada writes down each vessel in the harbour"),
+        );
+        for i in 0..6 {
+            remember_one(
+                &e,
+                item(&format!(
+                    "The lighthouse on cape {i} was painted red and white"
+                )),
+            );
+        }
+        let beacon = remember_one(
+            &e,
+            RememberItem {
+                links: vec![Link {
+                    to: keeper.clone(),
+                    kind: "about".into(),
+                    weight: Some(1.0),
+                }],
+                ..item("The beacon warden records every boat entering the bay")
+            },
+        );
+        let mut redone = 0;
+        for (limit, offset, expand) in [(2, 0, 1), (2, 0, 2), (1, 1, 1), (3, 0, 0), (1, 0, 1)] {
+            let q = RecallQuery {
+                limit,
+                offset,
+                expand,
+                ..query("lighthouse keeper Ada", RecallMode::Hybrid)
+            };
+            redone += usize::from(same_page_with_and_without_skipping(&e, &q));
+        }
+        assert!(redone >= 2, "redone {redone} times");
+        let page = e
+            .recall(&RecallQuery {
+                limit: 2,
+                expand: 1,
+                explain: true,
+                ..query("lighthouse keeper Ada", RecallMode::Hybrid)
+            })
+            .unwrap();
+        assert_eq!(ids(&page.hits), [keeper.as_str(), beacon.as_str()]);
+        let x = page.hits[1].explain.as_ref().unwrap();
+        assert!(x.vector_rank.is_some() && x.expanded.is_some(), "{x:?}");
+    }
+
     /// A provider that answers with the wrong number of dimensions.
     struct WrongDim;
 
