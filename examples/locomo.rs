@@ -9,7 +9,9 @@
 //! The data (CC BY-NC 4.0, not shipped here) is `locomo10.json` of the LoCoMo release
 //! (github.com/snap-research/locomo). Run:
 //! `cargo run --release --example locomo -- path/to/locomo10.json [--weights TEXT:VECTOR]…`
-//! Each `--weights` adds a hybrid row with those fusion weights. `data/locomo/sample.json` is a
+//! Each `--weights` adds a hybrid row with those fusion weights; `--embedder` picks the embedding
+//! provider as the server's flag does (the transformer, `minilm:DIR`, in builds with
+//! `--features minilm`). `data/locomo/sample.json` is a
 //! tiny made-up file in the same shape; the tests here run on it.
 //!
 //! `--mess` adds a realistic mess: every turn re-stated once in other words by a deterministic
@@ -31,6 +33,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
+use mnemograph::config::EmbedderSpec;
 use mnemograph::engine::recall::DEFAULT_WEIGHTS;
 use mnemograph::engine::traverse::Progressing;
 use mnemograph::engine::{ImportRequest, Source};
@@ -47,8 +50,7 @@ macro_rules! say {
     }};
 }
 
-const USAGE: &str =
-    "usage: locomo PATH/TO/locomo10.json [--weights TEXT:VECTOR]... [--mess] [--consolidate]";
+const USAGE: &str = "usage: locomo PATH/TO/locomo10.json [--weights TEXT:VECTOR]... [--mess] [--consolidate] [--embedder builtin|static:DIR|minilm:DIR]";
 /// Question categories scored (5, adversarial, has no evidence to find).
 const CATEGORIES: [u64; 4] = [1, 2, 3, 4];
 const K: usize = 10;
@@ -63,6 +65,8 @@ struct Args {
     mess: bool,
     /// Score before and after a consolidation run.
     consolidate: bool,
+    /// The embedding provider (`None`: the built-in model).
+    embedder: Option<EmbedderSpec>,
 }
 
 /// One question to score: its conversation's namespace, its text, its evidence turn ids.
@@ -122,6 +126,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut path = None;
     let mut weights = Vec::new();
     let (mut mess, mut consolidate) = (false, false);
+    let mut embedder = None;
     let mut args = args.into_iter();
     while let Some(a) = args.next() {
         if a == "--mess" {
@@ -133,6 +138,13 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             weights.push(parse_weights(&v)?);
         } else if let Some(v) = a.strip_prefix("--weights=") {
             weights.push(parse_weights(v)?);
+        } else if a == "--embedder" {
+            let v = args
+                .next()
+                .ok_or("--embedder needs a value such as minilm:DIR")?;
+            embedder = Some(EmbedderSpec::local(&v).ok_or_else(|| {
+                format!("--embedder {v:?}: give builtin, static:DIR or minilm:DIR")
+            })?);
         } else if a.starts_with('-') {
             return Err(format!("unknown option {a}"));
         } else if path.replace(PathBuf::from(&a)).is_some() {
@@ -145,6 +157,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
         weights,
         mess,
         consolidate,
+        embedder,
     })
 }
 
@@ -177,7 +190,7 @@ fn setups(extra: &[(f32, f32)]) -> Vec<Setup> {
 }
 
 fn run(args: &Args) -> anyhow::Result<()> {
-    let corpus = load(&args.path)?;
+    let corpus = load(&args.path, args.embedder.as_ref())?;
     let embedder = corpus
         .engine
         .embedder()
@@ -269,12 +282,16 @@ fn r10_by_category(
 /// Imports every conversation of a LoCoMo file into a fresh database, one namespace each
 /// (`locomo-<sample_id>`), through the engine's import of format `locomo`; collects the
 /// questions; embeds everything before any query is timed.
-fn load(path: &Path) -> anyhow::Result<Corpus> {
+fn load(path: &Path, embedder: Option<&EmbedderSpec>) -> anyhow::Result<Corpus> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let data: Vec<Value> = serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a JSON array of LoCoMo samples", path.display()))?;
     let dir = tempfile::tempdir()?;
-    let engine = Engine::open(Config::for_db(dir.path().join("locomo.db")))?;
+    let mut config = Config::for_db(dir.path().join("locomo.db"));
+    if let Some(e) = embedder {
+        config.embedder = e.clone();
+    }
+    let engine = Engine::open(config)?;
     let started = Instant::now();
     let mut questions = Vec::new();
     for (i, conv) in data.iter().enumerate() {
@@ -729,8 +746,12 @@ mod tests {
                 weights: vec![(1.0, 1.0), (2.0, 1.0)],
                 mess: false,
                 consolidate: false,
+                embedder: None,
             })
         );
+        let m = args(&["f.json", "--embedder", "minilm:models/x"]).unwrap();
+        assert_eq!(m.embedder, Some(EmbedderSpec::MiniLm("models/x".into())));
+        assert!(args(&["f.json", "--embedder", "gpt"]).is_err());
         assert!(args(&[]).is_err());
         assert!(args(&["a.json", "b.json"]).is_err());
         assert!(args(&["a.json", "--weights"]).is_err());
@@ -759,7 +780,7 @@ mod tests {
 
     #[test]
     fn the_sample_is_imported_by_the_reader_and_scored() {
-        let corpus = load(&sample()).expect("load the sample");
+        let corpus = load(&sample(), None).expect("load the sample");
         assert_eq!(
             (corpus.conversations, corpus.sessions, corpus.turns),
             (2, 3, 15)

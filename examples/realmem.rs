@@ -15,7 +15,8 @@
 //! (github.com/AvatarMemory/RealMemBench). Run:
 //! `cargo run --release --example realmem -- path/to/realmem/ [--weights TEXT:VECTOR]… [--expand HOPS]…`
 //! Each `--weights` adds a hybrid row with those fusion weights, each `--expand` one with that
-//! graph expansion. `data/realmem/` holds a made-up
+//! graph expansion; `--embedder` picks the embedding provider as the server's flag does (the
+//! transformer, `minilm:DIR`, in builds with `--features minilm`). `data/realmem/` holds a made-up
 //! persona in the same shape, which the example's test replays against floors.
 
 #[path = "common/weights.rs"]
@@ -25,6 +26,7 @@ use std::collections::{HashMap, HashSet};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use mnemograph::config::EmbedderSpec;
 use mnemograph::engine::{Link, RememberItem};
 use mnemograph::model::{NamespaceScope, RecallMode, RecallQuery};
 use mnemograph::{Config, Engine};
@@ -63,9 +65,11 @@ type Row = (String, RecallMode, Option<(f32, f32)>, Option<u8>);
 struct Extra {
     weights: Vec<(f32, f32)>,
     expand: Vec<u8>,
+    /// The embedding provider (`None`: the built-in model).
+    embedder: Option<EmbedderSpec>,
 }
 
-const USAGE: &str = "usage: realmem PATH/TO/realmem/ [--weights TEXT:VECTOR]... [--expand HOPS]...";
+const USAGE: &str = "usage: realmem PATH/TO/realmem/ [--weights TEXT:VECTOR]... [--expand HOPS]... [--embedder builtin|static:DIR|minilm:DIR]";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -84,6 +88,9 @@ fn main() -> ExitCode {
                 }
                 _ => Err(format!("--expand {v:?}: give 0, 1 or 2 hops")),
             },
+            ("--embedder", Some(v)) => EmbedderSpec::local(&v)
+                .map(|e| extra.embedder = Some(e))
+                .ok_or_else(|| format!("--embedder {v:?}: give builtin, static:DIR or minilm:DIR")),
             _ => Err(USAGE.to_owned()),
         };
         if let Err(e) = parsed {
@@ -165,6 +172,8 @@ fn cut(s: &str) -> String {
 
 /// Every ranking's scores over one replay of the histories in a folder.
 struct Evaluation {
+    /// The embedding model's id.
+    embedder: String,
     modes: Vec<Row>,
     scores: Vec<Score>,
     personas: usize,
@@ -191,7 +200,14 @@ fn evaluate(dir: &str, extra: &Extra) -> anyhow::Result<Evaluation> {
     files.sort();
     anyhow::ensure!(!files.is_empty(), "no *_dialogues_256k.json in {dir}");
     let tmp = tempfile::tempdir()?;
-    let engine = Engine::open(Config::for_db(tmp.path().join("realmem.db")))?;
+    let mut config = Config::for_db(tmp.path().join("realmem.db"));
+    if let Some(e) = &extra.embedder {
+        config.embedder = e.clone();
+    }
+    let engine = Engine::open(config)?;
+    let embedder = engine
+        .embedder()
+        .map_or("none".to_owned(), |e| e.model_id().to_owned());
     let mut modes: Vec<Row> = vec![
         ("text (BM25)".into(), RecallMode::Text, None, None),
         ("hybrid (default)".into(), RecallMode::Hybrid, None, None),
@@ -328,6 +344,7 @@ fn evaluate(dir: &str, extra: &Extra) -> anyhow::Result<Evaluation> {
         n_turns += pending.len();
     }
     Ok(Evaluation {
+        embedder,
         modes,
         scores,
         personas: files.len(),
@@ -340,6 +357,7 @@ fn evaluate(dir: &str, extra: &Extra) -> anyhow::Result<Evaluation> {
 /// Prints the tables of an evaluation.
 fn report(ev: Evaluation) {
     let Evaluation {
+        embedder,
         modes,
         mut scores,
         personas,
@@ -349,7 +367,7 @@ fn report(ev: Evaluation) {
     } = ev;
     say!("# Recall quality on RealMem\n");
     say!(
-        "{personas} personas, {turns} turns, {questions} questions with evidence before them; replayed in {seconds:.0} s.\n"
+        "{personas} personas, {turns} turns, {questions} questions with evidence before them; replayed in {seconds:.0} s; embedder {embedder}.\n"
     );
     say!("| ranking | R@5 | R@10 | NDCG@10 | p50 | p99 |");
     say!("|---|---:|---:|---:|---:|---:|");
@@ -404,6 +422,7 @@ mod tests {
         let extra = Extra {
             weights: vec![(0.0, 1.0)],
             expand: vec![0],
+            embedder: None,
         };
         let ev = evaluate(dir, &extra).expect("the sample replays");
         assert_eq!((ev.personas, ev.turns, ev.questions), (1, 32, 5));

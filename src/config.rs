@@ -82,6 +82,22 @@ pub enum EmbedderSpec {
     Hashing(usize),
 }
 
+impl EmbedderSpec {
+    /// A provider that runs in this process, as `--embedder` names it: `builtin` (or empty),
+    /// `none`, `static:DIR` or `minilm:DIR`; `None` for anything else (`http` needs more).
+    pub fn local(name: &str) -> Option<EmbedderSpec> {
+        Some(match name.trim() {
+            "builtin" | "" => EmbedderSpec::Builtin,
+            "none" | "off" => EmbedderSpec::None,
+            other => match other.split_once(':') {
+                Some(("static", dir)) => EmbedderSpec::StaticDir(PathBuf::from(dir)),
+                Some(("minilm", dir)) => EmbedderSpec::MiniLm(PathBuf::from(dir)),
+                _ => return None,
+            },
+        })
+    }
+}
+
 /// When a committed write is on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {

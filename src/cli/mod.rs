@@ -150,26 +150,22 @@ impl EmbedArgs {
 
     fn spec(&self) -> anyhow::Result<EmbedderSpec> {
         let e = self.embedder.trim();
-        Ok(match e {
-            "builtin" | "" => EmbedderSpec::Builtin,
-            "none" | "off" => EmbedderSpec::None,
-            "http" => EmbedderSpec::Http {
-                base_url: self.embed_url.clone().ok_or_else(|| {
-                    anyhow::anyhow!("--embedder http needs --embed-url (or MNEMOGRAPH_EMBED_URL), e.g. http://localhost:11434/v1")
-                })?,
-                model: self.embed_model.clone().ok_or_else(|| {
-                    anyhow::anyhow!("--embedder http needs --embed-model (or MNEMOGRAPH_EMBED_MODEL)")
-                })?,
-                api_key: self.embed_key.clone(),
-                timeout_ms: self.embed_timeout_ms,
-            },
-            other => match other.split_once(':') {
-                Some(("static", dir)) => EmbedderSpec::StaticDir(PathBuf::from(dir)),
-                Some(("minilm", dir)) => EmbedderSpec::MiniLm(PathBuf::from(dir)),
-                _ => anyhow::bail!(
-                    "unknown --embedder {other:?}; use builtin, none, static:DIR, minilm:DIR or http"
-                ),
-            },
+        if e != "http" {
+            return EmbedderSpec::local(e).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "unknown --embedder {e:?}; use builtin, none, static:DIR, minilm:DIR or http"
+                )
+            });
+        }
+        Ok(EmbedderSpec::Http {
+            base_url: self.embed_url.clone().ok_or_else(|| {
+                anyhow::anyhow!("--embedder http needs --embed-url (or MNEMOGRAPH_EMBED_URL), e.g. http://localhost:11434/v1")
+            })?,
+            model: self.embed_model.clone().ok_or_else(|| {
+                anyhow::anyhow!("--embedder http needs --embed-model (or MNEMOGRAPH_EMBED_MODEL)")
+            })?,
+            api_key: self.embed_key.clone(),
+            timeout_ms: self.embed_timeout_ms,
         })
     }
 }
