@@ -24,7 +24,7 @@ const EXIT_FAILURE: u8 = 1;
 /// Exit code of `doctor` when it found problems.
 const EXIT_UNHEALTHY: u8 = 3;
 
-/// Graph memory for AI agents, served over MCP (stdio).
+/// Graph memory for AI agents, served over MCP (stdio or Streamable HTTP).
 #[derive(Debug, Parser)]
 #[command(name = "mnemograph", version, about, long_about = None)]
 struct Args {
@@ -290,6 +290,73 @@ struct ServeArgs {
         value_parser = duration::parse_period
     )]
     consolidate_every: Option<std::time::Duration>,
+    /// Serve MCP over Streamable HTTP at this address (endpoint `/mcp`, e.g. 127.0.0.1:8080)
+    /// instead of stdin/stdout. Loopback only unless --allow-unauthenticated is given.
+    #[arg(long, env = "MNEMOGRAPH_HTTP", value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+    /// Serve HTTP on an address other machines can reach, with no authorisation: anyone who
+    /// reaches the port reads and writes every memory. Logged as a warning at every start.
+    #[arg(long, env = "MNEMOGRAPH_ALLOW_UNAUTHENTICATED")]
+    allow_unauthenticated: bool,
+    /// A browser origin admitted over HTTP besides the loopback ones, e.g.
+    /// https://app.example.com:443 (repeatable; other origins get 403).
+    #[arg(
+        long,
+        env = "MNEMOGRAPH_ALLOW_ORIGINS",
+        value_delimiter = ',',
+        value_name = "ORIGIN"
+    )]
+    allow_origin: Vec<String>,
+    /// A `Host` admitted over HTTP besides the loopback names, e.g. memory.example.com
+    /// (repeatable; on a non-loopback address without any, every host is admitted).
+    #[arg(
+        long,
+        env = "MNEMOGRAPH_ALLOW_HOSTS",
+        value_delimiter = ',',
+        value_name = "HOST"
+    )]
+    allow_host: Vec<String>,
+    /// Largest HTTP request body, in bytes (413 beyond).
+    #[arg(long, env = "MNEMOGRAPH_HTTP_MAX_BODY", default_value_t = 32 * 1024 * 1024)]
+    http_max_body: usize,
+    /// Longest an HTTP request may take to be answered, in milliseconds (504 beyond).
+    #[arg(long, env = "MNEMOGRAPH_HTTP_TIMEOUT_MS", default_value_t = 60_000)]
+    http_timeout_ms: u64,
+    /// HTTP requests handled at once (503 beyond).
+    #[arg(long, env = "MNEMOGRAPH_HTTP_MAX_IN_FLIGHT", default_value_t = 256)]
+    http_max_in_flight: usize,
+    /// How long HTTP requests in flight may finish after SIGTERM or SIGINT, in milliseconds.
+    #[arg(long, env = "MNEMOGRAPH_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
+    shutdown_grace_ms: u64,
+}
+
+impl ServeArgs {
+    /// The HTTP transport's settings, when HTTP was asked for; an error for a reachable address
+    /// without authorisation unless that was allowed explicitly.
+    fn http(&self) -> anyhow::Result<Option<crate::mcp::http::HttpOptions>> {
+        let Some(addr) = self.http else {
+            return Ok(None);
+        };
+        if !addr.ip().is_loopback() {
+            anyhow::ensure!(
+                self.allow_unauthenticated,
+                "refusing to serve MCP on {addr} without authorisation: anyone who can reach it could read and write every memory. Serve on 127.0.0.1, or pass --allow-unauthenticated to accept that"
+            );
+            tracing::warn!(
+                %addr,
+                "serving MCP over HTTP WITHOUT AUTHORISATION on an address other machines may reach (--allow-unauthenticated)"
+            );
+        }
+        Ok(Some(crate::mcp::http::HttpOptions {
+            allowed_origins: self.allow_origin.clone(),
+            allowed_hosts: self.allow_host.clone(),
+            max_body_bytes: self.http_max_body,
+            request_timeout: std::time::Duration::from_millis(self.http_timeout_ms),
+            max_in_flight: self.http_max_in_flight,
+            grace: std::time::Duration::from_millis(self.shutdown_grace_ms),
+            ..crate::mcp::http::HttpOptions::new(addr)
+        }))
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -321,7 +388,8 @@ pub fn main() -> ExitCode {
 }
 
 fn init_logging(serving: bool) {
-    let default = if serving { "info" } else { "warn" };
+    // rmcp logs every session it opens at info: noise on a server many clients reach.
+    let default = if serving { "info,rmcp=warn" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("MNEMOGRAPH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
@@ -437,6 +505,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve(serve) => {
             let started = std::time::Instant::now();
+            let http = serve.http()?;
             let engine = Arc::new(open(cfg)?);
             let background = engine.start_background()?;
             log_refused_roots(engine.config());
@@ -449,7 +518,8 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             tracing::info!(
                 db = %engine.config().db_path.display(),
                 open_ms = started.elapsed().as_secs_f64() * 1e3,
-                "serving MCP on stdio"
+                transport = if http.is_some() { "http" } else { "stdio" },
+                "engine open"
             );
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -464,7 +534,15 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                     ..crate::tasks::TaskConfig::default()
                 },
             };
-            let served = runtime.block_on(crate::mcp::serve_stdio(Arc::clone(&engine), options));
+            let served = match http {
+                Some(http) => runtime.block_on(crate::mcp::http::serve_http(
+                    Arc::clone(&engine),
+                    options,
+                    http,
+                    crate::mcp::http::termination(),
+                )),
+                None => runtime.block_on(crate::mcp::serve_stdio(Arc::clone(&engine), options)),
+            };
             // Work that ignores cancellation must not keep a closed session's process alive.
             runtime.shutdown_timeout(std::time::Duration::from_secs(2));
             // Closed here, not in the background thread while the process exits: the graph file

@@ -46,6 +46,25 @@ pub(crate) fn panicked(method: &str) -> McpError {
     )
 }
 
+/// `handling`'s outcome, or when it panics an internal error naming `method` (and a log line):
+/// the guard for transports that take a [`ServerHandler`] rather than a [`Service`] (HTTP).
+pub(crate) async fn caught<T>(
+    method: &str,
+    handling: impl Future<Output = Result<T, McpError>>,
+) -> Result<T, McpError> {
+    AssertUnwindSafe(handling)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|payload| {
+            tracing::error!(
+                %method,
+                panic = %panic_text(payload.as_ref()),
+                "a request handler panicked; answered with an internal error"
+            );
+            Err(panicked(method))
+        })
+}
+
 impl<S: ServerHandler> Service<RoleServer> for Guarded<S> {
     fn handle_request(
         &self,

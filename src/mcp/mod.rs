@@ -1,11 +1,13 @@
 //! The only module that knows MCP: the server handler (tools, resources), the wire shapes and their
-//! conversion, and the mapping of errors. Both protocol eras are served over stdio.
+//! conversion, and the mapping of errors. Both protocol eras are served over stdio and over
+//! Streamable HTTP ([`http`]).
 
 mod convert;
 mod curation;
 pub mod dto;
 mod errors;
 mod guard;
+pub mod http;
 mod resources;
 mod task_api;
 pub mod tools;
@@ -86,31 +88,9 @@ impl MemoryServer {
         ctx.client_info()
             .map_or_else(|| "anonymous".to_owned(), |i| format!("client:{}", i.name))
     }
-}
 
-impl ServerHandler for MemoryServer {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_resources()
-                .enable_tasks()
-                .build(),
-        )
-        .with_server_info(Implementation::new("mnemograph", env!("CARGO_PKG_VERSION")))
-        .with_instructions(INSTRUCTIONS)
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> std::result::Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools::all()))
-    }
-
-    #[tracing::instrument(skip_all, fields(tool = %request.name))]
-    async fn call_tool(
+    /// `tools/call`: inline, or as a task when the call is long and the client can poll.
+    async fn call_tool_unguarded(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
@@ -140,13 +120,49 @@ impl ServerHandler for MemoryServer {
         );
         res
     }
+}
+
+impl ServerHandler for MemoryServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new("mnemograph", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tools::all()))
+    }
+
+    #[tracing::instrument(skip_all, fields(tool = %request.name))]
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, McpError> {
+        guard::caught("tools/call", self.call_tool_unguarded(request, context)).await
+    }
 
     async fn get_task(
         &self,
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<GetTaskResult, McpError> {
-        task_api::get(&self.tasks, self.owner(&context), request.task_id).await
+        let owner = self.owner(&context);
+        guard::caught(
+            "tasks/get",
+            task_api::get(&self.tasks, owner, request.task_id),
+        )
+        .await
     }
 
     async fn update_task(
@@ -154,7 +170,12 @@ impl ServerHandler for MemoryServer {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<(), McpError> {
-        task_api::update(&self.tasks, self.owner(&context), request.task_id).await
+        let owner = self.owner(&context);
+        guard::caught(
+            "tasks/update",
+            task_api::update(&self.tasks, owner, request.task_id),
+        )
+        .await
     }
 
     async fn cancel_task(
@@ -162,9 +183,13 @@ impl ServerHandler for MemoryServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<(), McpError> {
-        task_api::cancel(&self.tasks, self.owner(&context), request.task_id).await
+        let owner = self.owner(&context);
+        guard::caught(
+            "tasks/cancel",
+            task_api::cancel(&self.tasks, owner, request.task_id),
+        )
+        .await
     }
-
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -204,7 +229,7 @@ impl ServerHandler for MemoryServer {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> std::result::Result<ReadResourceResponse, McpError> {
-        resources::read(&self.engine, request.uri)
+        guard::caught("resources/read", resources::read(&self.engine, request.uri))
             .await
             .map(Into::into)
     }

@@ -515,11 +515,7 @@ async fn a_run_whose_server_is_killed_resumes_in_the_next_and_ends_like_an_unint
     .await;
     let id = start_run(&c, json!({})).await;
     let at_kill = wait_for(&c, &id, "two batches", |p| count(p, "merged") >= 100).await;
-    let killed = Command::new("kill")
-        .args(["-9", &c.pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(killed.success());
+    assert!(crate::support::send_signal(c.pid, "KILL"));
     drop(c);
     let run = running_run(&db.path);
     let run_id = run["run_id"].as_str().expect("run id").to_owned();

@@ -1,5 +1,5 @@
 //! Integration tests: each spawns the real `mnemograph serve` binary on files in a temp folder and
-//! talks MCP to it over stdio, in both protocol eras (2025-11-25 `initialize`, 2026-07-28
+//! talks MCP to it over stdio (or Streamable HTTP), in both protocol eras (2025-11-25 `initialize`, 2026-07-28
 //! `server/discover`).
 
 mod background;
@@ -10,6 +10,7 @@ mod curation;
 mod durability;
 mod faults;
 mod fuzz;
+mod http;
 mod identity;
 mod protocol;
 mod queries;

@@ -9,7 +9,7 @@ use rmcp::model::{
     ReadResourceResult,
 };
 use rmcp::service::{RunningService, ServiceError};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
@@ -41,6 +41,112 @@ impl Era {
     }
 }
 
+/// How the client reaches the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wire {
+    /// The server's stdin and stdout.
+    Stdio,
+    /// Streamable HTTP: `serve --http 127.0.0.1:0`, endpoint `/mcp`.
+    Http,
+}
+
+/// A `mnemograph serve --http` child: its process and the URL of its MCP endpoint.
+pub(crate) struct HttpChild {
+    pub(crate) child: tokio::process::Child,
+    pub(crate) url: String,
+}
+
+impl HttpChild {
+    /// Spawns `mnemograph serve --db <db> --http 127.0.0.1:0 <extra…>`, stderr to `log`, and
+    /// waits until its log names the endpoint it listens on.
+    pub(crate) async fn spawn(db: &Path, extra: &[&str], log: &Path) -> HttpChild {
+        let stderr = std::fs::File::create(log).expect("create the server log");
+        let child = tokio::process::Command::new(BIN)
+            .arg("serve")
+            .arg("--db")
+            .arg(db)
+            .args(["--http", "127.0.0.1:0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(stderr))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn mnemograph serve --http");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            if let Some(url) = text
+                .lines()
+                .filter(|l| l.contains("serving MCP over HTTP"))
+                .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("url=")))
+            {
+                return HttpChild {
+                    child,
+                    url: url.to_owned(),
+                };
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the HTTP server did not start in 60 s\n{}",
+                tail(log)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `host:port` the server listens on.
+    pub(crate) fn authority(&self) -> &str {
+        let rest = self.url.trim_start_matches("http://");
+        rest.split('/').next().unwrap_or(rest)
+    }
+}
+
+/// One HTTP/1.1 request to `authority` (`host:port`, also the `Host` unless `headers` name one)
+/// over a plain TCP connection: the status code and the body. For what an MCP client never sends (foreign origins, oversized bodies).
+pub(crate) async fn http_request(
+    authority: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(authority)
+        .await
+        .expect("connect to the server");
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        head.push_str(&format!("Host: {authority}\r\n"));
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .expect("send the head");
+    // A server may answer (413) before it has read the whole body; the status is what counts.
+    let _ = stream.write_all(body).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut answer)).await;
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP status in {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (status, body)
+}
+
 /// A scratch folder with the path of a database inside it (not yet created).
 pub(crate) struct TestDb {
     _dir: tempfile::TempDir,
@@ -64,6 +170,11 @@ impl TestDb {
     /// Starts a server on this database.
     pub(crate) async fn serve(&self, era: Era) -> Server {
         Server::start(&self.path, era).await
+    }
+
+    /// Starts a server on this database reached over `wire`.
+    pub(crate) async fn serve_over(&self, wire: Wire, era: Era) -> Server {
+        Server::start_over(&self.path, wire, era).await
     }
 }
 
@@ -92,38 +203,64 @@ pub(crate) struct Server {
     client: RunningService<RoleClient, ()>,
     pub(crate) era: Era,
     log: PathBuf,
+    /// The server process when it is reached over HTTP (over stdio the transport owns it).
+    pub(crate) http: Option<HttpChild>,
 }
 
-static NEXT_LOG: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-impl Server {
-    /// Spawns `mnemograph serve --db <db>` (stderr to a log file beside the database) and opens a
-    /// session of `era`.
-    pub(crate) async fn start(db: &Path, era: Era) -> Server {
-        let n = NEXT_LOG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let log = db.with_file_name(format!("server-{}-{n}.log", std::process::id()));
-        let stderr = std::fs::File::create(&log).expect("create the server log");
-        let mut cmd = tokio::process::Command::new(BIN);
-        cmd.arg("serve").arg("--db").arg(db).kill_on_drop(true);
-        let (transport, _) = TokioChildProcess::builder(cmd)
-            .stderr(Stdio::from(stderr))
-            .spawn()
-            .expect("spawn mnemograph serve");
-        let client = match era {
-            Era::Initialize => ().serve(transport).await,
+/// Opens a client session of `era` on `transport`.
+macro_rules! open_session {
+    ($transport:expr, $era:expr) => {
+        match $era {
+            Era::Initialize => ().serve($transport).await,
             Era::Discover => {
                 ().serve_with_lifecycle(
-                    transport,
+                    $transport,
                     ClientLifecycleMode::Discover {
                         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
                     },
                 )
                 .await
             }
+        }
+    };
+}
+
+static NEXT_LOG: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Server {
+    /// Spawns `mnemograph serve --db <db>` (stderr to a log file beside the database) and opens a
+    /// session of `era` over stdio.
+    pub(crate) async fn start(db: &Path, era: Era) -> Server {
+        Server::start_over(db, Wire::Stdio, era).await
+    }
+
+    /// Like [`Server::start`], reaching the server over `wire`.
+    pub(crate) async fn start_over(db: &Path, wire: Wire, era: Era) -> Server {
+        let n = NEXT_LOG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = db.with_file_name(format!("server-{}-{n}.log", std::process::id()));
+        let (client, http) = match wire {
+            Wire::Stdio => {
+                let stderr = std::fs::File::create(&log).expect("create the server log");
+                let mut cmd = tokio::process::Command::new(BIN);
+                cmd.arg("serve").arg("--db").arg(db).kill_on_drop(true);
+                let (transport, _) = TokioChildProcess::builder(cmd)
+                    .stderr(Stdio::from(stderr))
+                    .spawn()
+                    .expect("spawn mnemograph serve");
+                (open_session!(transport, era), None)
+            }
+            Wire::Http => {
+                let http = HttpChild::spawn(db, &[], &log).await;
+                let transport = StreamableHttpClientTransport::from_uri(http.url.clone());
+                (open_session!(transport, era), Some(http))
+            }
         };
         let client = match client {
             Ok(c) => c,
-            Err(e) => panic!("{era:?} session did not start: {e}\n{}", tail(&log)),
+            Err(e) => panic!(
+                "{era:?} session over {wire:?} did not start: {e}\n{}",
+                tail(&log)
+            ),
         };
         let info = client.peer_info().expect("the server described itself");
         assert_eq!(info.protocol_version, era.protocol_version(), "{era:?}");
@@ -131,7 +268,12 @@ impl Server {
             info.server_info.as_ref().map(|i| i.name.as_str()),
             Some("mnemograph")
         );
-        Server { client, era, log }
+        Server {
+            client,
+            era,
+            log,
+            http,
+        }
     }
 
     /// Calls a tool: `Ok(structured content)`, or the error as the client saw it.
@@ -226,9 +368,29 @@ impl Server {
         tail(&self.log)
     }
 
-    /// Ends the session: closes the child's stdin and waits for it to exit.
+    /// Ends the session: closes the child's stdin and waits for it to exit (over HTTP: ends
+    /// the session, then stops the server as a service manager would, with SIGTERM).
     pub(crate) async fn stop(self) {
         let _ = tokio::time::timeout(Duration::from_secs(20), self.client.cancel()).await;
+        if let Some(mut http) = self.http {
+            terminate(&http.child);
+            let _ = tokio::time::timeout(Duration::from_secs(20), http.child.wait()).await;
+        }
+    }
+}
+
+/// Sends `signal` (`TERM`, `KILL`, …) to process `pid`; true when it was delivered.
+pub(crate) fn send_signal(pid: u32, signal: &str) -> bool {
+    std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Sends SIGTERM to a running child.
+pub(crate) fn terminate(child: &tokio::process::Child) {
+    if let Some(pid) = child.id() {
+        send_signal(pid, "TERM");
     }
 }
 

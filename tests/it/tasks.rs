@@ -1,5 +1,6 @@
-//! Long work as MCP tasks, over stdio against the real binary: the per-call inline/task decision,
-//! nodes-visited progress, cancellation, restart, owner isolation, and clients without tasks.
+//! Long work as MCP tasks, over stdio and Streamable HTTP against the real binary: the per-call
+//! inline/task decision, nodes-visited progress, cancellation, restart, owner isolation, clients
+//! without tasks, and tasks shared by two HTTP servers on one database.
 //!
 //! The graph: 200,000 memories and 1,000,000 relations, built once per run through the library
 //! (the fixture is not what is tested) and shared by every test here; each test runs its own
@@ -17,11 +18,11 @@ use rmcp::model::{
     ProgressToken, ProtocolVersion, RequestMetaObject, TaskStatus,
 };
 use rmcp::service::{NotificationContext, RunningService, ServiceError};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::support::{BIN, Era, Raw};
+use crate::support::{BIN, Era, HttpChild, Raw, terminate};
 
 /// `n` with thousands separators, as status messages show it.
 fn group(n: u64) -> String {
@@ -168,6 +169,8 @@ pub(crate) struct Client {
     progress: Arc<Mutex<Vec<(f64, Instant)>>>,
     /// The server's process id.
     pub(crate) pid: u32,
+    /// The server process when it is reached over HTTP.
+    http: Option<HttpChild>,
 }
 
 pub(crate) async fn connect(
@@ -184,6 +187,33 @@ pub(crate) async fn connect(
 pub(crate) async fn connect_logged(db: &Path, name: &str, extra: &[&str], log: &Path) -> Client {
     let file = std::fs::File::create(log).expect("create the server log");
     spawn_client(db, true, true, name, extra, file.into()).await
+}
+
+/// Opens a session of the recorder on `transport`: 2026-07-28 when `modern`, else `initialize`.
+macro_rules! open_session {
+    ($recorder:expr, $transport:expr, $modern:expr) => {
+        if $modern {
+            $recorder
+                .serve_with_lifecycle(
+                    $transport,
+                    ClientLifecycleMode::Discover {
+                        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                    },
+                )
+                .await
+        } else {
+            $recorder.serve($transport).await
+        }
+        .expect("session")
+    };
+}
+
+fn recorder(tasks: bool, name: &str) -> Recorder {
+    Recorder {
+        tasks,
+        name: name.into(),
+        progress: Arc::default(),
+    }
 }
 
 async fn spawn_client(
@@ -205,29 +235,44 @@ async fn spawn_client(
         .spawn()
         .expect("spawn server");
     let pid = transport.id().expect("the server runs");
-    let recorder = Recorder {
-        tasks,
-        name: name.into(),
-        progress: Arc::default(),
-    };
+    let recorder = recorder(tasks, name);
     let progress = Arc::clone(&recorder.progress);
-    let service = if modern {
-        recorder
-            .serve_with_lifecycle(
-                transport,
-                ClientLifecycleMode::Discover {
-                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-                },
-            )
-            .await
-    } else {
-        recorder.serve(transport).await
-    }
-    .expect("session");
+    let service = open_session!(recorder, transport, modern);
     Client {
         service,
         progress,
         pid,
+        http: None,
+    }
+}
+
+/// A client like [`connect`] of a server reached over Streamable HTTP, logging to `log`; tasks
+/// are declared when `modern`.
+pub(crate) async fn connect_http(
+    db: &Path,
+    modern: bool,
+    name: &str,
+    extra: &[&str],
+    log: &Path,
+) -> Client {
+    let http = HttpChild::spawn(db, extra, log).await;
+    let pid = http.child.id().expect("the server runs");
+    let mut c = http_client(&http.url, pid, modern, name).await;
+    c.http = Some(http);
+    c
+}
+
+/// Another client of the HTTP server at `url` (process `pid`), which it does not own.
+async fn http_client(url: &str, pid: u32, modern: bool, name: &str) -> Client {
+    let recorder = recorder(modern, name);
+    let progress = Arc::clone(&recorder.progress);
+    let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
+    let service = open_session!(recorder, transport, modern);
+    Client {
+        service,
+        progress,
+        pid,
+        http: None,
     }
 }
 
@@ -254,9 +299,14 @@ impl Client {
         self.service.get_task(GetTaskParams::new(id)).await
     }
 
-    /// Ends the session: closes the server's stdin and waits for it to exit.
+    /// Ends the session: closes the server's stdin and waits for it to exit (over HTTP: then
+    /// stops the server with SIGTERM).
     pub(crate) async fn stop(self) {
         let _ = tokio::time::timeout(Duration::from_secs(20), self.service.cancel()).await;
+        if let Some(mut http) = self.http {
+            terminate(&http.child);
+            let _ = tokio::time::timeout(Duration::from_secs(20), http.child.wait()).await;
+        }
     }
 }
 
@@ -763,4 +813,128 @@ async fn a_client_cancelling_an_inline_call_stops_its_work() {
         "{stats}"
     );
     raw.close().await;
+}
+
+/// Over HTTP a deep walk is a task; a second server on the same database polls it to its end
+/// with growing progress, and cancels another through its own endpoint; a client of another
+/// name sees neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_over_http_are_answered_and_cancelled_by_another_server() {
+    let db = fixture();
+    let logs = tempfile::tempdir().unwrap();
+    let a = connect_http(db, true, "agent-h", &[], &logs.path().join("a.log")).await;
+    let b = connect_http(db, true, "agent-h", &[], &logs.path().join("b.log")).await;
+    let CallToolResponse::Task(created) = a.call("traverse", deep_walk(), None).await.unwrap()
+    else {
+        panic!("a deep focused walk over HTTP must become a task");
+    };
+    let id = created.task.task_id;
+    let (done, counts) = poll_until_terminal(&b, &id, Duration::from_secs(120)).await;
+    assert_eq!(done.task.task.status, TaskStatus::Completed);
+    let walking: Vec<u64> = counts.iter().copied().skip_while(|&n| n == 0).collect();
+    assert!(
+        walking.windows(2).all(|w| w[1] >= w[0]),
+        "progress read through the other server never goes back: {counts:?}"
+    );
+    let result = serde_json::to_value(&done).unwrap();
+    assert_eq!(
+        result["result"]["structuredContent"]["nodes"]
+            .as_array()
+            .map(Vec::len),
+        Some(20)
+    );
+
+    let CallToolResponse::Task(created) = a.call("traverse", deep_walk(), None).await.unwrap()
+    else {
+        panic!("expected a task");
+    };
+    let id = created.task.task_id;
+    b.service
+        .cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .expect("cancel through the other server");
+    let asked = Instant::now();
+    loop {
+        let t = a.get(&id).await.unwrap();
+        if t.task.task.status == TaskStatus::Cancelled {
+            break;
+        }
+        assert_eq!(t.task.task.status, TaskStatus::Working);
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "the worker saw the cancel: {:?}",
+            asked.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let other = http_client(&b.http.as_ref().unwrap().url, b.pid, true, "agent-i").await;
+    let err = other.get(&id).await.expect_err("foreign task");
+    assert_eq!(rpc_code(&err), Some(-32602));
+    other.stop().await;
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Over HTTP a 2025-11-25 client (no tasks) gets the bounded inline answer with progress
+/// notifications, streamed before the response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_calls_stream_progress_over_http() {
+    let logs = tempfile::tempdir().unwrap();
+    let c = connect_http(fixture(), false, "plain", &[], &logs.path().join("s.log")).await;
+    let CallToolResponse::Complete(r) = c.call("traverse", deep_walk(), Some(7)).await.unwrap()
+    else {
+        panic!("no task for a client without tasks");
+    };
+    let out = r.structured_content.unwrap();
+    assert_eq!(out["truncated"], true, "{out}");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while c.progress.lock().expect("progress log").is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen = c.progress.lock().expect("progress log").clone();
+    assert!(!seen.is_empty(), "progress notifications came over HTTP");
+    assert!(seen.windows(2).all(|w| w[1].0 >= w[0].0));
+    c.stop().await;
+}
+
+/// SIGTERM stops an HTTP server within its grace period; the task it was running stays a row
+/// that the next server adopts and finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_leaves_a_running_task_for_the_next_server() {
+    let db = fixture();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("first.log");
+    let mut a = connect_http(db, true, "agent-j", &[], &log).await;
+    let CallToolResponse::Task(created) = a.call("traverse", deep_walk(), None).await.unwrap()
+    else {
+        panic!("expected a task");
+    };
+    let id = created.task.task_id;
+    let mut http = a.http.take().expect("the server process");
+    let stopped = Instant::now();
+    terminate(&http.child);
+    let status = tokio::time::timeout(Duration::from_secs(30), http.child.wait())
+        .await
+        .expect("the server exits within its grace period")
+        .expect("wait for the server");
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        stopped.elapsed()
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("shutting down"), "{text}");
+    drop(a);
+
+    let b = connect_http(db, true, "agent-j", &[], &logs.path().join("second.log")).await;
+    let (done, _) = poll_until_terminal(&b, &id, Duration::from_secs(120)).await;
+    assert_eq!(
+        done.task.task.status,
+        TaskStatus::Completed,
+        "{:?}",
+        done.task.task.status_message
+    );
+    b.stop().await;
 }

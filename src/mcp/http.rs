@@ -1,0 +1,217 @@
+//! MCP over Streamable HTTP: rmcp's server transport (a tower service) at `/mcp` on axum, both
+//! protocol eras (2025-11-25 sessions with `Mcp-Session-Id`, 2026-07-28 stateless requests that
+//! any instance can answer), beside `/healthz`. rmcp checks `Host` and `Origin` (DNS rebinding:
+//! 403) and the body size (413); this module adds the listener, a per-request timeout, a cap on
+//! requests in flight and the graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::mcp::{MemoryServer, ServerOptions};
+
+/// Path of the MCP endpoint.
+pub const MCP_PATH: &str = "/mcp";
+
+/// How the HTTP transport listens and what it admits.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    pub addr: SocketAddr,
+    /// Browser origins admitted besides the loopback ones (`http://localhost:*` and the like);
+    /// a request with any other `Origin` gets 403.
+    pub allowed_origins: Vec<String>,
+    /// `Host` values admitted besides the loopback names; empty on a non-loopback address admits
+    /// any host.
+    pub allowed_hosts: Vec<String>,
+    /// Largest request body (413 beyond).
+    pub max_body_bytes: usize,
+    /// Longest a request may take to be answered (504 beyond); long work is a task instead.
+    pub request_timeout: Duration,
+    /// Requests handled at once (503 with `Retry-After` beyond).
+    pub max_in_flight: usize,
+    /// How long requests in flight may finish after a shutdown signal.
+    pub grace: Duration,
+}
+
+impl HttpOptions {
+    /// Defaults for `addr`.
+    pub fn new(addr: SocketAddr) -> HttpOptions {
+        HttpOptions {
+            addr,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            max_body_bytes: 32 * 1024 * 1024,
+            request_timeout: Duration::from_secs(60),
+            max_in_flight: 256,
+            grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Origins of pages served from this machine, any port.
+const LOOPBACK_ORIGINS: [&str; 6] = [
+    "http://localhost:*",
+    "http://127.0.0.1:*",
+    "http://[::1]:*",
+    "https://localhost:*",
+    "https://127.0.0.1:*",
+    "https://[::1]:*",
+];
+
+/// Loopback names a `Host` header may carry.
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// The limits every MCP request passes.
+struct Admission {
+    slots: Arc<Semaphore>,
+    timeout: Duration,
+}
+
+/// Serves MCP over HTTP until `shutdown` resolves; then stops accepting, lets requests in flight
+/// finish within the grace period, and stops the task runner (running task rows are left for
+/// the next process to adopt). Logs the endpoint's URL once listening.
+pub async fn serve_http(
+    engine: Arc<Engine>,
+    options: ServerOptions,
+    http: HttpOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(http.addr)
+        .await
+        .map_err(|e| {
+            Error::invalid(
+                "http",
+                format!("cannot listen on {}: {e}", http.addr),
+                "give a free port, or an address of this machine",
+            )
+        })?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Error::Internal(format!("the listener has no address: {e}")))?;
+    let server = MemoryServer::new(engine, options);
+    let tasks = Arc::clone(&server.tasks);
+    let stopping = CancellationToken::new();
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        transport_config(&http, local, stopping.child_token()),
+    );
+    let admission = Arc::new(Admission {
+        slots: Arc::new(Semaphore::new(http.max_in_flight.max(1))),
+        timeout: http.request_timeout,
+    });
+    let app = axum::Router::new()
+        .route_service(MCP_PATH, service)
+        .layer(axum::middleware::from_fn_with_state(admission, admit))
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }));
+    tracing::info!(url = %format!("http://{local}{MCP_PATH}"), "serving MCP over HTTP");
+
+    let (signalled, mut on_signal) = tokio::sync::watch::channel(false);
+    let stop = stopping.clone();
+    let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown.await;
+        tracing::info!("shutting down: no new requests; finishing those in flight");
+        let _ = signalled.send(true);
+        // Ends sessions' streams, which would otherwise hold their connections open.
+        stop.cancel();
+    });
+    let grace = http.grace;
+    let outcome = tokio::select! {
+        served = serving => served.map_err(|e| Error::Internal(format!("the HTTP server failed: {e}"))),
+        () = async {
+            let _ = on_signal.wait_for(|s| *s).await;
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!(grace_ms = grace.as_millis() as u64, "requests still in flight after the grace period were dropped");
+            Ok(())
+        }
+    };
+    // Work still running is stopped and its rows left for the next process to adopt.
+    tasks.shutdown();
+    outcome
+}
+
+/// rmcp's transport settings: hosts and origins admitted, body limit, JSON answers where no
+/// stream is needed.
+fn transport_config(
+    http: &HttpOptions,
+    local: SocketAddr,
+    stopping: CancellationToken,
+) -> StreamableHttpServerConfig {
+    let config = StreamableHttpServerConfig::default()
+        .with_json_response(true)
+        .with_max_request_body_bytes(http.max_body_bytes)
+        .with_cancellation_token(stopping)
+        .with_allowed_origins(
+            LOOPBACK_ORIGINS
+                .iter()
+                .map(|o| (*o).to_owned())
+                .chain(http.allowed_origins.iter().cloned()),
+        )
+        .enforce_origin_validation();
+    if local.ip().is_loopback() || !http.allowed_hosts.is_empty() {
+        let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
+        hosts.extend(http.allowed_hosts.iter().cloned());
+        config.with_allowed_hosts(hosts)
+    } else {
+        config.disable_allowed_hosts()
+    }
+}
+
+/// Admits an MCP request when a slot is free, and answers 504 when it outlasts the timeout.
+async fn admit(State(a): State<Arc<Admission>>, request: Request, next: Next) -> Response {
+    let Ok(_slot) = Arc::clone(&a.slots).try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            "too many requests in flight; retry in a second\n",
+        )
+            .into_response();
+    };
+    match tokio::time::timeout(a.timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => (
+            StatusCode::GATEWAY_TIMEOUT,
+            format!(
+                "the request was not answered within {} ms; long work runs as a task when the client supports tasks\n",
+                a.timeout.as_millis()
+            ),
+        )
+            .into_response(),
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM (Ctrl-C elsewhere).
+pub async fn termination() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch for SIGTERM; stopping on SIGINT only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

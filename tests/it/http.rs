@@ -1,0 +1,137 @@
+//! `serve --http`: the core flows over Streamable HTTP in both eras, and what the HTTP layer
+//! refuses (foreign origins, oversized bodies, reachable addresses without authorisation).
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{BIN, Era, HttpChild, TestDb, Wire, hit_ids, http_request};
+
+/// The JSON-RPC `tools/list` of a 2026-07-28 client, as bytes.
+fn tools_list() -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/list",
+        "params": {"_meta": crate::support::modern_meta("raw-http")}
+    }))
+    .expect("serialise")
+}
+
+/// The headers a 2026-07-28 client sends with [`tools_list`].
+const MCP_HEADERS: [(&str, &str); 4] = [
+    ("Content-Type", "application/json"),
+    ("Accept", "application/json, text/event-stream"),
+    ("MCP-Protocol-Version", "2026-07-28"),
+    ("Mcp-Method", "tools/list"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remember_recall_and_resources_work_over_http_in_both_eras() {
+    for era in Era::ALL {
+        let db = TestDb::new();
+        let s = db.serve_over(Wire::Http, era).await;
+        let ids = s
+            .remember(json!([
+                {"content": "The harbour pilot boards ships at dawn", "namespace": "sea"},
+                {"content": "Quarterly revenue grew by eight percent", "namespace": "work"}
+            ]))
+            .await;
+        let hits = s
+            .recall_ids(json!({"query": "harbour pilot", "namespace": "sea"}))
+            .await;
+        assert_eq!(hits.first(), Some(&ids[0]), "{era:?}");
+        let got = s.ok("get", json!({"ids": [ids[1].clone()]})).await;
+        assert!(got.to_string().contains("revenue"), "{era:?}: {got}");
+        let read = s
+            .read_resource(&format!("memory://sea/{}", ids[0]))
+            .await
+            .expect("read the memory as a resource");
+        assert!(format!("{read:?}").contains("harbour pilot"), "{era:?}");
+        // A second client of the same server sees the writes (stateless requests need no session).
+        let other = crate::support::Server::start_over(&db.path, Wire::Http, era).await;
+        let hits = hit_ids(&other.ok("recall", json!({"query": "revenue"})).await);
+        assert_eq!(hits, [ids[1].clone()], "{era:?}");
+        other.stop().await;
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_origins_and_oversized_bodies_are_refused() {
+    let db = TestDb::new();
+    let log = db.path.with_file_name("http.log");
+    let mut http = HttpChild::spawn(&db.path, &["--http-max-body", "4096"], &log).await;
+    let at = http.authority().to_owned();
+
+    let (status, body) = http_request(&at, "GET", "/healthz", &[], b"").await;
+    assert_eq!((status, body.trim()), (200, "ok"));
+
+    let mut headers = MCP_HEADERS.to_vec();
+    let (status, body) = http_request(&at, "POST", "/mcp", &headers, &tools_list()).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("recall"), "{body}");
+
+    // A page of this machine may call; a page of another site (DNS rebinding) may not.
+    headers.push(("Origin", "http://localhost:6274"));
+    let (status, _) = http_request(&at, "POST", "/mcp", &headers, &tools_list()).await;
+    assert_eq!(status, 200);
+    headers.pop();
+    headers.push(("Origin", "https://attacker.example"));
+    let (status, body) = http_request(&at, "POST", "/mcp", &headers, &tools_list()).await;
+    assert_eq!(status, 403, "{body}");
+    headers.pop();
+
+    // A Host that is not a loopback name (a rebound DNS name) is refused too.
+    let mut rebound = headers.clone();
+    rebound.push(("Host", "attacker.example"));
+    let (status, _) = http_request(&at, "POST", "/mcp", &rebound, &tools_list()).await;
+    assert_eq!(status, 403);
+
+    let big = vec![b' '; 8192];
+    let (status, _) = http_request(&at, "POST", "/mcp", &headers, &big).await;
+    assert_eq!(status, 413);
+
+    // Everything valid around those still works.
+    let (status, _) = http_request(&at, "POST", "/mcp", &headers, &tools_list()).await;
+    assert_eq!(status, 200);
+    crate::support::terminate(&http.child);
+    let _ = tokio::time::timeout(Duration::from_secs(20), http.child.wait()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reachable_address_needs_authorisation_or_an_explicit_opt_out() {
+    let db = TestDb::new();
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--db"])
+        .arg(&db.path)
+        .args(["--http", "0.0.0.0:0"])
+        .output()
+        .expect("run mnemograph serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("without authorisation") && err.contains("--allow-unauthenticated"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+
+    let log = db.path.with_file_name("open.log");
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["serve", "--db"])
+        .arg(&db.path)
+        .args(["--http", "0.0.0.0:0", "--allow-unauthenticated"])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("serving MCP over HTTP") {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(text.contains("WITHOUT AUTHORISATION"), "{text}");
+    let _ = child.kill().await;
+}
