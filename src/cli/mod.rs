@@ -172,8 +172,12 @@ impl EmbedArgs {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve MCP over stdin/stdout (what MCP hosts run; the default).
+    /// Serve MCP over stdin/stdout (what MCP hosts run; the default), or over HTTP (--http).
     Serve(ServeArgs),
+    /// Make a bearer token for `serve --http --tokens FILE`: prints the token once, as the last
+    /// word of its output, and appends its hash (never the token) to FILE.
+    #[command(subcommand)]
+    Token(TokenAction),
     /// Start a server on a scratch database, talk MCP to it and print what happens.
     Demo {
         /// Show the MCP tasks flow instead: a graph of 100,000 memories, a walk that becomes a
@@ -294,6 +298,10 @@ struct ServeArgs {
     /// instead of stdin/stdout. Loopback only unless --allow-unauthenticated is given.
     #[arg(long, env = "MNEMOGRAPH_HTTP", value_name = "ADDR")]
     http: Option<std::net::SocketAddr>,
+    /// Bearer tokens every HTTP request must carry: a file of `SUBJECT sha256:HEX scopes=…
+    /// namespaces=*` lines, as `mnemograph token add` writes them.
+    #[arg(long, env = "MNEMOGRAPH_TOKENS", value_name = "FILE")]
+    tokens: Option<PathBuf>,
     /// Serve HTTP on an address other machines can reach, with no authorisation: anyone who
     /// reaches the port reads and writes every memory. Logged as a warning at every start.
     #[arg(long, env = "MNEMOGRAPH_ALLOW_UNAUTHENTICATED")]
@@ -337,7 +345,21 @@ impl ServeArgs {
         let Some(addr) = self.http else {
             return Ok(None);
         };
-        if !addr.ip().is_loopback() {
+        let tokens = match &self.tokens {
+            Some(path) => {
+                let tokens = crate::mcp::auth::Tokens::load(path)?;
+                anyhow::ensure!(
+                    !tokens.is_empty(),
+                    "{} holds no tokens: add one with `mnemograph token add SUBJECT --tokens {}`",
+                    path.display(),
+                    path.display()
+                );
+                tracing::info!(tokens = tokens.len(), file = %path.display(), "bearer tokens required");
+                Some(Arc::new(tokens))
+            }
+            None => None,
+        };
+        if !addr.ip().is_loopback() && tokens.is_none() {
             anyhow::ensure!(
                 self.allow_unauthenticated,
                 "refusing to serve MCP on {addr} without authorisation: anyone who can reach it could read and write every memory. Serve on 127.0.0.1, or pass --allow-unauthenticated to accept that"
@@ -354,9 +376,24 @@ impl ServeArgs {
             request_timeout: std::time::Duration::from_millis(self.http_timeout_ms),
             max_in_flight: self.http_max_in_flight,
             grace: std::time::Duration::from_millis(self.shutdown_grace_ms),
+            tokens,
             ..crate::mcp::http::HttpOptions::new(addr)
         }))
     }
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenAction {
+    /// A new token for SUBJECT (the owner of its tasks).
+    Add {
+        subject: String,
+        /// The tokens file (created when missing).
+        #[arg(long)]
+        tokens: PathBuf,
+        /// What the token may do: read, write (includes read), admin (includes write).
+        #[arg(long, value_delimiter = ',', default_value = "read,write")]
+        scopes: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -469,6 +506,18 @@ fn log_refused_roots(cfg: &Config) {
     }
 }
 
+/// `path` opened for appending, created readable by its owner only.
+fn open_private_append(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)
+}
+
 /// `path` made absolute and canonical, or for a file that does not exist yet, its canonical
 /// folder joined with its name.
 fn operator_path(path: &std::path::Path) -> anyhow::Result<PathBuf> {
@@ -556,6 +605,33 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             drop(engine);
             served?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Token(TokenAction::Add {
+            subject,
+            tokens,
+            scopes,
+        }) => {
+            use anyhow::Context;
+            use std::io::Write;
+            let (token, line) = crate::mcp::auth::new_token(&subject, &scopes)?;
+            if tokens.exists() {
+                // The file must stay one the server reads: check it before adding to it.
+                crate::mcp::auth::Tokens::load(&tokens)?;
+            }
+            let mut file = open_private_append(&tokens)
+                .with_context(|| format!("cannot write {}", tokens.display()))?;
+            writeln!(file, "{line}")
+                .with_context(|| format!("cannot write {}", tokens.display()))?;
+            file.sync_all()
+                .with_context(|| format!("cannot write {}", tokens.display()))?;
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "added {subject} ({}) to {}; the token is shown once, keep it secret:\n{token}",
+                scopes.join(","),
+                tokens.display()
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { tasks } => {

@@ -1,8 +1,8 @@
 //! MCP over Streamable HTTP: rmcp's server transport (a tower service) at `/mcp` on axum, both
 //! protocol eras (2025-11-25 sessions with `Mcp-Session-Id`, 2026-07-28 stateless requests that
 //! any instance can answer), beside `/healthz`. rmcp checks `Host` and `Origin` (DNS rebinding:
-//! 403) and the body size (413); this module adds the listener, a per-request timeout, a cap on
-//! requests in flight and the graceful shutdown.
+//! 403) and the body size (413); this module adds the listener, bearer tokens (401), a
+//! per-request timeout, a cap on requests in flight and the graceful shutdown.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::mcp::auth::{Refusal, Tokens};
 use crate::mcp::{MemoryServer, ServerOptions};
 
 /// Path of the MCP endpoint.
@@ -42,6 +43,8 @@ pub struct HttpOptions {
     pub max_in_flight: usize,
     /// How long requests in flight may finish after a shutdown signal.
     pub grace: Duration,
+    /// Bearer tokens every MCP request must carry (none: no authorisation, loopback only).
+    pub tokens: Option<Arc<Tokens>>,
 }
 
 impl HttpOptions {
@@ -55,6 +58,7 @@ impl HttpOptions {
             request_timeout: Duration::from_secs(60),
             max_in_flight: 256,
             grace: Duration::from_secs(10),
+            tokens: None,
         }
     }
 }
@@ -111,10 +115,13 @@ pub async fn serve_http(
         slots: Arc::new(Semaphore::new(http.max_in_flight.max(1))),
         timeout: http.request_timeout,
     });
-    let app = axum::Router::new()
+    let mut app = axum::Router::new()
         .route_service(MCP_PATH, service)
-        .layer(axum::middleware::from_fn_with_state(admission, admit))
-        .route("/healthz", axum::routing::get(|| async { "ok\n" }));
+        .layer(axum::middleware::from_fn_with_state(admission, admit));
+    if let Some(tokens) = http.tokens.clone() {
+        app = app.layer(axum::middleware::from_fn_with_state(tokens, authenticate));
+    }
+    let app = app.route("/healthz", axum::routing::get(|| async { "ok\n" }));
     tracing::info!(url = %format!("http://{local}{MCP_PATH}"), "serving MCP over HTTP");
 
     let (signalled, mut on_signal) = tokio::sync::watch::channel(false);
@@ -166,6 +173,47 @@ fn transport_config(
         config.with_allowed_hosts(hosts)
     } else {
         config.disable_allowed_hosts()
+    }
+}
+
+/// Lets a request through when it carries a known bearer token, with its [`Caller`] in the
+/// request's extensions (rmcp hands them to the handler); 401 with `WWW-Authenticate` otherwise.
+///
+/// [`Caller`]: crate::mcp::auth::Caller
+async fn authenticate(
+    State(tokens): State<Arc<Tokens>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match tokens.check(given) {
+        Ok(caller) => {
+            let caller = caller.clone();
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(refusal) => {
+            let (challenge, text) = match refusal {
+                Refusal::Missing => (
+                    r#"Bearer realm="mnemograph""#,
+                    "this server needs a bearer token: send `Authorization: Bearer <token>` (an operator makes one with `mnemograph token add`)\n",
+                ),
+                Refusal::Invalid => (
+                    r#"Bearer realm="mnemograph", error="invalid_token""#,
+                    "the bearer token is not one this server knows; ask its operator for a token\n",
+                ),
+            };
+            tracing::info!(refused = ?refusal, "request without a valid bearer token");
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, challenge)],
+                text,
+            )
+                .into_response()
+        }
     }
 }
 

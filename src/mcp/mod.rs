@@ -2,6 +2,7 @@
 //! conversion, and the mapping of errors. Both protocol eras are served over stdio and over
 //! Streamable HTTP ([`http`]).
 
+pub mod auth;
 mod convert;
 mod curation;
 pub mod dto;
@@ -80,8 +81,12 @@ impl MemoryServer {
         }
     }
 
-    /// Who a request acts for: tasks are visible only to their owner.
+    /// Who a request acts for: tasks are visible only to their owner. Over HTTP with tokens,
+    /// the token's subject.
     fn owner(&self, ctx: &RequestContext<RoleServer>) -> String {
+        if let Some(c) = caller(ctx) {
+            return c.subject.clone();
+        }
         if let Some(o) = &self.owner {
             return o.clone();
         }
@@ -98,6 +103,18 @@ impl MemoryServer {
         let args = request.arguments.unwrap_or_default();
         let started = std::time::Instant::now();
         let name = request.name.as_ref();
+        if let Some(c) = caller(&context) {
+            let needed = tools::scope(name);
+            if c.scope < needed {
+                return Ok(CallToolResponse::Complete(errors::error_result(format!(
+                    "`{name}` needs a token with the {} scope; this token ({}) has {}: ask the server's operator for one with `--scopes {}`",
+                    needed.name(),
+                    c.subject,
+                    c.scope.name(),
+                    needed.name()
+                ))));
+            }
+        }
         let res = if name == "tasks" {
             task_api::list(&self.tasks, self.owner(&context), args).await
         } else if name == "consolidate"
@@ -233,6 +250,13 @@ impl ServerHandler for MemoryServer {
             .await
             .map(Into::into)
     }
+}
+
+/// The caller a bearer token identified (HTTP with tokens only).
+fn caller(ctx: &RequestContext<RoleServer>) -> Option<&auth::Caller> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<auth::Caller>())
 }
 
 /// A method of a capability the server does not declare.

@@ -13,6 +13,17 @@ use crate::error::{Error, Result};
 use crate::mcp::errors::{bad_arguments, tool_answer};
 use crate::mcp::{convert, dto};
 
+/// The scope a token needs to call `tool`: writes need `write`, consolidation runs `admin`,
+/// the rest (recall, get, walks, export, tasks, stats) `read`.
+pub fn scope(tool: &str) -> crate::mcp::auth::Scope {
+    use crate::mcp::auth::Scope;
+    match tool {
+        "remember" | "relate" | "update" | "forget" | "restore" | "import" => Scope::Write,
+        "consolidate" => Scope::Admin,
+        _ => Scope::Read,
+    }
+}
+
 /// Hints of one tool: (read-only, destructive, idempotent).
 struct Hints(bool, bool, bool);
 
@@ -405,6 +416,20 @@ async fn stats(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_only_tools_need_the_read_scope_and_the_others_more() {
+        use crate::mcp::auth::Scope;
+        for t in all() {
+            let read_only = t
+                .annotations
+                .as_ref()
+                .and_then(|a| a.read_only_hint)
+                .unwrap_or(false);
+            assert_eq!(scope(&t.name) == Scope::Read, read_only, "{}", t.name);
+        }
+        assert_eq!(scope("consolidate"), Scope::Admin);
+    }
 
     #[test]
     fn tools_list_stays_small() {

@@ -1,11 +1,12 @@
 //! `serve --http`: the core flows over Streamable HTTP in both eras, and what the HTTP layer
-//! refuses (foreign origins, oversized bodies, reachable addresses without authorisation).
+//! refuses (foreign origins, oversized bodies, reachable addresses without authorisation,
+//! requests without a known bearer token, writes with a read-only token).
 
 use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{BIN, Era, HttpChild, TestDb, Wire, hit_ids, http_request};
+use crate::support::{BIN, CallError, Era, HttpChild, Server, TestDb, Wire, hit_ids, http_request};
 
 /// The JSON-RPC `tools/list` of a 2026-07-28 client, as bytes.
 fn tools_list() -> Vec<u8> {
@@ -47,7 +48,7 @@ async fn remember_recall_and_resources_work_over_http_in_both_eras() {
             .expect("read the memory as a resource");
         assert!(format!("{read:?}").contains("harbour pilot"), "{era:?}");
         // A second client of the same server sees the writes (stateless requests need no session).
-        let other = crate::support::Server::start_over(&db.path, Wire::Http, era).await;
+        let other = Server::start_over(&db.path, Wire::Http, era).await;
         let hits = hit_ids(&other.ok("recall", json!({"query": "revenue"})).await);
         assert_eq!(hits, [ids[1].clone()], "{era:?}");
         other.stop().await;
@@ -62,8 +63,9 @@ async fn foreign_origins_and_oversized_bodies_are_refused() {
     let mut http = HttpChild::spawn(&db.path, &["--http-max-body", "4096"], &log).await;
     let at = http.authority().to_owned();
 
-    let (status, body) = http_request(&at, "GET", "/healthz", &[], b"").await;
-    assert_eq!((status, body.trim()), (200, "ok"));
+    let (status, answer) = http_request(&at, "GET", "/healthz", &[], b"").await;
+    assert_eq!(status, 200);
+    assert!(answer.ends_with("\r\n\r\nok\n"), "{answer:?}");
 
     let mut headers = MCP_HEADERS.to_vec();
     let (status, body) = http_request(&at, "POST", "/mcp", &headers, &tools_list()).await;
@@ -134,4 +136,114 @@ async fn a_reachable_address_needs_authorisation_or_an_explicit_opt_out() {
     };
     assert!(text.contains("WITHOUT AUTHORISATION"), "{text}");
     let _ = child.kill().await;
+}
+
+/// `mnemograph token add`: the token (the output's last word) and the file it was added to.
+pub(crate) fn add_token(file: &std::path::Path, subject: &str, scopes: &str) -> String {
+    let out = std::process::Command::new(BIN)
+        .args(["token", "add", subject, "--tokens"])
+        .arg(file)
+        .args(["--scopes", scopes])
+        .output()
+        .expect("run mnemograph token add");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.split_whitespace()
+        .last()
+        .expect("the token is the last word")
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bearer_tokens_admit_their_subjects_with_their_scopes() {
+    let db = TestDb::new();
+    let file = db.path.with_file_name("tokens");
+    let writer = add_token(&file, "alice", "read,write");
+    let reader = add_token(&file, "reader", "read");
+    let saved = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(saved.lines().count(), 2, "{saved}");
+    assert!(
+        !saved.contains(&writer) && !saved.contains(&reader),
+        "hashes only"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "the tokens file is private: {mode:o}");
+    }
+    let bad = std::process::Command::new(BIN)
+        .args(["token", "add", "bob", "--tokens"])
+        .arg(&file)
+        .args(["--scopes", "root"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown scope"));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), saved);
+
+    let log = db.path.with_file_name("auth.log");
+    let mut http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
+    let at = http.authority().to_owned();
+    let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, &tools_list()).await;
+    assert_eq!(status, 401, "{answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("www-authenticate: bearer"),
+        "{answer}"
+    );
+    let mut headers = MCP_HEADERS.to_vec();
+    headers.push(("Authorization", "Bearer mgt_not-a-token"));
+    let (status, answer) = http_request(&at, "POST", "/mcp", &headers, &tools_list()).await;
+    assert_eq!(status, 401, "{answer}");
+    assert!(answer.contains("invalid_token"), "{answer}");
+    let (status, _) = http_request(&at, "GET", "/healthz", &[], b"").await;
+    assert_eq!(status, 200, "liveness needs no token");
+    assert!(
+        !std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("not-a-token"),
+        "tokens are never logged"
+    );
+
+    for era in Era::ALL {
+        let w = Server::attach(&http.url, era, Some(&writer), &log).await;
+        let ids = w
+            .remember(json!([{"content": format!("The lighthouse is painted red ({era:?})")}]))
+            .await;
+        let r = Server::attach(&http.url, era, Some(&reader), &log).await;
+        let hits = r.recall_ids(json!({"query": "lighthouse red"})).await;
+        assert!(hits.contains(&ids[0]), "{era:?}: {hits:?}");
+        match r
+            .call(
+                "remember",
+                json!({"memories": [{"content": "not allowed"}]}),
+            )
+            .await
+        {
+            Err(CallError::Tool(m)) => {
+                assert!(m.contains("write scope") && m.contains("reader"), "{m}")
+            }
+            other => panic!("{era:?}: a read-only token wrote: {other:?}"),
+        }
+        r.stop().await;
+        w.stop().await;
+    }
+    crate::support::terminate(&http.child);
+    let _ = tokio::time::timeout(Duration::from_secs(20), http.child.wait()).await;
+    let hits = {
+        let s = db.serve(Era::Discover).await;
+        let hits = s.recall_ids(json!({"query": "not allowed"})).await;
+        s.stop().await;
+        hits
+    };
+    assert!(
+        hits.is_empty(),
+        "nothing was written by the read-only token"
+    );
 }

@@ -103,7 +103,8 @@ impl HttpChild {
 }
 
 /// One HTTP/1.1 request to `authority` (`host:port`, also the `Host` unless `headers` name one)
-/// over a plain TCP connection: the status code and the body. For what an MCP client never sends (foreign origins, oversized bodies).
+/// over a plain TCP connection: the status code and the whole answer (head and body). For what
+/// an MCP client never sends (foreign origins, oversized bodies, missing tokens).
 pub(crate) async fn http_request(
     authority: &str,
     method: &str,
@@ -140,11 +141,7 @@ pub(crate) async fn http_request(
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("no HTTP status in {text:?}"));
-    let body = text
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_owned();
-    (status, body)
+    (status, text)
 }
 
 /// A scratch folder with the path of a database inside it (not yet created).
@@ -232,6 +229,32 @@ impl Server {
     /// session of `era` over stdio.
     pub(crate) async fn start(db: &Path, era: Era) -> Server {
         Server::start_over(db, Wire::Stdio, era).await
+    }
+
+    /// A client session of `era` on the HTTP server at `url` (which logs to `log`), sending
+    /// `token` as its bearer token.
+    pub(crate) async fn attach(url: &str, era: Era, token: Option<&str>, log: &Path) -> Server {
+        let mut config =
+            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                url.to_owned(),
+            );
+        if let Some(t) = token {
+            config = config.auth_header(t.to_owned());
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let client = match open_session!(transport, era) {
+            Ok(c) => c,
+            Err(e) => panic!(
+                "{era:?} session over HTTP did not start: {e}\n{}",
+                tail(log)
+            ),
+        };
+        Server {
+            client,
+            era,
+            log: log.to_owned(),
+            http: None,
+        }
     }
 
     /// Like [`Server::start`], reaching the server over `wire`.

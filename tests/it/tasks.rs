@@ -264,9 +264,27 @@ pub(crate) async fn connect_http(
 
 /// Another client of the HTTP server at `url` (process `pid`), which it does not own.
 async fn http_client(url: &str, pid: u32, modern: bool, name: &str) -> Client {
+    http_client_with(url, pid, modern, name, None).await
+}
+
+/// Like [`http_client`], sending `token` as the bearer token.
+async fn http_client_with(
+    url: &str,
+    pid: u32,
+    modern: bool,
+    name: &str,
+    token: Option<&str>,
+) -> Client {
     let recorder = recorder(modern, name);
     let progress = Arc::clone(&recorder.progress);
-    let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
+    let mut config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            url.to_owned(),
+        );
+    if let Some(t) = token {
+        config = config.auth_header(t.to_owned());
+    }
+    let transport = StreamableHttpClientTransport::from_config(config);
     let service = open_session!(recorder, transport, modern);
     Client {
         service,
@@ -937,4 +955,52 @@ async fn sigterm_leaves_a_running_task_for_the_next_server() {
         done.task.task.status_message
     );
     b.stop().await;
+}
+
+/// With bearer tokens, a task belongs to the token's subject: the same subject polls it from
+/// another client, another subject gets -32602 for it, whatever client name each declares.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_a_task_belongs_to_the_subject_of_its_token() {
+    let db = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    let alice = crate::http::add_token(&file, "alice", "read");
+    let bob = crate::http::add_token(&file, "bob", "read,write");
+    let http = HttpChild::spawn(
+        db,
+        &["--tokens", file.to_str().unwrap()],
+        &dir.path().join("server.log"),
+    )
+    .await;
+    let pid = http.child.id().unwrap();
+    let a = http_client_with(&http.url, pid, true, "same-name", Some(&alice)).await;
+    let CallToolResponse::Task(created) = a.call("traverse", deep_walk(), None).await.unwrap()
+    else {
+        panic!("expected a task");
+    };
+    let id = created.task.task_id;
+    let again = http_client_with(&http.url, pid, true, "another-name", Some(&alice)).await;
+    again
+        .get(&id)
+        .await
+        .expect("the same subject sees its task");
+    let b = http_client_with(&http.url, pid, true, "same-name", Some(&bob)).await;
+    let err = b.get(&id).await.expect_err("another subject's task");
+    assert_eq!(rpc_code(&err), Some(-32602));
+    let err = b
+        .service
+        .cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .expect_err("another subject cannot cancel it");
+    assert_eq!(rpc_code(&err), Some(-32602));
+    a.service
+        .cancel_task(CancelTaskParams::new(id))
+        .await
+        .expect("its subject can");
+    for c in [a, again, b] {
+        c.stop().await;
+    }
+    let mut http = http;
+    terminate(&http.child);
+    let _ = tokio::time::timeout(Duration::from_secs(20), http.child.wait()).await;
 }
