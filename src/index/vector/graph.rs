@@ -167,8 +167,30 @@ impl Graph {
     /// The stored vector of `slot` (rounded to half precision), into `out`; false when the
     /// slot is not in the graph.
     pub(super) fn vector(&self, slot: u32, out: &mut [f32]) -> bool {
+        use half::slice::HalfFloatSliceExt;
         debug_assert_eq!(out.len(), self.dim);
-        matches!(self.index.get(u64::from(slot), out), Ok(1))
+        // Read as stored (half precision) and widened here, many at a time (F16C where the CPU
+        // has it): usearch's own widening to f32 goes one number at a time through a generic
+        // cast, and took more than half of a recall's time under load.
+        thread_local! {
+            static HALVES: std::cell::RefCell<(Vec<i16>, Vec<half::f16>)> =
+                const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+        }
+        HALVES.with_borrow_mut(|(words, halves)| {
+            words.resize(self.dim, 0);
+            let found = matches!(
+                self.index
+                    .get(u64::from(slot), usearch::f16::from_mut_i16s(words)),
+                Ok(1)
+            );
+            if found {
+                // The same bits: IEEE half precision either way.
+                halves.clear();
+                halves.extend(words.iter().map(|&w| half::f16::from_bits(w as u16)));
+                halves.convert_to_f32_slice(out);
+            }
+            found
+        })
     }
 
     /// Renames `from` to `to` (a slot not in the graph).
