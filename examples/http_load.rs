@@ -1,0 +1,308 @@
+//! Recall throughput over Streamable HTTP: the real `mnemograph serve --http` binary on a copy
+//! of the seeded 100,000-memory corpus, N concurrent rmcp clients (2026-07-28, stateless
+//! requests) each calling `recall` back to back for a fixed time; the same with bearer tokens,
+//! with one client, and over stdio with one client; then the cost of checking a token. Prints a
+//! markdown table with the machine.
+//!
+//! Run: `cargo build --release && cargo run --release --example http_load [-- --clients 64
+//! --seconds 10]` (the corpus is built once and cached, as for the latency example).
+
+#[allow(dead_code)]
+#[path = "../benches/fixture/mod.rs"]
+mod fixture;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, ProtocolVersion};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
+use serde_json::json;
+
+use fixture::{BIG_CORPUS, Corpus};
+
+/// Floors of the HTTP transport at 100,000 memories.
+const FLOOR_RECALLS_PER_S: f64 = 2_000.0;
+const FLOOR_P99_MS: f64 = 50.0;
+const FLOOR_AUTH_MS: f64 = 0.1;
+
+type Client = RunningService<RoleClient, ()>;
+
+/// A line of the report, on stdout.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+/// A progress line, on stderr.
+macro_rules! note {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
+async fn open(transport_url: Option<&str>, token: Option<&str>, stdio: Option<&Path>) -> Client {
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    if let Some(db) = stdio {
+        let bin = fixture::server_binary().expect("build the server first: cargo build --release");
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.arg("serve").arg("--db").arg(db).kill_on_drop(true);
+        let (transport, _) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the server");
+        return ().serve_with_lifecycle(transport, lifecycle).await.expect("session");
+    }
+    let mut config =
+        StreamableHttpClientTransportConfig::with_uri(transport_url.expect("a URL").to_owned());
+    if let Some(t) = token {
+        config = config.auth_header(t.to_owned());
+    }
+    ().serve_with_lifecycle(
+        StreamableHttpClientTransport::from_config(config),
+        lifecycle,
+    )
+    .await
+    .expect("session")
+}
+
+async fn recall(c: &Client, corpus: &Corpus, i: u64) -> Duration {
+    let serde_json::Value::Object(args) = json!({"query": corpus.query(i), "limit": 10}) else {
+        unreachable!("an object literal")
+    };
+    let started = Instant::now();
+    let r = c
+        .call_tool(CallToolRequestParams::new("recall").with_arguments(args))
+        .await
+        .expect("recall");
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    started.elapsed()
+}
+
+struct Load {
+    per_s: f64,
+    p50: f64,
+    p99: f64,
+    n: usize,
+    /// CPU time of the server process per recall, when known.
+    server_cpu_ms: Option<f64>,
+}
+
+/// CPU time (user + system) process `pid` has used, from `/proc` (Linux).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// `clients` clients calling recall back to back for `seconds`.
+async fn load(
+    url: Option<&str>,
+    token: Option<&str>,
+    stdio: Option<&Path>,
+    clients: usize,
+    seconds: u64,
+    server: Option<u32>,
+) -> Load {
+    let corpus = Arc::new(Corpus::new());
+    let mut sessions = Vec::new();
+    for _ in 0..clients {
+        sessions.push(open(url, token, stdio).await);
+    }
+    // Warm-up: the first answers of a fresh server load indexes.
+    for i in 0..200 {
+        recall(&sessions[0], &corpus, 2_000_000 + i).await;
+    }
+    let cpu_before = server.and_then(cpu_seconds);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let mut workers = Vec::new();
+    for (w, c) in sessions.into_iter().enumerate() {
+        let corpus = Arc::clone(&corpus);
+        workers.push(tokio::spawn(async move {
+            let mut times = Vec::new();
+            let mut i = w as u64 * 1_000_000;
+            while Instant::now() < deadline {
+                times.push(recall(&c, &corpus, i).await);
+                i += 1;
+            }
+            let _ = c.cancel().await;
+            times
+        }));
+    }
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await.expect("worker"));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let server_cpu_ms = match (cpu_before, server.and_then(cpu_seconds)) {
+        (Some(a), Some(b)) => Some((b - a) * 1e3 / all.len().max(1) as f64),
+        _ => None,
+    };
+    all.sort();
+    let q = |f: f64| all[((all.len() as f64 * f).ceil() as usize).clamp(1, all.len()) - 1];
+    Load {
+        per_s: all.len() as f64 / elapsed,
+        p50: q(0.5).as_secs_f64() * 1e3,
+        p99: q(0.99).as_secs_f64() * 1e3,
+        n: all.len(),
+        server_cpu_ms,
+    }
+}
+
+/// A `serve --http` child on `db` and the URL it listens on.
+fn serve_http(db: &Path, extra: &[&str]) -> (std::process::Child, String) {
+    let bin = fixture::server_binary().expect("build the server first: cargo build --release");
+    let mut child = std::process::Command::new(bin)
+        .arg("serve")
+        .arg("--db")
+        .arg(db)
+        .args(["--http", "127.0.0.1:0"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the server");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(url) = line.split_whitespace().find_map(|w| w.strip_prefix("url=")) {
+                let _ = tx.send(url.to_owned());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the server names its URL");
+    (child, url)
+}
+
+fn args() -> Result<(usize, u64), String> {
+    let mut clients = 64;
+    let mut seconds = 10;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let v = it.next().ok_or(format!("{a} needs a value"))?;
+        match a.as_str() {
+            "--clients" => clients = v.parse().map_err(|_| format!("--clients {v}"))?,
+            "--seconds" => seconds = v.parse().map_err(|_| format!("--seconds {v}"))?,
+            _ => return Err(format!("unknown option {a}")),
+        }
+    }
+    Ok((clients.max(1), seconds.max(1)))
+}
+
+fn main() -> ExitCode {
+    let (clients, seconds) = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            note!("{e}\nusage: http_load [--clients N] [--seconds S]");
+            return ExitCode::from(2);
+        }
+    };
+    let (dir, db) = fixture::scratch_copy(BIG_CORPUS);
+    let tokens = dir.path().join("tokens");
+    let (token, line) =
+        mnemograph::mcp::auth::new_token("load", &["read".into()]).expect("a token");
+    std::fs::write(&tokens, format!("{line}\n")).expect("write the tokens file");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut rows = Vec::new();
+    for (label, with_tokens, n) in [
+        (format!("HTTP, {clients} clients"), false, clients),
+        (
+            format!("HTTP with bearer tokens, {clients} clients"),
+            true,
+            clients,
+        ),
+        ("HTTP, 1 client".to_owned(), false, 1),
+        ("HTTP with bearer tokens, 1 client".to_owned(), true, 1),
+    ] {
+        let extra: Vec<&str> = if with_tokens {
+            vec!["--tokens", tokens.to_str().expect("a UTF-8 path")]
+        } else {
+            Vec::new()
+        };
+        let (mut child, url) = serve_http(&db, &extra);
+        note!("{label}…");
+        let l = runtime.block_on(load(
+            Some(&url),
+            with_tokens.then_some(token.as_str()),
+            None,
+            n,
+            seconds,
+            Some(child.id()),
+        ));
+        let _ = child.kill();
+        let _ = child.wait();
+        rows.push((label, l));
+    }
+    note!("stdio, 1 client…");
+    let l = runtime.block_on(load(None, None, Some(&db), 1, seconds, None));
+    rows.push(("stdio, 1 client".to_owned(), l));
+
+    // The work a token adds to a request: parse the header, hash the token, look it up.
+    let admitted = mnemograph::mcp::auth::Tokens::parse(&format!("{line}\n")).expect("tokens");
+    let header = format!("Bearer {token}");
+    let checks = 200_000u32;
+    let started = Instant::now();
+    for _ in 0..checks {
+        std::hint::black_box(admitted.check(Some(std::hint::black_box(&header))).is_ok());
+    }
+    let auth_ms = started.elapsed().as_secs_f64() * 1e3 / f64::from(checks);
+
+    out!("## mnemograph over HTTP\n");
+    out!("- machine: {}", fixture::machine());
+    out!(
+        "- corpus: the seeded 100,000 memories; recall limit 10, the default hybrid; {seconds} s per row\n"
+    );
+    out!(
+        "| transport | recalls | recalls/s | p50 | p99 | server CPU per recall | floor | meets |"
+    );
+    out!("|---|---:|---:|---:|---:|---:|---|---|");
+    for (i, (label, l)) in rows.iter().enumerate() {
+        let (floor, meets) = if i < 2 {
+            let ok = l.per_s >= FLOOR_RECALLS_PER_S && l.p99 <= FLOOR_P99_MS;
+            (
+                format!("≥ {FLOOR_RECALLS_PER_S:.0}/s, p99 ≤ {FLOOR_P99_MS:.0} ms"),
+                if ok { "yes" } else { "no" },
+            )
+        } else {
+            (String::new(), "")
+        };
+        let cpu = l
+            .server_cpu_ms
+            .map_or(String::new(), |c| format!("{c:.2} ms"));
+        out!(
+            "| {label} | {} | {:.0} | {:.2} ms | {:.2} ms | {cpu} | {floor} | {meets} |",
+            l.n, l.per_s, l.p50, l.p99
+        );
+    }
+    out!(
+        "| checking a bearer token (header, SHA-256, lookup) | {checks} | | {auth_ms:.5} ms | | | ≤ {FLOOR_AUTH_MS} ms | {} |",
+        if auth_ms <= FLOOR_AUTH_MS {
+            "yes"
+        } else {
+            "no"
+        }
+    );
+    drop(dir);
+    ExitCode::SUCCESS
+}
