@@ -273,9 +273,7 @@ fn main() -> ExitCode {
     out!(
         "- corpus: the seeded 100,000 memories; recall limit 10, the default hybrid; {seconds} s per row\n"
     );
-    out!(
-        "| transport | recalls | recalls/s | p50 | p99 | server CPU per recall | floor | meets |"
-    );
+    out!("| transport | recalls | recalls/s | p50 | p99 | server CPU per recall | floor | meets |");
     out!("|---|---:|---:|---:|---:|---:|---|---|");
     for (i, (label, l)) in rows.iter().enumerate() {
         let (floor, meets) = if i < 2 {
@@ -292,7 +290,10 @@ fn main() -> ExitCode {
             .map_or(String::new(), |c| format!("{c:.2} ms"));
         out!(
             "| {label} | {} | {:.0} | {:.2} ms | {:.2} ms | {cpu} | {floor} | {meets} |",
-            l.n, l.per_s, l.p50, l.p99
+            l.n,
+            l.per_s,
+            l.p50,
+            l.p99
         );
     }
     out!(

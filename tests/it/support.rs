@@ -144,6 +144,21 @@ pub(crate) async fn http_request(
     (status, text)
 }
 
+/// An rmcp client transport to the MCP endpoint at `url`, sending `token` as the bearer token.
+pub(crate) fn http_transport(
+    url: &str,
+    token: Option<&str>,
+) -> impl rmcp::transport::Transport<RoleClient> + 'static {
+    let mut config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            url.to_owned(),
+        );
+    if let Some(t) = token {
+        config = config.auth_header(t.to_owned());
+    }
+    StreamableHttpClientTransport::from_config(config)
+}
+
 /// A scratch folder with the path of a database inside it (not yet created).
 pub(crate) struct TestDb {
     _dir: tempfile::TempDir,
@@ -234,15 +249,7 @@ impl Server {
     /// A client session of `era` on the HTTP server at `url` (which logs to `log`), sending
     /// `token` as its bearer token.
     pub(crate) async fn attach(url: &str, era: Era, token: Option<&str>, log: &Path) -> Server {
-        let mut config =
-            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
-                url.to_owned(),
-            );
-        if let Some(t) = token {
-            config = config.auth_header(t.to_owned());
-        }
-        let transport = StreamableHttpClientTransport::from_config(config);
-        let client = match open_session!(transport, era) {
+        let client = match open_session!(http_transport(url, token), era) {
             Ok(c) => c,
             Err(e) => panic!(
                 "{era:?} session over HTTP did not start: {e}\n{}",

@@ -18,11 +18,11 @@ use rmcp::model::{
     ProgressToken, ProtocolVersion, RequestMetaObject, TaskStatus,
 };
 use rmcp::service::{NotificationContext, RunningService, ServiceError};
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::support::{BIN, Era, HttpChild, Raw, terminate};
+use crate::support::{BIN, Era, HttpChild, Raw, http_transport, terminate};
 
 /// `n` with thousands separators, as status messages show it.
 fn group(n: u64) -> String {
@@ -277,15 +277,7 @@ async fn http_client_with(
 ) -> Client {
     let recorder = recorder(modern, name);
     let progress = Arc::clone(&recorder.progress);
-    let mut config =
-        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
-            url.to_owned(),
-        );
-    if let Some(t) = token {
-        config = config.auth_header(t.to_owned());
-    }
-    let transport = StreamableHttpClientTransport::from_config(config);
-    let service = open_session!(recorder, transport, modern);
+    let service = open_session!(recorder, http_transport(url, token), modern);
     Client {
         service,
         progress,
@@ -346,6 +338,24 @@ fn visited(t: &GetTaskResult) -> u64 {
     let p = t.meta.as_ref().and_then(|m| m.0.get("mnemograph/progress"));
     let n = |k: &str| p.and_then(|p| p[k].as_u64()).unwrap_or(0);
     n("visited") + n("done")
+}
+
+/// Polls task `id` until it is cancelled, asserting it stays working until then and is
+/// cancelled within `limit` of `asked`.
+async fn wait_cancelled(c: &Client, id: &str, asked: Instant, limit: Duration) {
+    loop {
+        let t = c.get(id).await.expect("tasks/get");
+        if t.task.task.status == TaskStatus::Cancelled {
+            return;
+        }
+        assert_eq!(t.task.task.status, TaskStatus::Working);
+        assert!(
+            asked.elapsed() < limit,
+            "cancelled within {limit:?}: {:?}",
+            asked.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 pub(crate) async fn poll_until_terminal(
@@ -630,20 +640,8 @@ async fn cancel_stops_a_task_promptly() {
         .cancel_task(CancelTaskParams::new(id.clone()))
         .await
         .expect("cancel");
-    loop {
-        let t = c.get(&id).await.unwrap();
-        if t.task.task.status == TaskStatus::Cancelled {
-            break;
-        }
-        assert_eq!(t.task.task.status, TaskStatus::Working);
-        // Cancelled long before the walk would end; generous for a loaded machine.
-        assert!(
-            asked.elapsed() < Duration::from_secs(5),
-            "cancelled promptly: {:?}",
-            asked.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // Cancelled long before the walk would end; generous for a loaded machine.
+    wait_cancelled(&c, &id, asked, Duration::from_secs(5)).await;
     // Cancelling a finished task is acknowledged.
     c.service
         .cancel_task(CancelTaskParams::new(id))
@@ -871,20 +869,7 @@ async fn tasks_over_http_are_answered_and_cancelled_by_another_server() {
         .cancel_task(CancelTaskParams::new(id.clone()))
         .await
         .expect("cancel through the other server");
-    let asked = Instant::now();
-    loop {
-        let t = a.get(&id).await.unwrap();
-        if t.task.task.status == TaskStatus::Cancelled {
-            break;
-        }
-        assert_eq!(t.task.task.status, TaskStatus::Working);
-        assert!(
-            asked.elapsed() < Duration::from_secs(10),
-            "the worker saw the cancel: {:?}",
-            asked.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_cancelled(&a, &id, Instant::now(), Duration::from_secs(10)).await;
 
     let other = http_client(&b.http.as_ref().unwrap().url, b.pid, true, "agent-i").await;
     let err = other.get(&id).await.expect_err("foreign task");
