@@ -1,6 +1,7 @@
 //! MCP over Streamable HTTP: rmcp's server transport (a tower service) at `/mcp` on axum, both
 //! protocol eras (2025-11-25 sessions with `Mcp-Session-Id`, 2026-07-28 stateless requests that
-//! any instance can answer), beside `/healthz`. rmcp checks `Host` and `Origin` (DNS rebinding:
+//! any instance can answer), beside `/healthz` (liveness) and `/readyz` (the database answers,
+//! the indexes have caught up). rmcp checks `Host` and `Origin` (DNS rebinding:
 //! 403) and the body size (413); this module adds the listener, bearer tokens (401), a
 //! per-request timeout, a cap on requests in flight and the graceful shutdown.
 
@@ -103,6 +104,7 @@ pub async fn serve_http(
     let local = listener
         .local_addr()
         .map_err(|e| Error::Internal(format!("the listener has no address: {e}")))?;
+    let readiness = Arc::clone(&engine);
     let server = MemoryServer::new(engine, options);
     let tasks = Arc::clone(&server.tasks);
     let stopping = CancellationToken::new();
@@ -121,7 +123,9 @@ pub async fn serve_http(
     if let Some(tokens) = http.tokens.clone() {
         app = app.layer(axum::middleware::from_fn_with_state(tokens, authenticate));
     }
-    let app = app.route("/healthz", axum::routing::get(|| async { "ok\n" }));
+    let app = app
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route("/readyz", axum::routing::get(ready).with_state(readiness));
     tracing::info!(url = %format!("http://{local}{MCP_PATH}"), "serving MCP over HTTP");
 
     let (signalled, mut on_signal) = tokio::sync::watch::channel(false);
@@ -174,6 +178,45 @@ fn transport_config(
     } else {
         config.disable_allowed_hosts()
     }
+}
+
+/// Changes the indexes may lag the database by and the server still be ready.
+pub const READY_MAX_LAG: i64 = 1_000;
+
+/// Readiness: 200 when the database answers and what a search sees (text, vectors) lags it by
+/// at most [`READY_MAX_LAG`] changes, else 503; a JSON body says which.
+async fn ready(State(engine): State<Arc<Engine>>) -> Response {
+    let checked = tokio::task::spawn_blocking(move || -> Result<(i64, i64)> {
+        Ok((engine.prepare_text_read()?, engine.vector_lag()?))
+    })
+    .await;
+    let (status, body) = match checked {
+        Ok(Ok((text, vector))) => {
+            let ready = text.max(vector) <= READY_MAX_LAG;
+            (
+                if ready {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                },
+                serde_json::json!({"ready": ready, "text_index_lag": text, "vector_index_lag": vector}),
+            )
+        }
+        Ok(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"ready": false, "error": e.to_string()}),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"ready": false, "error": "the readiness check failed; see the server log"}),
+        ),
+    };
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{body}\n"),
+    )
+        .into_response()
 }
 
 /// Lets a request through when it carries a known bearer token, with its [`Caller`] in the

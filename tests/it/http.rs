@@ -66,6 +66,12 @@ async fn foreign_origins_and_oversized_bodies_are_refused() {
     let (status, answer) = http_request(&at, "GET", "/healthz", &[], b"").await;
     assert_eq!(status, 200);
     assert!(answer.ends_with("\r\n\r\nok\n"), "{answer:?}");
+    let (status, answer) = http_request(&at, "GET", "/readyz", &[], b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer.contains(r#""ready":true"#) && answer.contains(r#""text_index_lag":0"#),
+        "{answer}"
+    );
 
     let mut headers = MCP_HEADERS.to_vec();
     let (status, body) = http_request(&at, "POST", "/mcp", &headers, &tools_list()).await;
