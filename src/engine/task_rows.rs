@@ -74,6 +74,11 @@ impl Engine {
         self.store.read(|c| tasks::list(c, owner, limit))
     }
 
+    /// How many tasks there are in each status (`working`, `completed`, …).
+    pub fn task_counts(&self) -> Result<Vec<(String, i64)>> {
+        self.store.read(tasks::count_by_status)
+    }
+
     pub fn task_sweep(&self, now: Millis) -> Result<usize> {
         self.store.write(|tx| tasks::sweep(tx, now))
     }

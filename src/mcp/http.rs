@@ -1,7 +1,7 @@
 //! MCP over Streamable HTTP: rmcp's server transport (a tower service) at `/mcp` on axum, both
 //! protocol eras (2025-11-25 sessions with `Mcp-Session-Id`, 2026-07-28 stateless requests that
-//! any instance can answer), beside `/healthz` (liveness) and `/readyz` (the database answers,
-//! the indexes have caught up). rmcp checks `Host` and `Origin` (DNS rebinding:
+//! any instance can answer), beside `/healthz` (liveness), `/readyz` (the database answers,
+//! the indexes have caught up) and `/metrics` (Prometheus). rmcp checks `Host` and `Origin` (DNS rebinding:
 //! 403) and the body size (413); this module adds the listener, bearer tokens (401), a
 //! per-request timeout, a cap on requests in flight and the graceful shutdown.
 
@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::mcp::auth::{Refusal, Tokens};
+use crate::mcp::metrics::Metrics;
 use crate::mcp::{MemoryServer, ServerOptions};
 
 /// Path of the MCP endpoint.
@@ -105,7 +106,9 @@ pub async fn serve_http(
         .local_addr()
         .map_err(|e| Error::Internal(format!("the listener has no address: {e}")))?;
     let readiness = Arc::clone(&engine);
-    let server = MemoryServer::new(engine, options);
+    let metrics = Arc::new(Metrics::new()?);
+    let scrape = (Arc::clone(&metrics), Arc::clone(&engine));
+    let server = MemoryServer::new(engine, options).with_metrics(metrics);
     let tasks = Arc::clone(&server.tasks);
     let stopping = CancellationToken::new();
     let service = StreamableHttpService::new(
@@ -125,7 +128,8 @@ pub async fn serve_http(
     }
     let app = app
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-        .route("/readyz", axum::routing::get(ready).with_state(readiness));
+        .route("/readyz", axum::routing::get(ready).with_state(readiness))
+        .route("/metrics", axum::routing::get(scraped).with_state(scrape));
     tracing::info!(url = %format!("http://{local}{MCP_PATH}"), "serving MCP over HTTP");
 
     let (signalled, mut on_signal) = tokio::sync::watch::channel(false);
@@ -217,6 +221,27 @@ async fn ready(State(engine): State<Arc<Engine>>) -> Response {
         format!("{body}\n"),
     )
         .into_response()
+}
+
+/// The Prometheus text exposition of the server's metrics.
+async fn scraped(State((metrics, engine)): State<(Arc<Metrics>, Arc<Engine>)>) -> Response {
+    match tokio::task::spawn_blocking(move || metrics.render(&engine)).await {
+        Ok(Ok(text)) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            text,
+        )
+            .into_response(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "metrics could not be read");
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response()
+        }
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the metrics could not be read; see the server log\n",
+        )
+            .into_response(),
+    }
 }
 
 /// Lets a request through when it carries a known bearer token, with its [`Caller`] in the

@@ -9,6 +9,7 @@ pub mod dto;
 mod errors;
 mod guard;
 pub mod http;
+pub mod metrics;
 mod resources;
 mod task_api;
 pub mod tools;
@@ -55,6 +56,8 @@ pub struct MemoryServer {
     engine: Arc<Engine>,
     tasks: Arc<Tasks>,
     owner: Option<String>,
+    /// Counts tool calls when set (HTTP serves them at `/metrics`).
+    metrics: Option<Arc<metrics::Metrics>>,
 }
 
 impl MemoryServer {
@@ -78,7 +81,14 @@ impl MemoryServer {
             engine,
             tasks,
             owner: options.owner,
+            metrics: None,
         }
+    }
+
+    /// This server, counting its tool calls in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<metrics::Metrics>) -> MemoryServer {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Who a request acts for: tasks are visible only to their owner. Over HTTP with tokens,
@@ -166,7 +176,20 @@ impl ServerHandler for MemoryServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResponse, McpError> {
-        guard::caught("tools/call", self.call_tool_unguarded(request, context)).await
+        let started = std::time::Instant::now();
+        let name = request.name.to_string();
+        let res = guard::caught("tools/call", self.call_tool_unguarded(request, context)).await;
+        if let Some(m) = &self.metrics {
+            use metrics::Outcome;
+            let outcome = match &res {
+                Ok(CallToolResponse::Task(_)) => Outcome::Task,
+                Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => Outcome::ToolError,
+                Ok(_) => Outcome::Ok,
+                Err(_) => Outcome::ProtocolError,
+            };
+            m.observe(&name, outcome, started.elapsed().as_secs_f64());
+        }
+        res
     }
 
     async fn get_task(

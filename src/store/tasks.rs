@@ -163,6 +163,15 @@ pub fn list(db: &Db, owner: Option<&str>, limit: usize) -> Result<Vec<TaskRow>> 
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// How many tasks there are in each status.
+pub fn count_by_status(db: &Db) -> Result<Vec<(String, i64)>> {
+    let mut stmt = db
+        .conn
+        .prepare_cached("SELECT status, COUNT(*) FROM tasks GROUP BY status ORDER BY status")?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 /// Deletes tasks whose time to live has run out; returns how many.
 pub fn sweep(db: &Db, now: Millis) -> Result<usize> {
     let conn = &db.conn;

@@ -47,6 +47,26 @@ async fn remember_recall_and_resources_work_over_http_in_both_eras() {
             .await
             .expect("read the memory as a resource");
         assert!(format!("{read:?}").contains("harbour pilot"), "{era:?}");
+        // Calls are counted by tool and outcome; a made-up tool name does not become a label.
+        assert!(s.call("no_such_tool", json!({})).await.is_err());
+        assert!(s.call("get", json!({"ids": ["m_missing"]})).await.is_err());
+        let at = s.http.as_ref().expect("over HTTP").authority().to_owned();
+        let (status, metrics) = http_request(&at, "GET", "/metrics", &[], b"").await;
+        assert_eq!(status, 200, "{metrics}");
+        for line in [
+            r#"mnemograph_tool_calls_total{outcome="ok",tool="remember"} 1"#,
+            r#"mnemograph_tool_calls_total{outcome="protocol_error",tool="other"} 1"#,
+            r#"mnemograph_tool_calls_total{outcome="tool_error",tool="get"} 1"#,
+            r#"mnemograph_tool_call_seconds_count{tool="recall"} 1"#,
+            r#"mnemograph_index_lag_changes{index="text"} 0"#,
+        ] {
+            assert!(metrics.contains(line), "{era:?}: {line} in\n{metrics}");
+        }
+        assert!(
+            !metrics.contains("harbour"),
+            "no memory contents in metrics"
+        );
+        assert!(metrics.contains("mnemograph_database_bytes "), "{metrics}");
         // A second client of the same server sees the writes (stateless requests need no session).
         let other = Server::start_over(&db.path, Wire::Http, era).await;
         let hits = hit_ids(&other.ok("recall", json!({"query": "revenue"})).await);
