@@ -3,7 +3,7 @@
 //! any instance can answer), beside `/healthz` (liveness), `/readyz` (the database answers,
 //! the indexes have caught up) and `/metrics` (Prometheus). rmcp checks `Host` and `Origin` (DNS rebinding:
 //! 403) and the body size (413); this module adds the listener, bearer tokens (401), a
-//! per-request timeout, a cap on requests in flight and the graceful shutdown.
+//! per-request timeout, a cap on requests in flight, request logs and the graceful shutdown.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -129,7 +129,8 @@ pub async fn serve_http(
     let app = app
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route("/readyz", axum::routing::get(ready).with_state(readiness))
-        .route("/metrics", axum::routing::get(scraped).with_state(scrape));
+        .route("/metrics", axum::routing::get(scraped).with_state(scrape))
+        .layer(axum::middleware::from_fn(log_request));
     tracing::info!(url = %format!("http://{local}{MCP_PATH}"), "serving MCP over HTTP");
 
     let (signalled, mut on_signal) = tokio::sync::watch::channel(false);
@@ -223,6 +224,27 @@ async fn ready(State(engine): State<Arc<Engine>>) -> Response {
         .into_response()
 }
 
+/// One log line per request on stderr: method, path, status, time to the response head and the
+/// token's subject; never a token, a header's value or a body. Probes log at debug.
+async fn log_request(request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    let subject = response
+        .extensions()
+        .get::<crate::mcp::auth::Caller>()
+        .map(|c| c.subject.clone());
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    let status = response.status().as_u16();
+    if path == MCP_PATH {
+        tracing::info!(%method, %path, status, ms, subject = subject.as_deref().unwrap_or("-"), "http request");
+    } else {
+        tracing::debug!(%method, %path, status, ms, "http request");
+    }
+    response
+}
+
 /// The Prometheus text exposition of the server's metrics.
 async fn scraped(State((metrics, engine)): State<(Arc<Metrics>, Arc<Engine>)>) -> Response {
     match tokio::task::spawn_blocking(move || metrics.render(&engine)).await {
@@ -260,8 +282,11 @@ async fn authenticate(
     match tokens.check(given) {
         Ok(caller) => {
             let caller = caller.clone();
-            request.extensions_mut().insert(caller);
-            next.run(request).await
+            request.extensions_mut().insert(caller.clone());
+            let mut response = next.run(request).await;
+            // For the request log.
+            response.extensions_mut().insert(caller);
+            response
         }
         Err(refusal) => {
             let (challenge, text) = match refusal {

@@ -230,11 +230,11 @@ async fn bearer_tokens_admit_their_subjects_with_their_scopes() {
     assert!(answer.contains("invalid_token"), "{answer}");
     let (status, _) = http_request(&at, "GET", "/healthz", &[], b"").await;
     assert_eq!(status, 200, "liveness needs no token");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(!logged.contains("not-a-token"), "tokens are never logged");
     assert!(
-        !std::fs::read_to_string(&log)
-            .unwrap()
-            .contains("not-a-token"),
-        "tokens are never logged"
+        logged.contains("http request") && logged.contains("status=401"),
+        "{logged}"
     );
 
     for era in Era::ALL {
@@ -260,6 +260,16 @@ async fn bearer_tokens_admit_their_subjects_with_their_scopes() {
         r.stop().await;
         w.stop().await;
     }
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("subject=\"reader\""), "{logged}");
+    assert!(
+        !logged.contains(&writer) && !logged.contains(&reader),
+        "no token in the log"
+    );
+    assert!(
+        !logged.contains("lighthouse"),
+        "no memory contents in the log"
+    );
     crate::support::terminate(&http.child);
     let _ = tokio::time::timeout(Duration::from_secs(20), http.child.wait()).await;
     let hits = {
