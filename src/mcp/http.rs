@@ -224,6 +224,10 @@ async fn ready(State(engine): State<Arc<Engine>>) -> Response {
         .into_response()
 }
 
+/// The log target of request lines (`MNEMOGRAPH_LOG=info,mnemograph::http::request=warn`
+/// silences them).
+const REQUEST_LOG: &str = "mnemograph::http::request";
+
 /// One log line per request on stderr: method, path, status, time to the response head and the
 /// token's subject; never a token, a header's value or a body. Probes log at debug.
 async fn log_request(request: Request, next: Next) -> Response {
@@ -237,10 +241,11 @@ async fn log_request(request: Request, next: Next) -> Response {
         .map(|c| c.subject.clone());
     let ms = started.elapsed().as_secs_f64() * 1e3;
     let status = response.status().as_u16();
+    let subject = subject.as_deref().unwrap_or("-");
     if path == MCP_PATH {
-        tracing::info!(%method, %path, status, ms, subject = subject.as_deref().unwrap_or("-"), "http request");
+        tracing::info!(target: REQUEST_LOG, %method, %path, status, ms, subject, "http request");
     } else {
-        tracing::debug!(%method, %path, status, ms, "http request");
+        tracing::debug!(target: REQUEST_LOG, %method, %path, status, ms, "http request");
     }
     response
 }
