@@ -286,9 +286,12 @@ impl Engine {
         if !missing.is_empty() {
             rows.extend(self.load_rows(&missing, q.include_archived)?);
         }
-        let mut ranked = self.rank(q, cands.clone(), &mut rows, &scoring)?;
-        let redone = !skipped.is_empty() && !bar.settles(&ranked, &skipped, need);
-        if redone {
+        // Kept for a second ranking only when some rows were skipped.
+        let again = (!skipped.is_empty()).then(|| cands.clone());
+        let mut ranked = self.rank(q, cands, &mut rows, &scoring)?;
+        let again = again.filter(|_| !bar.settles(&ranked, &skipped, need));
+        let redone = again.is_some();
+        if let Some(cands) = again {
             rows.extend(self.load_rows(&skipped, q.include_archived)?);
             ranked = self.rank(q, cands, &mut rows, &scoring)?;
         }

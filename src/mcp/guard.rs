@@ -55,14 +55,30 @@ pub(crate) async fn caught<T>(
     AssertUnwindSafe(handling)
         .catch_unwind()
         .await
-        .unwrap_or_else(|payload| {
-            tracing::error!(
-                %method,
-                panic = %panic_text(payload.as_ref()),
-                "a request handler panicked; answered with an internal error"
-            );
-            Err(panicked(method))
-        })
+        .unwrap_or_else(|payload| Err(answer_panic(method, None, payload.as_ref())))
+}
+
+/// Logs a request handler's panic and returns the error that answers the request.
+fn answer_panic(
+    method: &str,
+    id: Option<&rmcp::model::RequestId>,
+    payload: &(dyn std::any::Any + Send),
+) -> McpError {
+    let panic = panic_text(payload);
+    match id {
+        Some(id) => tracing::error!(
+            %method,
+            request = %id,
+            %panic,
+            "a request handler panicked; answered with an internal error"
+        ),
+        None => tracing::error!(
+            %method,
+            %panic,
+            "a request handler panicked; answered with an internal error"
+        ),
+    }
+    panicked(method)
 }
 
 impl<S: ServerHandler> Service<RoleServer> for Guarded<S> {
@@ -80,15 +96,8 @@ impl<S: ServerHandler> Service<RoleServer> for Guarded<S> {
         async move {
             let outcome = AssertUnwindSafe(handling).catch_unwind().await;
             self.session.handled(&id, cancelled.is_cancelled());
-            outcome.unwrap_or_else(|payload| {
-                tracing::error!(
-                    %method,
-                    request = %id,
-                    panic = %panic_text(payload.as_ref()),
-                    "a request handler panicked; answered with an internal error"
-                );
-                Err(panicked(&method))
-            })
+            outcome
+                .unwrap_or_else(|payload| Err(answer_panic(&method, Some(&id), payload.as_ref())))
         }
     }
 

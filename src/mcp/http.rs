@@ -191,10 +191,8 @@ pub const READY_MAX_LAG: i64 = 1_000;
 /// Readiness: 200 when the database answers and what a search sees (text, vectors) lags it by
 /// at most [`READY_MAX_LAG`] changes, else 503; a JSON body says which.
 async fn ready(State(engine): State<Arc<Engine>>) -> Response {
-    let checked = tokio::task::spawn_blocking(move || -> Result<(i64, i64)> {
-        Ok((engine.prepare_text_read()?, engine.vector_lag()?))
-    })
-    .await;
+    let checked =
+        tokio::task::spawn_blocking(move || crate::mcp::metrics::index_lags(&engine)).await;
     let (status, body) = match checked {
         Ok(Ok((text, vector))) => {
             let ready = text.max(vector) <= READY_MAX_LAG;
@@ -238,10 +236,9 @@ async fn log_request(request: Request, next: Next) -> Response {
     let subject = response
         .extensions()
         .get::<crate::mcp::auth::Caller>()
-        .map(|c| c.subject.clone());
+        .map_or("-", |c| c.subject.as_str());
     let ms = started.elapsed().as_secs_f64() * 1e3;
     let status = response.status().as_u16();
-    let subject = subject.as_deref().unwrap_or("-");
     if path == MCP_PATH {
         tracing::info!(target: REQUEST_LOG, %method, %path, status, ms, subject, "http request");
     } else {

@@ -96,11 +96,10 @@ impl Metrics {
         ] {
             registry.register(c).map_err(internal)?;
         }
-        let mut known: std::collections::HashSet<String> = crate::mcp::tools::all()
+        let known = crate::mcp::tools::all()
             .iter()
             .map(|t| t.name.to_string())
             .collect();
-        known.insert("tasks".into());
         Ok(Metrics {
             registry,
             known,
@@ -130,12 +129,9 @@ impl Metrics {
         for (status, n) in engine.task_counts()? {
             self.tasks.with_label_values(&[status.as_str()]).set(n);
         }
-        self.lag
-            .with_label_values(&["text"])
-            .set(engine.prepare_text_read()?);
-        self.lag
-            .with_label_values(&["vector"])
-            .set(engine.vector_lag()?);
+        let (text, vector) = index_lags(engine)?;
+        self.lag.with_label_values(&["text"]).set(text);
+        self.lag.with_label_values(&["vector"]).set(vector);
         let db = &engine.config().db_path;
         let mut wal = db.as_os_str().to_owned();
         wal.push("-wal");
@@ -148,4 +144,9 @@ impl Metrics {
             .map_err(internal)?;
         String::from_utf8(out).map_err(|e| Error::Internal(format!("metrics: {e}")))
     }
+}
+
+/// Changes of the database a search cannot see yet: by words, by meaning (blocking: SQL).
+pub(crate) fn index_lags(engine: &Engine) -> Result<(i64, i64)> {
+    Ok((engine.prepare_text_read()?, engine.vector_lag()?))
 }

@@ -111,7 +111,6 @@ impl MemoryServer {
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResponse, McpError> {
         let args = request.arguments.unwrap_or_default();
-        let started = std::time::Instant::now();
         let name = request.name.as_ref();
         if let Some(c) = caller(&context) {
             let needed = tools::scope(name);
@@ -125,7 +124,7 @@ impl MemoryServer {
                 ))));
             }
         }
-        let res = if name == "tasks" {
+        if name == "tasks" {
             task_api::list(&self.tasks, self.owner(&context), args).await
         } else if name == "consolidate"
             && !curation::is_run(&serde_json::Value::Object(args.clone()))
@@ -139,13 +138,7 @@ impl MemoryServer {
             tools::call(&self.engine, name, args)
                 .await
                 .map(CallToolResponse::Complete)
-        };
-        tracing::debug!(
-            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-            ok = res.is_ok(),
-            "tool call"
-        );
-        res
+        }
     }
 }
 
@@ -179,6 +172,8 @@ impl ServerHandler for MemoryServer {
         let started = std::time::Instant::now();
         let name = request.name.to_string();
         let res = guard::caught("tools/call", self.call_tool_unguarded(request, context)).await;
+        let elapsed = started.elapsed().as_secs_f64();
+        tracing::debug!(elapsed_ms = elapsed * 1e3, ok = res.is_ok(), "tool call");
         if let Some(m) = &self.metrics {
             use metrics::Outcome;
             let outcome = match &res {
@@ -187,7 +182,7 @@ impl ServerHandler for MemoryServer {
                 Ok(_) => Outcome::Ok,
                 Err(_) => Outcome::ProtocolError,
             };
-            m.observe(&name, outcome, started.elapsed().as_secs_f64());
+            m.observe(&name, outcome, elapsed);
         }
         res
     }
@@ -230,6 +225,7 @@ impl ServerHandler for MemoryServer {
         )
         .await
     }
+
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,

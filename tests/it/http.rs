@@ -80,7 +80,7 @@ async fn remember_recall_and_resources_work_over_http_in_both_eras() {
 async fn foreign_origins_and_oversized_bodies_are_refused() {
     let db = TestDb::new();
     let log = db.path.with_file_name("http.log");
-    let mut http = HttpChild::spawn(&db.path, &["--http-max-body", "4096"], &log).await;
+    let http = HttpChild::spawn(&db.path, &["--http-max-body", "4096"], &log).await;
     let at = http.authority().to_owned();
 
     let (status, answer) = http_request(&at, "GET", "/healthz", &[], b"").await;
@@ -121,8 +121,7 @@ async fn foreign_origins_and_oversized_bodies_are_refused() {
     // Everything valid around those still works.
     let (status, _) = http_request(&at, "POST", "/mcp", &headers, &tools_list()).await;
     assert_eq!(status, 200);
-    crate::support::terminate(&http.child);
-    let _ = tokio::time::timeout(Duration::from_secs(20), http.child.wait()).await;
+    http.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,7 +212,7 @@ async fn bearer_tokens_admit_their_subjects_with_their_scopes() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), saved);
 
     let log = db.path.with_file_name("auth.log");
-    let mut http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
+    let http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
     let at = http.authority().to_owned();
     let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, &tools_list()).await;
     assert_eq!(status, 401, "{answer}");
@@ -270,8 +269,7 @@ async fn bearer_tokens_admit_their_subjects_with_their_scopes() {
         !logged.contains("lighthouse"),
         "no memory contents in the log"
     );
-    crate::support::terminate(&http.child);
-    let _ = tokio::time::timeout(Duration::from_secs(20), http.child.wait()).await;
+    http.stop().await;
     let hits = {
         let s = db.serve(Era::Discover).await;
         let hits = s.recall_ids(json!({"query": "not allowed"})).await;

@@ -95,6 +95,12 @@ impl HttpChild {
         }
     }
 
+    /// Stops the server as a service manager would (SIGTERM) and waits for it to exit.
+    pub(crate) async fn stop(mut self) {
+        terminate(&self.child);
+        let _ = tokio::time::timeout(Duration::from_secs(20), self.child.wait()).await;
+    }
+
     /// `host:port` the server listens on.
     pub(crate) fn authority(&self) -> &str {
         let rest = self.url.trim_start_matches("http://");
@@ -402,9 +408,8 @@ impl Server {
     /// the session, then stops the server as a service manager would, with SIGTERM).
     pub(crate) async fn stop(self) {
         let _ = tokio::time::timeout(Duration::from_secs(20), self.client.cancel()).await;
-        if let Some(mut http) = self.http {
-            terminate(&http.child);
-            let _ = tokio::time::timeout(Duration::from_secs(20), http.child.wait()).await;
+        if let Some(http) = self.http {
+            http.stop().await;
         }
     }
 }

@@ -313,9 +313,8 @@ impl Client {
     /// stops the server with SIGTERM).
     pub(crate) async fn stop(self) {
         let _ = tokio::time::timeout(Duration::from_secs(20), self.service.cancel()).await;
-        if let Some(mut http) = self.http {
-            terminate(&http.child);
-            let _ = tokio::time::timeout(Duration::from_secs(20), http.child.wait()).await;
+        if let Some(http) = self.http {
+            http.stop().await;
         }
     }
 }
@@ -338,6 +337,14 @@ fn visited(t: &GetTaskResult) -> u64 {
     let p = t.meta.as_ref().and_then(|m| m.0.get("mnemograph/progress"));
     let n = |k: &str| p.and_then(|p| p[k].as_u64()).unwrap_or(0);
     n("visited") + n("done")
+}
+
+/// Starts [`deep_walk`] on `c`, which must hand it back as a task; the task's id.
+async fn start_deep_walk(c: &Client) -> String {
+    match c.call("traverse", deep_walk(), None).await.expect("call") {
+        CallToolResponse::Task(created) => created.task.task_id,
+        other => panic!("a deep focused walk must become a task: {other:?}"),
+    }
 }
 
 /// Polls task `id` until it is cancelled, asserting it stays working until then and is
@@ -629,11 +636,7 @@ async fn progress_notifications_all_precede_the_response_on_the_wire() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_a_task_promptly() {
     let c = connect(fixture(), true, true, "agent-c", &[]).await;
-    let CallToolResponse::Task(created) = c.call("traverse", deep_walk(), None).await.unwrap()
-    else {
-        panic!("expected a task");
-    };
-    let id = created.task.task_id;
+    let id = start_deep_walk(&c).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let asked = Instant::now();
     c.service
@@ -722,11 +725,7 @@ async fn bad_traversals_get_clear_errors() {
 async fn a_read_task_of_a_killed_process_is_rerun_by_the_next_one() {
     let db = fixture();
     let c = connect(db, true, true, "agent-f", &[]).await;
-    let CallToolResponse::Task(created) = c.call("traverse", deep_walk(), None).await.unwrap()
-    else {
-        panic!("expected a task");
-    };
-    let id = created.task.task_id;
+    let id = start_deep_walk(&c).await;
     // Kill the server mid-walk: the row stays `working` with a heartbeat that goes stale.
     drop(c);
     let c = connect(db, true, true, "agent-f", &[]).await;
@@ -840,11 +839,7 @@ async fn tasks_over_http_are_answered_and_cancelled_by_another_server() {
     let logs = tempfile::tempdir().unwrap();
     let a = connect_http(db, true, "agent-h", &[], &logs.path().join("a.log")).await;
     let b = connect_http(db, true, "agent-h", &[], &logs.path().join("b.log")).await;
-    let CallToolResponse::Task(created) = a.call("traverse", deep_walk(), None).await.unwrap()
-    else {
-        panic!("a deep focused walk over HTTP must become a task");
-    };
-    let id = created.task.task_id;
+    let id = start_deep_walk(&a).await;
     let (done, counts) = poll_until_terminal(&b, &id, Duration::from_secs(120)).await;
     assert_eq!(done.task.task.status, TaskStatus::Completed);
     let walking: Vec<u64> = counts.iter().copied().skip_while(|&n| n == 0).collect();
@@ -860,11 +855,7 @@ async fn tasks_over_http_are_answered_and_cancelled_by_another_server() {
         Some(20)
     );
 
-    let CallToolResponse::Task(created) = a.call("traverse", deep_walk(), None).await.unwrap()
-    else {
-        panic!("expected a task");
-    };
-    let id = created.task.task_id;
+    let id = start_deep_walk(&a).await;
     b.service
         .cancel_task(CancelTaskParams::new(id.clone()))
         .await
@@ -909,11 +900,7 @@ async fn sigterm_leaves_a_running_task_for_the_next_server() {
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("first.log");
     let mut a = connect_http(db, true, "agent-j", &[], &log).await;
-    let CallToolResponse::Task(created) = a.call("traverse", deep_walk(), None).await.unwrap()
-    else {
-        panic!("expected a task");
-    };
-    let id = created.task.task_id;
+    let id = start_deep_walk(&a).await;
     let mut http = a.http.take().expect("the server process");
     let stopped = Instant::now();
     terminate(&http.child);
@@ -959,11 +946,7 @@ async fn over_http_a_task_belongs_to_the_subject_of_its_token() {
     .await;
     let pid = http.child.id().unwrap();
     let a = http_client_with(&http.url, pid, true, "same-name", Some(&alice)).await;
-    let CallToolResponse::Task(created) = a.call("traverse", deep_walk(), None).await.unwrap()
-    else {
-        panic!("expected a task");
-    };
-    let id = created.task.task_id;
+    let id = start_deep_walk(&a).await;
     let again = http_client_with(&http.url, pid, true, "another-name", Some(&alice)).await;
     again
         .get(&id)
@@ -985,7 +968,5 @@ async fn over_http_a_task_belongs_to_the_subject_of_its_token() {
     for c in [a, again, b] {
         c.stop().await;
     }
-    let mut http = http;
-    terminate(&http.child);
-    let _ = tokio::time::timeout(Duration::from_secs(20), http.child.wait()).await;
+    http.stop().await;
 }
