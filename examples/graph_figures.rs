@@ -92,6 +92,7 @@ fn throughput(g: &MemoryGraph, direction: Direction) -> (f64, u64) {
         valid_at: None,
         max_nodes: usize::MAX,
         order: Order::Breadth,
+        within: None,
     };
     let mut rates = Vec::new();
     let mut visited = 0;

@@ -218,7 +218,7 @@ fn main() -> ExitCode {
     let (dir, db) = fixture::scratch_copy(BIG_CORPUS);
     let tokens = dir.path().join("tokens");
     let (token, line) =
-        mnemograph::mcp::auth::new_token("load", &["read".into()]).expect("a token");
+        mnemograph::mcp::auth::new_token("load", &["read".into()], None).expect("a token");
     std::fs::write(&tokens, format!("{line}\n")).expect("write the tokens file");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

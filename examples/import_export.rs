@@ -167,6 +167,7 @@ fn main() -> ExitCode {
         dry_run: false,
         actor: "bench".into(),
         max_records: None,
+        access: mnemograph::engine::Access::All,
     };
     let t = Instant::now();
     let report = engine

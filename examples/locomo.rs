@@ -309,6 +309,7 @@ fn load(path: &Path, embedder: Option<&EmbedderSpec>) -> anyhow::Result<Corpus> 
                 dry_run: false,
                 actor: "example:locomo".into(),
                 max_records: None,
+                access: mnemograph::engine::Access::All,
             },
             &Progressing::default(),
         )?;

@@ -138,6 +138,7 @@ fn main() -> ExitCode {
                 focus: Some("meeting notes from the planning session".into()),
                 limit: 10,
                 include_archived: false,
+                access: mnemograph::engine::Access::All,
             };
             let mut walks: Vec<(Duration, usize)> = Vec::new();
             while walking.load(Ordering::Relaxed) {

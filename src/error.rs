@@ -18,6 +18,13 @@ pub enum Error {
         id: String,
         hint: String,
     },
+    /// The caller may not use what it named (a namespace outside its token's).
+    #[error("not allowed: `{field}` {reason}. {hint}")]
+    Forbidden {
+        field: String,
+        reason: String,
+        hint: String,
+    },
     /// A name that is already taken in its namespace.
     #[error("conflict: {reason}. {hint}")]
     Conflict { reason: String, hint: String },
@@ -49,7 +56,10 @@ impl Error {
     pub fn is_user_error(&self) -> bool {
         matches!(
             self,
-            Error::InvalidArgument { .. } | Error::NotFound { .. } | Error::Conflict { .. }
+            Error::InvalidArgument { .. }
+                | Error::NotFound { .. }
+                | Error::Conflict { .. }
+                | Error::Forbidden { .. }
         )
     }
 

@@ -393,6 +393,10 @@ enum TokenAction {
         /// What the token may do: read, write (includes read), admin (includes write).
         #[arg(long, value_delimiter = ',', default_value = "read,write")]
         scopes: Vec<String>,
+        /// The only namespaces its tools may read and write (comma-separated); every
+        /// namespace when left out.
+        #[arg(long, value_delimiter = ',')]
+        namespaces: Option<Vec<String>>,
     },
 }
 
@@ -611,10 +615,12 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             subject,
             tokens,
             scopes,
+            namespaces,
         }) => {
             use anyhow::Context;
             use std::io::Write;
-            let (token, line) = crate::mcp::auth::new_token(&subject, &scopes)?;
+            let (token, line) =
+                crate::mcp::auth::new_token(&subject, &scopes, namespaces.as_deref())?;
             if tokens.exists() {
                 // The file must stay one the server reads: check it before adding to it.
                 crate::mcp::auth::Tokens::load(&tokens)?;
@@ -628,8 +634,12 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             let mut out = std::io::stdout().lock();
             writeln!(
                 out,
-                "added {subject} ({}) to {}; the token is shown once, keep it secret:\n{token}",
+                "added {subject} ({}; {}) to {}; the token is shown once, keep it secret:\n{token}",
                 scopes.join(","),
+                namespaces.map_or_else(
+                    || "every namespace".to_owned(),
+                    |n| format!("namespaces {}", n.join(","))
+                ),
                 tokens.display()
             )?;
             Ok(ExitCode::SUCCESS)
@@ -792,6 +802,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 focus,
                 limit,
                 include_archived: false,
+                access: crate::engine::Access::All,
             };
             let started = std::time::Instant::now();
             let r = engine.traverse(&req, &Progressing::default())?;

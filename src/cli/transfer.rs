@@ -172,6 +172,7 @@ fn import_each(
             dry_run,
             actor: "cli:import".into(),
             max_records: None,
+            access: crate::engine::Access::All,
         };
         let progress = Progress::new();
         let started = Instant::now();

@@ -57,6 +57,7 @@ fn sample_reach(
         valid_at: None,
         max_nodes: SAMPLE_NODES,
         order: Order::Breadth,
+        within: None,
     };
     let mut never = |_: &Progress| ControlFlow::Continue(());
     let o = traverse(graph, seeds, &spec, &mut never);

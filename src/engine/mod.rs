@@ -2,6 +2,7 @@
 //! restore, stats. It is the only place that coordinates the store and the derived indexes; it
 //! never knows about MCP or async runtimes.
 
+mod access;
 pub mod curate;
 mod estimate;
 pub mod export;
@@ -29,6 +30,7 @@ use crate::index::text::{OpenState, TextIndex};
 use crate::model::{MemoryKey, Millis};
 use crate::store::Store;
 
+pub use access::Access;
 pub use estimate::Estimate;
 pub use export::{ExportOutput, ExportRequest, ExportTarget, OutFormat};
 pub use graph::GraphStats;

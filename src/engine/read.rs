@@ -1,8 +1,8 @@
 //! Reads: recall (ranked text search with filters and paging), get (with relations and history),
 //! stats and doctor.
 
-use crate::engine::Engine;
 use crate::engine::write::lookup;
+use crate::engine::{Access, Engine};
 use crate::error::{Error, Result};
 use crate::model::{HistoryEntry, Memory, MemoryRef, Relation, Stats, now_millis};
 use crate::store::history::{self, Entity};
@@ -76,6 +76,17 @@ impl Engine {
     /// Unknown references fail the call with the reference named. A memory consolidation merged
     /// away answers with its survivor (and `merged` names the id asked for).
     pub fn get(&self, refs: &[MemoryRef], with_history: bool) -> Result<Vec<MemoryDetail>> {
+        self.get_in(refs, with_history, &Access::All)
+    }
+
+    /// [`Engine::get`] for a caller limited to the namespaces of `access`: a memory outside them
+    /// fails the call; relations to memories outside them are left out.
+    pub fn get_in(
+        &self,
+        refs: &[MemoryRef],
+        with_history: bool,
+        access: &Access,
+    ) -> Result<Vec<MemoryDetail>> {
         if refs.is_empty() {
             return Err(Error::invalid(
                 "ids",
@@ -115,7 +126,18 @@ impl Engine {
                     Error::not_found("memory", id, format!("check entry {i}: use an id from remember/recall, or a name with its namespace"))
                 })?;
                 let (memory, merged) = survivor_of(c, memory)?;
-                let relations = relations::around(c, memory.key, MAX_RELATIONS_PER_MEMORY)?;
+                access.check(&format!("ids[{i}]"), &memory.namespace)?;
+                let mut relations = relations::around(c, memory.key, MAX_RELATIONS_PER_MEMORY)?;
+                if !access.is_all() {
+                    let mut kept = Vec::with_capacity(relations.len());
+                    for r in relations {
+                        let other = if r.from == memory.id { &r.to } else { &r.from };
+                        if memories::by_id(c, other)?.is_some_and(|m| access.allows(&m.namespace)) {
+                            kept.push(r);
+                        }
+                    }
+                    relations = kept;
+                }
                 let history = if with_history {
                     Some(history::of(c, Entity::Memory, memory.key.0, MAX_HISTORY)?)
                 } else {
@@ -131,14 +153,27 @@ impl Engine {
 
     /// Counts per namespace and kind, index lag and database size.
     pub fn stats(&self) -> Result<Stats> {
-        let mut stats = self.store.read(memories::stats)?;
+        self.stats_in(&Access::All)
+    }
+
+    /// [`Engine::stats`] for a caller limited to the namespaces of `access`: the counts are of
+    /// those namespaces only (index lag and database size are the server's).
+    pub fn stats_in(&self, access: &Access) -> Result<Stats> {
+        let within = match access {
+            Access::All => None,
+            Access::Only(list) => Some(list.as_slice()),
+        };
+        let mut stats = self.store.read(|c| memories::stats(c, within))?;
         // What a search cannot see yet (the overlay makes recent writes searchable at once).
         stats.text_index_lag = self.prepare_text_read()?;
         if let Some(e) = self.embedder() {
             let model = e.model_id().to_owned();
             stats.vectors = self
                 .store
-                .read(|c| crate::store::vectors::coverage(c, &model))?
+                .read(|c| match within {
+                    None => crate::store::vectors::coverage(c, &model),
+                    Some(list) => crate::store::vectors::coverage_in(c, &model, list),
+                })?
                 .1;
             stats.embedding_model = Some(model);
             stats.vector_index_lag = self.vector_lag()?;
@@ -151,7 +186,7 @@ impl Engine {
     /// index catch up (briefly waiting for another process that holds its writer).
     pub fn doctor(&self) -> Result<DoctorReport> {
         self.sync_text()?;
-        let stats = self.store.read(memories::stats)?;
+        let stats = self.store.read(|c| memories::stats(c, None))?;
         Ok(DoctorReport {
             schema_version: self.store.schema_version()?,
             change_log_seq: self.store.read(changes::max_seq)?,

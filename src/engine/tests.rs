@@ -29,6 +29,7 @@ pub(crate) fn import_text(e: &Engine, data: &str) -> crate::engine::import::Impo
             dry_run: false,
             actor: "test".into(),
             max_records: None,
+            access: crate::engine::Access::All,
         },
         &crate::engine::traverse::Progressing::default(),
     )
@@ -536,6 +537,7 @@ mod graph_reads {
             focus: None,
             limit: 50,
             include_archived: false,
+            access: crate::engine::Access::All,
         }
     }
 
@@ -601,6 +603,7 @@ mod graph_reads {
             min_weight: 0.0,
             valid_at: None,
             max_hops: 8,
+            access: crate::engine::Access::All,
         };
         let r = e.find_paths(&n("a"), &n("d"), 2, &spec, &ctl).unwrap();
         assert_eq!(r.paths.len(), 2);

@@ -5,8 +5,9 @@ use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::engine::access::Within;
 use crate::engine::write::lookup;
-use crate::engine::{Engine, snippet};
+use crate::engine::{Access, Engine, snippet};
 use crate::error::{Error, Result};
 use crate::graph::paths::{PathSpec, find_paths};
 use crate::graph::traverse::{Order, Progress, Spec, traverse};
@@ -115,7 +116,7 @@ impl Control for Progressing {
 }
 
 /// The graph walk a request asks for, in `order`.
-fn walk_spec(graph: &MemoryGraph, req: &TraverseRequest, order: Order) -> Spec {
+fn walk_spec(graph: &MemoryGraph, req: &TraverseRequest, order: Order, within: Within) -> Spec {
     Spec {
         depth: req.depth,
         direction: req.direction,
@@ -124,6 +125,7 @@ fn walk_spec(graph: &MemoryGraph, req: &TraverseRequest, order: Order) -> Spec {
         valid_at: req.valid_at,
         max_nodes: req.max_nodes,
         order,
+        within,
     }
 }
 
@@ -155,6 +157,9 @@ pub struct TraverseRequest {
     pub limit: usize,
     /// List archived memories reached too (they are always walked through).
     pub include_archived: bool,
+    /// The namespaces the caller may use: seeds outside them are an error, and the walk does
+    /// not step out of them.
+    pub access: Access,
 }
 
 /// How a node was reached.
@@ -275,7 +280,7 @@ impl Engine {
         };
         let page = self.recall(&RecallQuery {
             text: q.clone(),
-            namespaces: req.namespaces.clone(),
+            namespaces: req.access.narrow("namespace", req.namespaces.clone())?,
             limit: QUERY_SEEDS,
             // The seeds are the memories the words find; the walk itself reaches their neighbours.
             expand: 0,
@@ -335,7 +340,9 @@ impl Engine {
     /// Cheap checks of a traversal request (bounds, seeds exist) before any work is planned.
     pub fn check_traverse(&self, req: &TraverseRequest) -> Result<Vec<MemoryKey>> {
         Self::validate_traverse(req)?;
-        self.resolve_seeds(req)
+        let seeds = self.resolve_seeds(req)?;
+        self.check_keys(&req.access, "ids", &seeds)?;
+        Ok(seeds)
     }
 
     /// Walks the graph from the seeds. Stops with [`Error::Cancelled`] when `ctl` says so.
@@ -349,7 +356,7 @@ impl Engine {
         let seeds = self.check_traverse(&check)?;
         let view = self.synced_graph_or_cancelled(|| ctl.is_cancelled())?;
         let graph: &MemoryGraph = &view;
-        let spec = walk_spec(graph, req, Order::Breadth);
+        let spec = walk_spec(graph, req, Order::Breadth, self.within(&req.access)?);
         let mut visitor = watch(ctl);
         let seed_keys: Vec<i64> = seeds.iter().map(|k| k.0).collect();
         let outcome = traverse(graph, &seed_keys, &spec, &mut visitor);
@@ -401,7 +408,7 @@ impl Engine {
         } else {
             Order::Breadth
         };
-        let spec = walk_spec(graph, req, order);
+        let spec = walk_spec(graph, req, order, self.within(&req.access)?);
         let mut visitor = watch(ctl);
         let seed_keys: Vec<i64> = seeds.iter().map(|k| k.0).collect();
         let outcome = traverse(graph, &seed_keys, &spec, &mut visitor);
@@ -598,6 +605,8 @@ impl Engine {
                 .ok_or_else(|| Error::not_found("memory", format!("{from:?}"), "check `from`"))?;
             let b = lookup(c, to, false)?
                 .ok_or_else(|| Error::not_found("memory", format!("{to:?}"), "check `to`"))?;
+            spec.access.check("from", &a.namespace)?;
+            spec.access.check("to", &b.namespace)?;
             Ok((a, b))
         })?;
         let view = self.synced_graph_or_cancelled(|| ctl.is_cancelled())?;
@@ -608,6 +617,7 @@ impl Engine {
             min_weight: spec.min_weight as f32,
             valid_at: spec.valid_at,
             max_hops: spec.max_hops,
+            within: self.within(&spec.access)?,
         };
         let mut visitor = watch(ctl);
         let out = find_paths(graph, a.key.0, b.key.0, k, &pspec, &mut visitor);
@@ -662,6 +672,9 @@ pub struct PathRequest {
     pub min_weight: f64,
     pub valid_at: Option<Millis>,
     pub max_hops: u8,
+    /// The namespaces the caller may use: both ends must be in them, and so must every memory
+    /// on a path.
+    pub access: Access,
 }
 
 /// Kind names to ids; a name no relation ever had matches nothing (so the filter still applies).
@@ -774,6 +787,7 @@ mod progress_tests {
             focus: Some("station 7".into()),
             limit: 5,
             include_archived: false,
+            access: crate::engine::Access::All,
         };
         let ctl = Recorder::default();
         let r = e.traverse(&req, &ctl).unwrap();

@@ -1,7 +1,7 @@
 //! Writes: remember, relate, update, forget, restore. Each is one SQLite transaction that also
 //! appends to the change log and keeps the previous version in history.
 
-use crate::engine::{Engine, validate};
+use crate::engine::{Access, Engine, validate};
 use crate::error::{Error, Result};
 use crate::model::{
     DEFAULT_IMPORTANCE, DEFAULT_KIND, Memory, MemoryKey, MemoryPatch, MemoryRef, Millis, NewMemory,
@@ -113,14 +113,16 @@ fn describe(r: &MemoryRef) -> String {
     }
 }
 
-fn require(conn: &Db, field: &str, r: &MemoryRef) -> Result<Memory> {
-    lookup(conn, r, false)?.ok_or_else(|| {
+fn require(conn: &Db, field: &str, r: &MemoryRef, access: &Access) -> Result<Memory> {
+    let m = lookup(conn, r, false)?.ok_or_else(|| {
         Error::not_found(
             "memory",
             describe(r),
             format!("check `{field}`: use an id returned by remember/recall, or a name in the right namespace"),
         )
-    })
+    })?;
+    access.check(field, &m.namespace)?;
+    Ok(m)
 }
 
 pub(crate) fn snapshot(m: &Memory) -> serde_json::Value {
@@ -192,6 +194,16 @@ impl Engine {
     /// repeat; with anything else a conflict), an unnamed one by (namespace, kind, content,
     /// validity) among live unnamed memories. A repeat returns the existing id with `duplicate`.
     pub fn remember(&self, items: &[RememberItem]) -> Result<Vec<Result<Remembered>>> {
+        self.remember_in(items, &Access::All)
+    }
+
+    /// [`Engine::remember`] for a caller limited to the namespaces of `access`: an item for
+    /// another namespace, or linked to a memory there, fails on its own.
+    pub fn remember_in(
+        &self,
+        items: &[RememberItem],
+        access: &Access,
+    ) -> Result<Vec<Result<Remembered>>> {
         validate::batch("memories", items.len(), &self.cfg.limits)?;
         let total: usize = items.iter().map(|i| i.content.len()).sum();
         if total > self.cfg.limits.max_call_bytes {
@@ -207,14 +219,18 @@ impl Engine {
         let checked: Vec<Result<NewMemory>> = items
             .iter()
             .enumerate()
-            .map(|(i, it)| self.validate_item(i, it))
+            .map(|(i, it)| {
+                let new = self.validate_item(i, it)?;
+                access.check(&format!("memories[{i}].namespace"), &new.namespace)?;
+                Ok(new)
+            })
             .collect();
         let now = now_millis();
         let out = self.store.write(|tx| {
             let mut out = Vec::with_capacity(items.len());
             for (i, (item, new)) in items.iter().zip(checked).enumerate() {
                 let res = new.and_then(|new| {
-                    store::in_savepoint(tx, || remember_one(tx, i, item, &new, now))
+                    store::in_savepoint(tx, || remember_one(tx, i, item, &new, now, access))
                 });
                 out.push(res);
             }
@@ -229,13 +245,23 @@ impl Engine {
     /// Creates relations, or updates weight/metadata of existing ones (unique on from, to, kind).
     /// Each item succeeds or fails on its own.
     pub fn relate(&self, items: &[RelateItem]) -> Result<Vec<Result<(Relation, bool)>>> {
+        self.relate_in(items, &Access::All)
+    }
+
+    /// [`Engine::relate`] for a caller limited to the namespaces of `access`: both ends of each
+    /// relation must lie in them.
+    pub fn relate_in(
+        &self,
+        items: &[RelateItem],
+        access: &Access,
+    ) -> Result<Vec<Result<(Relation, bool)>>> {
         validate::batch("relations", items.len(), &self.cfg.limits)?;
         let now = now_millis();
         let out = self.store.write(|tx| {
             let mut out = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
                 out.push(store::in_savepoint(tx, || {
-                    self.relate_one(tx, i, item, now)
+                    self.relate_one(tx, i, item, now, access)
                 }));
             }
             Ok(out)
@@ -250,6 +276,7 @@ impl Engine {
         i: usize,
         item: &RelateItem,
         now: Millis,
+        access: &Access,
     ) -> Result<(Relation, bool)> {
         let f = |name: &str| format!("relations[{i}].{name}");
         let ns = self.resolve_namespace(&f("namespace"), item.namespace.as_deref())?;
@@ -259,8 +286,8 @@ impl Engine {
         if let Some(m) = &item.metadata {
             validate::metadata(&f("metadata"), m, &self.cfg.limits)?;
         }
-        let src = require(tx, &f("from"), &memory_ref(&item.from, &ns))?;
-        let dst = require(tx, &f("to"), &memory_ref(&item.to, &ns))?;
+        let src = require(tx, &f("from"), &memory_ref(&item.from, &ns), access)?;
+        let dst = require(tx, &f("to"), &memory_ref(&item.to, &ns), access)?;
         let new = NewRelation {
             src: src.key,
             dst: dst.key,
@@ -273,6 +300,17 @@ impl Engine {
 
     /// Changes one memory; the previous version is kept in history.
     pub fn update(&self, target: &MemoryRef, patch: &MemoryPatch, actor: &str) -> Result<Memory> {
+        self.update_in(target, patch, actor, &Access::All)
+    }
+
+    /// [`Engine::update`] for a caller limited to the namespaces of `access`.
+    pub fn update_in(
+        &self,
+        target: &MemoryRef,
+        patch: &MemoryPatch,
+        actor: &str,
+        access: &Access,
+    ) -> Result<Memory> {
         let limits = &self.cfg.limits;
         if let Some(c) = &patch.content {
             validate::content("content", c, limits)?;
@@ -298,7 +336,7 @@ impl Engine {
         }
         let now = now_millis();
         let updated = self.store.write(|tx| {
-            let old = require(tx, "id", target)?;
+            let old = require(tx, "id", target, access)?;
             let mut m = old.clone();
             if let Some(c) = &patch.content {
                 m.content = c.clone();
@@ -356,7 +394,7 @@ impl Engine {
         rels: &[RelationRef],
         actor: &str,
     ) -> Result<ForgetReport> {
-        self.set_forgotten(mems, rels, actor, true)
+        self.set_forgotten(mems, rels, actor, true, &Access::All)
     }
 
     /// Undoes `forget` for these memories and relations.
@@ -366,7 +404,21 @@ impl Engine {
         rels: &[RelationRef],
         actor: &str,
     ) -> Result<ForgetReport> {
-        self.set_forgotten(mems, rels, actor, false)
+        self.set_forgotten(mems, rels, actor, false, &Access::All)
+    }
+
+    /// [`Engine::forget`] (`forget` true) or [`Engine::restore`] for a caller limited to the
+    /// namespaces of `access`: a memory outside them, or a relation with an end outside them,
+    /// fails the call and changes nothing.
+    pub fn forget_or_restore_in(
+        &self,
+        mems: &[MemoryRef],
+        rels: &[RelationRef],
+        actor: &str,
+        forget: bool,
+        access: &Access,
+    ) -> Result<ForgetReport> {
+        self.set_forgotten(mems, rels, actor, forget, access)
     }
 
     fn set_forgotten(
@@ -375,6 +427,7 @@ impl Engine {
         rels: &[RelationRef],
         actor: &str,
         forget: bool,
+        access: &Access,
     ) -> Result<ForgetReport> {
         if mems.is_empty() && rels.is_empty() {
             return Err(Error::invalid(
@@ -393,6 +446,7 @@ impl Engine {
                 let m = lookup(tx, r, true)?.ok_or_else(|| {
                     Error::not_found("memory", describe(r), format!("check `{field}`"))
                 })?;
+                access.check(&field, &m.namespace)?;
                 if !forget && m.deleted_at.is_none() && m.archived_at.is_some() {
                     // Restoring an archived memory brings it back for good.
                     history::record(tx, Entity::Memory, m.key.0, op, actor, now, &snapshot(&m))?;
@@ -443,6 +497,13 @@ impl Engine {
                         format!("check `{field}`: give a relation id or its from, to and kind"),
                     )
                 })?;
+                if !access.is_all() {
+                    for end in [&rel.from, &rel.to] {
+                        if let Some(m) = memories::by_id(tx, end)? {
+                            access.check(&field, &m.namespace)?;
+                        }
+                    }
+                }
                 if rel.deleted_at.is_none() == forget {
                     let prev = serde_json::to_value(&rel)?;
                     history::record(tx, Entity::Relation, key, op, actor, now, &prev)?;
@@ -541,6 +602,7 @@ fn remember_one(
     item: &RememberItem,
     new: &NewMemory,
     now: Millis,
+    access: &Access,
 ) -> Result<Remembered> {
     if let Some(existing) = existing_identity(tx, new)? {
         if let Some(name) = &new.name
@@ -567,6 +629,7 @@ fn remember_one(
             tx,
             &format!("memories[{i}].links[{j}].to"),
             &memory_ref(&link.to, &new.namespace),
+            access,
         )?;
         targets.push(((t.key, t.id), link));
     }

@@ -4,6 +4,7 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashSet};
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use petgraph::stable_graph::NodeIndex;
 
@@ -53,6 +54,8 @@ pub struct PathSpec {
     pub min_weight: f32,
     pub valid_at: Option<i64>,
     pub max_hops: u8,
+    /// Only memories of these keys may be on a path; `None`: every memory.
+    pub within: Option<Arc<HashSet<Key>>>,
 }
 
 /// The paths found and how much work it took.
@@ -142,6 +145,11 @@ impl Search<'_> {
                         .as_ref()
                         .is_some_and(|k| !k.contains(&e.kind))
                     || blocked_nodes.contains(&m)
+                    || self
+                        .spec
+                        .within
+                        .as_ref()
+                        .is_some_and(|w| !w.contains(&self.graph.key_of(m)))
                     || blocked_edges.contains(&(node, e.relation))
                 {
                     continue;
@@ -300,6 +308,7 @@ mod tests {
             min_weight: 0.0,
             valid_at: None,
             max_hops: 8,
+            within: None,
         }
     }
 

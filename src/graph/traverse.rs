@@ -3,8 +3,9 @@
 //! stop the walk every few thousand nodes.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use petgraph::stable_graph::NodeIndex;
 
@@ -39,6 +40,9 @@ pub struct Spec {
     /// Stop after reaching this many nodes (seeds included).
     pub max_nodes: usize,
     pub order: Order,
+    /// Only memories of these keys may be stepped on (a caller limited to some namespaces);
+    /// `None`: every memory.
+    pub within: Option<Arc<HashSet<Key>>>,
 }
 
 impl Spec {
@@ -53,6 +57,14 @@ impl Spec {
         e.weight >= self.min_weight
             && e.valid_at(self.valid_at)
             && self.kinds.as_ref().is_none_or(|k| k.contains(&e.kind))
+    }
+
+    /// True when the walk may step on node `m`.
+    #[inline]
+    fn admits(&self, graph: &MemoryGraph, m: NodeIndex<u32>) -> bool {
+        self.within
+            .as_ref()
+            .is_none_or(|w| w.contains(&graph.key_of(m)))
     }
 }
 
@@ -242,7 +254,8 @@ fn breadth(
         let mut full = false;
         graph.for_each_adjacent(n, spec.direction, |m, edge, strength, forward| {
             let (word, bit) = (m.index() >> 6, 1u64 << (m.index() & 63));
-            if full || seen[word] & bit != 0 || !spec.follows(graph, edge) {
+            if full || seen[word] & bit != 0 || !spec.follows(graph, edge) || !spec.admits(graph, m)
+            {
                 return;
             }
             if out.reached.len() >= spec.max_nodes {
@@ -299,7 +312,7 @@ fn best_first(
         }
         let Some(n) = nodes[i] else { continue };
         graph.for_each_adjacent(n, spec.direction, |m, edge, strength, forward| {
-            if !spec.follows(graph, edge) {
+            if !spec.follows(graph, edge) || !spec.admits(graph, m) {
                 return;
             }
             let s = r.score * strength;
@@ -356,6 +369,7 @@ mod tests {
             valid_at: None,
             max_nodes: 1_000,
             order,
+            within: None,
         }
     }
 

@@ -10,6 +10,7 @@ use std::path::Path;
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
+use crate::engine::Access;
 use crate::error::{Error, Result};
 
 /// What a token may do; each scope includes the ones below it.
@@ -47,6 +48,8 @@ impl Scope {
 pub struct Caller {
     pub subject: String,
     pub scope: Scope,
+    /// The namespaces its tools may read and write.
+    pub access: Access,
 }
 
 /// The tokens a server admits, by the hash of each.
@@ -106,6 +109,7 @@ impl Tokens {
                 )
             })?;
             let mut scope = None;
+            let mut access = None;
             for field in fields {
                 match field.split_once('=') {
                     Some(("scopes", list)) => {
@@ -116,14 +120,8 @@ impl Tokens {
                             scope = scope.max(Some(s));
                         }
                     }
-                    // Namespace limits are not enforced yet, so a token that asks for them
-                    // is refused rather than silently given every namespace.
-                    Some(("namespaces", "*")) => {}
-                    Some(("namespaces", _)) => {
-                        return Err((
-                            n,
-                            "tokens limited to some namespaces are not supported yet; use namespaces=* or run a server per namespace".into(),
-                        ));
+                    Some(("namespaces", list)) => {
+                        access = Some(parse_namespaces(list).map_err(|r| (n, r))?);
                     }
                     _ => return Err((n, format!("unknown field {field:?}"))),
                 }
@@ -132,6 +130,12 @@ impl Tokens {
             let caller = Caller {
                 subject: subject.to_owned(),
                 scope,
+                access: access.ok_or_else(|| {
+                    (
+                        n,
+                        "no namespaces=… (give namespaces=* for every namespace)".to_owned(),
+                    )
+                })?,
             };
             if by_hash.insert(digest, caller).is_some() {
                 return Err((n, "the same token hash is listed twice".into()));
@@ -175,6 +179,24 @@ fn check_subject(s: &str) -> std::result::Result<(), String> {
     }
 }
 
+/// The namespaces of a `namespaces=` field: `*` for every one, else names separated by commas.
+fn parse_namespaces(list: &str) -> std::result::Result<Access, String> {
+    if list == "*" {
+        return Ok(Access::All);
+    }
+    let mut names = Vec::new();
+    for ns in list.split(',') {
+        if ns == "*" {
+            return Err("`*` stands alone: every namespace, or a list of names".into());
+        }
+        let max = crate::config::Limits::default().max_name_bytes;
+        crate::engine::validate::label("namespaces", ns, max)
+            .map_err(|e| format!("namespace {ns:?}: {e}"))?;
+        names.push(ns.to_owned());
+    }
+    Ok(Access::only(names))
+}
+
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
@@ -191,8 +213,13 @@ fn parse_hash(s: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// A new random token (256 bits) and the tokens-file line that admits it for `subject`.
-pub fn new_token(subject: &str, scopes: &[String]) -> Result<(String, String)> {
+/// A new random token (256 bits) and the tokens-file line that admits it for `subject`, in
+/// `namespaces` (`None`: every namespace).
+pub fn new_token(
+    subject: &str,
+    scopes: &[String],
+    namespaces: Option<&[String]>,
+) -> Result<(String, String)> {
     check_subject(subject)
         .map_err(|r| Error::invalid("subject", r, "give a name such as alice or ci-bot"))?;
     let mut list = Vec::new();
@@ -213,6 +240,20 @@ pub fn new_token(subject: &str, scopes: &[String]) -> Result<(String, String)> {
             "give at least one of read, write, admin",
         ));
     }
+    let namespaces = match namespaces {
+        None => "*".to_owned(),
+        Some(list) => {
+            let joined = list.iter().map(|n| n.trim()).collect::<Vec<_>>().join(",");
+            parse_namespaces(&joined).map_err(|r| {
+                Error::invalid(
+                    "namespaces",
+                    r,
+                    "give namespace names separated by commas, or leave --namespaces out for every namespace",
+                )
+            })?;
+            joined
+        }
+    };
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)
         .map_err(|e| Error::Internal(format!("no randomness from the operating system: {e}")))?;
@@ -222,7 +263,7 @@ pub fn new_token(subject: &str, scopes: &[String]) -> Result<(String, String)> {
     );
     let hex: String = digest(&token).iter().map(|b| format!("{b:02x}")).collect();
     let line = format!(
-        "{subject} {PREFIX}{hex} scopes={} namespaces=*",
+        "{subject} {PREFIX}{hex} scopes={} namespaces={namespaces}",
         list.join(",")
     );
     Ok((token, line))
@@ -234,7 +275,7 @@ mod tests {
 
     #[test]
     fn a_new_token_is_admitted_by_its_line_and_nothing_else_is() {
-        let (token, line) = new_token("alice", &["read".into(), "write".into()]).unwrap();
+        let (token, line) = new_token("alice", &["read".into(), "write".into()], None).unwrap();
         assert!(!line.contains(&token), "the file holds the hash only");
         let tokens = Tokens::parse(&format!("# team\n\n{line}\n")).unwrap();
         assert_eq!(tokens.len(), 1);
@@ -243,7 +284,8 @@ mod tests {
             caller,
             &Caller {
                 subject: "alice".into(),
-                scope: Scope::Write
+                scope: Scope::Write,
+                access: Access::All,
             }
         );
         assert_eq!(tokens.check(Some(&format!("bearer  {token} "))), Ok(caller));
@@ -256,36 +298,59 @@ mod tests {
             tokens.check(Some("Bearer mgt_wrong")),
             Err(Refusal::Invalid)
         );
-        let (other, _) = new_token("alice", &["read".into()]).unwrap();
+        let (other, _) = new_token("alice", &["read".into()], None).unwrap();
         assert_ne!(token, other);
     }
 
     #[test]
+    fn a_token_for_some_namespaces_admits_its_caller_to_those_only() {
+        let list = ["work".to_owned(), "home".to_owned()];
+        let (token, line) = new_token("carol", &["write".into()], Some(&list)).unwrap();
+        assert!(line.ends_with("namespaces=work,home"), "{line}");
+        let tokens = Tokens::parse(&line).unwrap();
+        let caller = tokens.check(Some(&format!("Bearer {token}"))).unwrap();
+        assert_eq!(caller.access, Access::only(list.clone()));
+        assert!(caller.access.allows("home") && !caller.access.allows("default"));
+        for bad in [
+            vec!["*".to_owned(), "a".to_owned()],
+            vec!["a b".to_owned()],
+            vec![String::new()],
+        ] {
+            assert!(
+                new_token("carol", &["read".into()], Some(&bad)).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
     fn bad_lines_are_refused_with_their_number() {
-        let (_, good) = new_token("bob", &["admin".into()]).unwrap();
+        let (_, good) = new_token("bob", &["admin".into()], None).unwrap();
         let hash = good.split_whitespace().nth(1).unwrap().to_owned();
         for (text, says) in [
             ("bob".to_owned(), "token hash"),
             ("bob mgt_plaintext scopes=read".to_owned(), "never belongs"),
-            (format!("bob {hash}"), "no scopes"),
+            (format!("bob {hash} namespaces=*"), "no scopes"),
             (format!("bob {hash} scopes=root"), "unknown scope"),
+            (format!("bob {hash} scopes=read"), "no namespaces"),
             (
-                format!("bob {hash} scopes=read namespaces=a,b"),
-                "not supported",
+                format!("bob {hash} scopes=read namespaces=a,*"),
+                "stands alone",
             ),
+            (format!("bob {hash} scopes=read namespaces=a,,b"), "empty"),
             (
                 format!("bob {hash} scopes=read colour=red"),
                 "unknown field",
             ),
-            (format!("b/b {hash} scopes=read"), "subject"),
+            (format!("b/b {hash} scopes=read namespaces=*"), "subject"),
             (format!("{good}\n{good}"), "twice"),
         ] {
             let (line, reason) = Tokens::parse(&text).unwrap_err();
             assert!(reason.contains(says), "{text}: {reason}");
             assert!(line >= 1, "{text}");
         }
-        assert!(new_token("bob", &[]).is_err());
-        assert!(new_token("bob", &["superuser".into()]).is_err());
-        assert!(new_token("", &["read".into()]).is_err());
+        assert!(new_token("bob", &[], None).is_err());
+        assert!(new_token("bob", &["superuser".into()], None).is_err());
+        assert!(new_token("", &["read".into()], None).is_err());
     }
 }

@@ -7,13 +7,13 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject};
 use serde_json::{Value, json};
 
-use crate::engine::Engine;
 use crate::engine::curate::ConsolidateRequest;
 use crate::engine::traverse::Control;
+use crate::engine::{Access, Engine};
 use crate::error::{Error, Result};
 use crate::mcp::dto;
 use crate::mcp::errors::tool_answer;
-use crate::mcp::work::parse;
+use crate::mcp::work::{Acting, parse};
 use crate::model::RunRow;
 
 /// Most memories a run covers for a client that cannot receive tasks.
@@ -28,19 +28,32 @@ pub(super) fn is_run(args: &Value) -> bool {
     args.get("undo").is_none_or(Value::is_null) && !args.get("runs").is_some_and(|r| r == true)
 }
 
-fn request(p: &dto::ConsolidateParams) -> ConsolidateRequest {
+fn request(p: &dto::ConsolidateParams, who: &Acting) -> Result<ConsolidateRequest> {
+    let namespaces = match (&who.access, &p.namespaces) {
+        (Access::All, _) => p.namespaces.clone(),
+        (Access::Only(_), None) => {
+            return Err(Error::Forbidden {
+                field: "namespaces".into(),
+                reason:
+                    "is left out, which means every namespace, and this caller may use some only"
+                        .into(),
+                hint: "name the namespaces to consolidate".into(),
+            });
+        }
+        (access, Some(list)) => access.narrow_list("namespaces", Some(list.clone()))?,
+    };
     let started_by = if p.scheduled == Some(true) {
         crate::tasks::schedule::OWNER.to_owned()
     } else {
         format!("tool:{}", p.by.as_deref().unwrap_or("anonymous"))
     };
-    ConsolidateRequest {
-        namespaces: p.namespaces.clone(),
+    Ok(ConsolidateRequest {
+        namespaces,
         steps: p.steps.clone(),
         policy: p.policy.clone().map(Value::Object),
         dry_run: p.dry_run.unwrap_or(false),
         started_by,
-    }
+    })
 }
 
 /// The arguments of the server's scheduled run: every namespace, the default steps and policy.
@@ -61,9 +74,9 @@ pub(super) fn summary(output: &Value) -> Option<String> {
 }
 
 /// Checks the arguments and estimates the run, in milliseconds.
-pub(super) fn estimate(engine: &Engine, args: &Value) -> Result<f64> {
+pub(super) fn estimate(engine: &Engine, args: &Value, who: &Acting) -> Result<f64> {
     let p: dto::ConsolidateParams = parse("consolidate", args)?;
-    let n = engine.consolidation_size(&request(&p))?;
+    let n = engine.consolidation_size(&request(&p, who)?)?;
     if p.inline.unwrap_or(false) && n > INLINE_CONSOLIDATE_LIMIT {
         return Err(Error::invalid(
             "namespaces",
@@ -77,9 +90,9 @@ pub(super) fn estimate(engine: &Engine, args: &Value) -> Result<f64> {
 }
 
 /// Runs consolidation for the task runner.
-pub(super) fn run(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Value> {
+pub(super) fn run(engine: &Engine, args: &Value, ctl: &dyn Control, who: &Acting) -> Result<Value> {
     let p: dto::ConsolidateParams = parse("consolidate", args)?;
-    let report = engine.consolidate(&request(&p), ctl)?;
+    let report = engine.consolidate(&request(&p, who)?, ctl)?;
     let mut v = serde_json::to_value(&report)?;
     if let Value::Object(o) = &mut v {
         let hint = match (report.state.as_str(), report.dry_run) {
@@ -99,9 +112,20 @@ pub(super) async fn call(
     engine: &Arc<Engine>,
     owner: String,
     args: JsonObject,
+    who: &Acting,
 ) -> std::result::Result<CallToolResult, McpError> {
     let res = async {
         let p: dto::ConsolidateParams = parse("consolidate", &Value::Object(args))?;
+        if !who.access.is_all() {
+            // A run may span namespaces: its undo and the list of runs are for callers that
+            // may use every namespace.
+            return Err(Error::Forbidden {
+                field: if p.undo.is_some() { "undo" } else { "runs" }.into(),
+                reason: "covers runs over any namespace, and this caller may use some only".into(),
+                hint: "ask the server's operator, or someone with a token for every namespace"
+                    .into(),
+            });
+        }
         let engine = Arc::clone(engine);
         let v = tokio::task::spawn_blocking(move || -> Result<Value> {
             if let Some(id) = &p.undo {

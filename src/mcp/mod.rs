@@ -104,6 +104,15 @@ impl MemoryServer {
             .map_or_else(|| "anonymous".to_owned(), |i| format!("client:{}", i.name))
     }
 
+    /// What a request may touch and whom history names: over HTTP with tokens, the token's
+    /// namespaces and subject; otherwise every namespace.
+    fn acting(ctx: &RequestContext<RoleServer>) -> work::Acting {
+        caller(ctx).map_or_else(work::Acting::default, |c| work::Acting {
+            access: c.access.clone(),
+            subject: Some(c.subject.clone()),
+        })
+    }
+
     /// `tools/call`: inline, or as a task when the call is long and the client can poll.
     async fn call_tool_unguarded(
         &self,
@@ -113,10 +122,15 @@ impl MemoryServer {
         let args = request.arguments.unwrap_or_default();
         let name = request.name.as_ref();
         if let Some(c) = caller(&context) {
-            let needed = tools::scope(name);
+            let needed = tools::scope(name, &args);
             if c.scope < needed {
+                let files = if matches!(name, "import" | "export") {
+                    " (a `path` is a file on the server's machine; leave it out to send or receive the data inline)"
+                } else {
+                    ""
+                };
                 return Ok(CallToolResponse::Complete(errors::error_result(format!(
-                    "`{name}` needs a token with the {} scope; this token ({}) has {}: ask the server's operator for one with `--scopes {}`",
+                    "`{name}` needs a token with the {} scope{files}; this token ({}) has {}: ask the server's operator for one with `--scopes {}`",
                     needed.name(),
                     c.subject,
                     c.scope.name(),
@@ -124,18 +138,27 @@ impl MemoryServer {
                 ))));
             }
         }
+        let who = Self::acting(&context);
         if name == "tasks" {
             task_api::list(&self.tasks, self.owner(&context), args).await
         } else if name == "consolidate"
             && !curation::is_run(&serde_json::Value::Object(args.clone()))
         {
-            curation::call(&self.engine, self.owner(&context), args)
+            curation::call(&self.engine, self.owner(&context), args, &who)
                 .await
                 .map(CallToolResponse::Complete)
         } else if work::is_long(name, &serde_json::Value::Object(args.clone())) {
-            task_api::call_long(&self.tasks, self.owner(&context), name, args, &context).await
+            task_api::call_long(
+                &self.tasks,
+                self.owner(&context),
+                name,
+                args,
+                &context,
+                &who,
+            )
+            .await
         } else {
-            tools::call(&self.engine, name, args)
+            tools::call(&self.engine, name, args, who)
                 .await
                 .map(CallToolResponse::Complete)
         }
@@ -263,11 +286,15 @@ impl ServerHandler for MemoryServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> std::result::Result<ReadResourceResponse, McpError> {
-        guard::caught("resources/read", resources::read(&self.engine, request.uri))
-            .await
-            .map(Into::into)
+        let access = Self::acting(&context).access;
+        guard::caught(
+            "resources/read",
+            resources::read(&self.engine, request.uri, access),
+        )
+        .await
+        .map(Into::into)
     }
 }
 

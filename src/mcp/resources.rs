@@ -5,7 +5,8 @@ use std::sync::Arc;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{ReadResourceResult, ResourceContents, ResourceTemplate};
 
-use crate::engine::Engine;
+use crate::engine::{Access, Engine};
+use crate::error::Error;
 use crate::mcp::{convert, errors};
 use crate::model::MemoryRef;
 
@@ -17,9 +18,12 @@ pub(super) fn template() -> ResourceTemplate {
         .with_mime_type("application/json")
 }
 
+/// `resources/read` for a caller limited to the namespaces of `access`: a memory outside them
+/// is an error that says so.
 pub(super) async fn read(
     engine: &Arc<Engine>,
     uri: String,
+    access: Access,
 ) -> Result<ReadResourceResult, McpError> {
     let not_found = || {
         McpError::resource_not_found(
@@ -34,14 +38,20 @@ pub(super) async fn read(
         return Err(not_found());
     };
     let (namespace, id) = (namespace.to_owned(), id.to_owned());
+    if let Err(e) = access.check("uri", &namespace) {
+        return Err(errors::request_error(e));
+    }
     let engine = Arc::clone(engine);
     let wanted = id.clone();
-    let found = tokio::task::spawn_blocking(move || engine.get(&[MemoryRef::Id(wanted)], false))
-        .await
-        .map_err(|e| errors::worker_failed("resources/read", e))?;
+    let found = tokio::task::spawn_blocking(move || {
+        engine.get_in(&[MemoryRef::Id(wanted)], false, &access)
+    })
+    .await
+    .map_err(|e| errors::worker_failed("resources/read", e))?;
     let detail = match found {
         Ok(mut d) if d.len() == 1 => d.remove(0),
         Ok(_) => return Err(not_found()),
+        Err(e @ Error::Forbidden { .. }) => return Err(errors::request_error(e)),
         Err(e) if e.is_user_error() => return Err(not_found()),
         Err(e) => return Err(errors::request_error(e)),
     };

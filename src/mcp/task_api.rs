@@ -89,9 +89,11 @@ pub(crate) async fn call_long(
     tool: &str,
     args: JsonObject,
     ctx: &RequestContext<RoleServer>,
+    who: &work::Acting,
 ) -> Result<CallToolResponse, McpError> {
     let cap = capability(ctx);
     let mut args = Value::Object(args);
+    who.stamp(&mut args);
     if cap != Capability::Tasks && tool == "traverse" {
         // A client that cannot poll gets a bounded walk. A `max_nodes` that is not a count is
         // left as it is, for the argument check to name it.

@@ -11,13 +11,18 @@ use serde::de::DeserializeOwned;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::mcp::errors::{bad_arguments, tool_answer};
+use crate::mcp::work::Acting;
 use crate::mcp::{convert, dto};
 
-/// The scope a token needs to call `tool`: writes need `write`, consolidation runs `admin`,
-/// the rest (recall, get, walks, export, tasks, stats) `read`.
-pub fn scope(tool: &str) -> crate::mcp::auth::Scope {
+/// The scope a token needs to call `tool`: writes need `write`, consolidation `admin`, the rest
+/// (recall, get, walks, export, tasks, stats) `read`. An import or export that names a `path`
+/// reads or writes a file on the server's machine: that needs `admin` too.
+pub fn scope(tool: &str, args: &JsonObject) -> crate::mcp::auth::Scope {
     use crate::mcp::auth::Scope;
+    let names_path = |v: Option<&serde_json::Value>| v.is_some_and(|p| !p.is_null());
     match tool {
+        "import" if names_path(args.get("source").and_then(|s| s.get("path"))) => Scope::Admin,
+        "export" if names_path(args.get("path")) => Scope::Admin,
         "remember" | "relate" | "update" | "forget" | "restore" | "import" => Scope::Write,
         "consolidate" => Scope::Admin,
         _ => Scope::Read,
@@ -290,15 +295,16 @@ pub async fn call(
     engine: &Arc<Engine>,
     name: &str,
     args: JsonObject,
+    who: Acting,
 ) -> Result<CallToolResult, McpError> {
     let res = match name {
-        "remember" => remember(engine, args).await,
-        "relate" => relate(engine, args).await,
-        "recall" => recall(engine, args).await,
-        "get" => get(engine, args).await,
-        "update" => update(engine, args).await,
-        "forget" | "restore" => forget_or_restore(engine, name, args).await,
-        "stats" => stats(engine, args).await,
+        "remember" => remember(engine, args, who).await,
+        "relate" => relate(engine, args, who).await,
+        "recall" => recall(engine, args, who).await,
+        "get" => get(engine, args, who).await,
+        "update" => update(engine, args, who).await,
+        "forget" | "restore" => forget_or_restore(engine, name, args, who).await,
+        "stats" => stats(engine, args, who).await,
         other => {
             return Err(McpError::invalid_params(
                 format!("unknown tool `{other}`; call tools/list for the available tools"),
@@ -309,9 +315,9 @@ pub async fn call(
     res.or_else(tool_answer)
 }
 
-async fn remember(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult> {
+async fn remember(engine: &Arc<Engine>, args: JsonObject, who: Acting) -> Result<CallToolResult> {
     let items = convert::remember_items(parse("remember", args)?)?;
-    let rs = blocking(engine, move |e| e.remember(&items)).await?;
+    let rs = blocking(engine, move |e| e.remember_in(&items, &who.access)).await?;
     batch_out(
         rs.into_iter()
             .enumerate()
@@ -327,9 +333,9 @@ async fn remember(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResu
     )
 }
 
-async fn relate(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult> {
+async fn relate(engine: &Arc<Engine>, args: JsonObject, who: Acting) -> Result<CallToolResult> {
     let items = convert::relate_items(parse("relate", args)?);
-    let rs = blocking(engine, move |e| e.relate(&items)).await?;
+    let rs = blocking(engine, move |e| e.relate_in(&items, &who.access)).await?;
     batch_out(
         rs.into_iter()
             .enumerate()
@@ -344,29 +350,32 @@ async fn relate(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult
     )
 }
 
-async fn recall(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult> {
+async fn recall(engine: &Arc<Engine>, args: JsonObject, who: Acting) -> Result<CallToolResult> {
     let _: dto::RecallParams = parse("recall", args.clone())?;
     let value = serde_json::Value::Object(args);
     let ctl = crate::engine::traverse::Progressing::default();
     let out = blocking(engine, move |e| {
-        crate::mcp::work::run_recall(e, &value, &ctl)
+        crate::mcp::work::run_recall(e, &value, &ctl, &who)
     })
     .await?;
     structured(out)
 }
 
-async fn get(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult> {
+async fn get(engine: &Arc<Engine>, args: JsonObject, who: Acting) -> Result<CallToolResult> {
     let (refs, history) = convert::get_refs(parse("get", args)?);
-    let ds = blocking(engine, move |e| e.get(&refs, history)).await?;
+    let ds = blocking(engine, move |e| e.get_in(&refs, history, &who.access)).await?;
     structured(serde_json::json!({
         "memories": ds.into_iter().map(convert::detail_out).collect::<Vec<_>>()
     }))
 }
 
-async fn update(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult> {
+async fn update(engine: &Arc<Engine>, args: JsonObject, who: Acting) -> Result<CallToolResult> {
     let p: dto::UpdateParams = parse("update", args)?;
     let (target, patch) = convert::update_target(&p)?;
-    let m = blocking(engine, move |e| e.update(&target, &patch, "tool:update")).await?;
+    let m = blocking(engine, move |e| {
+        e.update_in(&target, &patch, &who.actor("update"), &who.access)
+    })
+    .await?;
     structured(convert::memory_out(m))
 }
 
@@ -374,15 +383,13 @@ async fn forget_or_restore(
     engine: &Arc<Engine>,
     name: &str,
     args: JsonObject,
+    who: Acting,
 ) -> Result<CallToolResult> {
     let forget = name == "forget";
     let (mems, rels) = convert::forget_refs(parse(name, args)?)?;
+    let actor = who.actor(name);
     let r = blocking(engine, move |e| {
-        if forget {
-            e.forget(&mems, &rels, "tool:forget")
-        } else {
-            e.restore(&mems, &rels, "tool:restore")
-        }
+        e.forget_or_restore_in(&mems, &rels, &actor, forget, &who.access)
     })
     .await?;
     structured(dto::ForgetOut {
@@ -391,9 +398,9 @@ async fn forget_or_restore(
     })
 }
 
-async fn stats(engine: &Arc<Engine>, args: JsonObject) -> Result<CallToolResult> {
+async fn stats(engine: &Arc<Engine>, args: JsonObject, who: Acting) -> Result<CallToolResult> {
     let _: dto::StatsParams = parse("stats", args)?;
-    let s = blocking(engine, |e| e.stats()).await?;
+    let s = blocking(engine, move |e| e.stats_in(&who.access)).await?;
     let counts = |v: Vec<(String, i64)>| {
         v.into_iter()
             .map(|(name, count)| dto::CountOut { name, count })
@@ -426,9 +433,27 @@ mod tests {
                 .as_ref()
                 .and_then(|a| a.read_only_hint)
                 .unwrap_or(false);
-            assert_eq!(scope(&t.name) == Scope::Read, read_only, "{}", t.name);
+            assert_eq!(
+                scope(&t.name, &JsonObject::new()) == Scope::Read,
+                read_only,
+                "{}",
+                t.name
+            );
         }
-        assert_eq!(scope("consolidate"), Scope::Admin);
+        let args = |v: serde_json::Value| v.as_object().cloned().unwrap();
+        assert_eq!(scope("consolidate", &JsonObject::new()), Scope::Admin);
+        let file = args(serde_json::json!({"source": {"path": "notes/"}}));
+        assert_eq!(scope("import", &file), Scope::Admin);
+        let text = args(serde_json::json!({"source": {"text": "a"}}));
+        assert_eq!(scope("import", &text), Scope::Write);
+        assert_eq!(
+            scope("export", &args(serde_json::json!({"path": "out.jsonl"}))),
+            Scope::Admin
+        );
+        assert_eq!(
+            scope("export", &args(serde_json::json!({"path": null}))),
+            Scope::Read
+        );
     }
 
     #[test]

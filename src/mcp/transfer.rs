@@ -12,7 +12,7 @@ use crate::engine::traverse::{Control, DEFAULT_MAX_NODES, TraverseRequest};
 use crate::error::{Error, Result};
 use crate::formats::InFormat;
 use crate::mcp::dto;
-use crate::mcp::work::{parse, traverse_request};
+use crate::mcp::work::{Acting, parse, traverse_request};
 
 /// Largest export answered inline; bigger ones need `path`.
 pub const MAX_INLINE_EXPORT: usize = 256 * 1024;
@@ -21,7 +21,7 @@ pub const INLINE_IMPORT_LIMIT: u64 = 10_000;
 /// Memories written per millisecond by an export (for the estimate).
 const EXPORT_PER_MS: f64 = 50.0;
 
-pub(crate) fn import_request(p: dto::ImportParams) -> Result<ImportRequest> {
+pub(crate) fn import_request(p: dto::ImportParams, who: &Acting) -> Result<ImportRequest> {
     let source = match (p.source.path, p.source.text) {
         (Some(path), None) => Source::Path(PathBuf::from(path)),
         (None, Some(text)) => Source::Inline(text),
@@ -51,12 +51,16 @@ pub(crate) fn import_request(p: dto::ImportParams) -> Result<ImportRequest> {
         format,
         namespace: p.namespace,
         dry_run: p.dry_run.unwrap_or(false),
-        actor: "tool:import".into(),
+        actor: who.actor("import"),
         max_records: p.max_records,
+        access: who.access.clone(),
     })
 }
 
-pub(crate) fn export_call(p: dto::ExportParams) -> Result<(ExportRequest, ExportTarget)> {
+pub(crate) fn export_call(
+    p: dto::ExportParams,
+    who: &Acting,
+) -> Result<(ExportRequest, ExportTarget)> {
     let format = match p.format.as_deref() {
         None => OutFormat::Jsonl,
         Some(f) => OutFormat::parse(f).ok_or_else(|| {
@@ -70,27 +74,30 @@ pub(crate) fn export_call(p: dto::ExportParams) -> Result<(ExportRequest, Export
     let subgraph: Option<TraverseRequest> = match p.subgraph {
         None => None,
         Some(s) => {
-            let walk = traverse_request(dto::TraverseParams {
-                ids: s.ids,
-                names: s.names,
-                query: None,
-                namespace: p
-                    .namespaces
-                    .as_ref()
-                    .and_then(|n| (n.len() == 1).then(|| n[0].clone())),
-                depth: s.depth,
-                direction: None,
-                kinds: None,
-                min_weight: None,
-                valid_at: None,
-                max_nodes: Some(DEFAULT_MAX_NODES as u64 * 10),
-                return_: None,
-                focus: None,
-                limit: None,
-                // An export keeps what consolidation archived.
-                include_archived: Some(true),
-                inline_limit: None,
-            })?;
+            let walk = traverse_request(
+                dto::TraverseParams {
+                    ids: s.ids,
+                    names: s.names,
+                    query: None,
+                    namespace: p
+                        .namespaces
+                        .as_ref()
+                        .and_then(|n| (n.len() == 1).then(|| n[0].clone())),
+                    depth: s.depth,
+                    direction: None,
+                    kinds: None,
+                    min_weight: None,
+                    valid_at: None,
+                    max_nodes: Some(DEFAULT_MAX_NODES as u64 * 10),
+                    return_: None,
+                    focus: None,
+                    limit: None,
+                    // An export keeps what consolidation archived.
+                    include_archived: Some(true),
+                    inline_limit: None,
+                },
+                &who.access,
+            )?;
             if walk.seeds.is_empty() {
                 return Err(Error::invalid(
                     "subgraph",
@@ -107,7 +114,7 @@ pub(crate) fn export_call(p: dto::ExportParams) -> Result<(ExportRequest, Export
     };
     Ok((
         ExportRequest {
-            namespaces: p.namespaces,
+            namespaces: who.access.narrow_list("namespaces", p.namespaces)?,
             format,
             subgraph,
             vectors: p.vectors.unwrap_or(false),
@@ -118,11 +125,11 @@ pub(crate) fn export_call(p: dto::ExportParams) -> Result<(ExportRequest, Export
 }
 
 /// Cheap checks and the cost of an import or export, in milliseconds.
-pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
+pub fn estimate(engine: &Engine, tool: &str, args: &Value, who: &Acting) -> Result<f64> {
     match tool {
-        "import" => engine.estimate_import(&import_request(parse(tool, args)?)?),
+        "import" => engine.estimate_import(&import_request(parse(tool, args)?, who)?),
         _ => {
-            let (req, target) = export_call(parse(tool, args)?)?;
+            let (req, target) = export_call(parse(tool, args)?, who)?;
             engine.check_export_target(&target)?;
             let n = engine.count_live(req.namespaces.as_deref())?;
             Ok(n as f64 / EXPORT_PER_MS)
@@ -130,8 +137,8 @@ pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
     }
 }
 
-pub fn run_import(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Value> {
-    let req = import_request(parse("import", args)?)?;
+pub fn run_import(engine: &Engine, args: &Value, ctl: &dyn Control, who: &Acting) -> Result<Value> {
+    let req = import_request(parse("import", args)?, who)?;
     let report = engine.import(&req, ctl)?;
     let mut v = serde_json::to_value(&report)?;
     if report.truncated
@@ -145,8 +152,8 @@ pub fn run_import(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Va
     Ok(v)
 }
 
-pub fn run_export(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Value> {
-    let (req, target) = export_call(parse("export", args)?)?;
+pub fn run_export(engine: &Engine, args: &Value, ctl: &dyn Control, who: &Acting) -> Result<Value> {
+    let (req, target) = export_call(parse("export", args)?, who)?;
     let out = engine.export_to(&req, &target, ctl)?;
     Ok(serde_json::to_value(dto::ExportOut {
         format: req.format.name().to_owned(),

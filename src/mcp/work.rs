@@ -4,11 +4,11 @@
 
 use serde_json::Value;
 
-use crate::engine::Engine;
 use crate::engine::traverse::{
     Control, DEFAULT_MAX_NODES, MAX_MAX_NODES, PathRequest, Shape, TraverseRequest, TraversedNode,
     WorkKind,
 };
+use crate::engine::{Access, Engine};
 use crate::error::{Error, Result};
 use crate::graph::Direction;
 use crate::mcp::{convert, dto};
@@ -34,6 +34,60 @@ pub fn is_long(tool: &str, args: &Value) -> bool {
             .and_then(Value::as_u64)
             .is_some_and(|e| e > u64::from(INLINE_EXPAND)),
         _ => false,
+    }
+}
+
+/// Who a call acts for: the namespaces it may use, and the subject history names (over HTTP
+/// with tokens; on stdio every namespace and no subject).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Acting {
+    pub access: Access,
+    pub subject: Option<String>,
+}
+
+/// Where [`Acting`] travels in a task's arguments (kept in its durable row, so a task adopted by
+/// another process keeps its caller's limits).
+const ACCESS_KEY: &str = "_access";
+const SUBJECT_KEY: &str = "_subject";
+
+impl Acting {
+    /// What history records as the author of a change made by `tool`.
+    pub fn actor(&self, tool: &str) -> String {
+        match &self.subject {
+            Some(s) => format!("tool:{tool} by {s}"),
+            None => format!("tool:{tool}"),
+        }
+    }
+
+    /// Writes this into a long call's arguments, replacing whatever the client put there.
+    pub fn stamp(&self, args: &mut Value) {
+        if let Value::Object(o) = args {
+            o.remove(ACCESS_KEY);
+            o.remove(SUBJECT_KEY);
+            if let Some(a) = self.access.to_json() {
+                o.insert(ACCESS_KEY.into(), a);
+            }
+            if let Some(s) = &self.subject {
+                o.insert(SUBJECT_KEY.into(), Value::from(s.clone()));
+            }
+        }
+    }
+
+    /// The caller [`Acting::stamp`] wrote into `args`, and the arguments without it.
+    pub fn split(args: &Value) -> (Acting, Value) {
+        let mut rest = args.clone();
+        let acting = Acting {
+            access: Access::from_json(args.get(ACCESS_KEY)),
+            subject: args
+                .get(SUBJECT_KEY)
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        };
+        if let Value::Object(o) = &mut rest {
+            o.remove(ACCESS_KEY);
+            o.remove(SUBJECT_KEY);
+        }
+        (acting, rest)
     }
 }
 
@@ -73,7 +127,7 @@ fn reference(s: &str, ns: &str) -> MemoryRef {
     }
 }
 
-pub fn traverse_request(p: dto::TraverseParams) -> Result<TraverseRequest> {
+pub fn traverse_request(p: dto::TraverseParams, access: &Access) -> Result<TraverseRequest> {
     let ns = p
         .namespace
         .clone()
@@ -115,6 +169,7 @@ pub fn traverse_request(p: dto::TraverseParams) -> Result<TraverseRequest> {
         focus: p.focus,
         limit: p.limit.unwrap_or(DEFAULT_LIMIT) as usize,
         include_archived: p.include_archived.unwrap_or(false),
+        access: access.clone(),
     })
 }
 
@@ -125,7 +180,7 @@ pub struct PathsCall {
     pub spec: PathRequest,
 }
 
-pub fn paths_call(p: dto::FindPathsParams) -> Result<PathsCall> {
+pub fn paths_call(p: dto::FindPathsParams, access: &Access) -> Result<PathsCall> {
     let ns = p.namespace.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
     Ok(PathsCall {
         from: reference(&p.from, &ns),
@@ -137,6 +192,7 @@ pub fn paths_call(p: dto::FindPathsParams) -> Result<PathsCall> {
             min_weight: p.min_weight.unwrap_or(0.0),
             valid_at: time("valid_at", p.valid_at.as_deref())?,
             max_hops: p.max_hops.unwrap_or(DEFAULT_MAX_HOPS),
+            access: access.clone(),
         },
     })
 }
@@ -176,10 +232,10 @@ fn truncation_hint(truncated: bool, max_nodes: usize, inline_limited: bool) -> O
     })
 }
 
-fn run_traverse(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Value> {
+fn run_traverse(engine: &Engine, args: &Value, ctl: &dyn Control, who: &Acting) -> Result<Value> {
     let params: dto::TraverseParams = parse("traverse", args)?;
     let inline_limited = params.inline_limit.unwrap_or(false);
-    let req = traverse_request(params)?;
+    let req = traverse_request(params, &who.access)?;
     let r = engine.traverse(&req, ctl)?;
     let paths = (req.shape == Shape::Paths).then(|| {
         r.paths
@@ -214,8 +270,8 @@ fn run_traverse(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Valu
     })?)
 }
 
-fn run_find_paths(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Value> {
-    let call = paths_call(parse("find_paths", args)?)?;
+fn run_find_paths(engine: &Engine, args: &Value, ctl: &dyn Control, who: &Acting) -> Result<Value> {
+    let call = paths_call(parse("find_paths", args)?, &who.access)?;
     let r = engine.find_paths(&call.from, &call.to, call.k, &call.spec, ctl)?;
     Ok(serde_json::to_value(dto::PathsOut {
         paths: r
@@ -232,7 +288,7 @@ fn run_find_paths(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Va
 }
 
 /// Recall, with related memories `expand` hops around the hits.
-pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Value> {
+pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control, who: &Acting) -> Result<Value> {
     let p: dto::RecallParams = parse("recall", args)?;
     let full = p.full.unwrap_or(false);
     let expand = p.expand.unwrap_or(crate::model::DEFAULT_EXPAND);
@@ -243,7 +299,7 @@ pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Va
             "give 0 to 8 hops",
         ));
     }
-    let q = convert::recall_query(&p)?;
+    let q = recall_query(&p, &who.access)?;
     let page = engine.recall(&q)?;
     let (mut related, mut truncated) = (None, None);
     if expand > INLINE_EXPAND && !page.hits.is_empty() {
@@ -257,6 +313,7 @@ pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Va
             max_nodes,
             q.limit * 2 + page.hits.len(),
             q.include_archived,
+            &who.access,
         );
         let r = engine.traverse(&req, ctl)?;
         truncated = Some(r.truncated);
@@ -296,6 +353,18 @@ pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control) -> Result<Va
     })?)
 }
 
+/// The recall a caller asked for, within the namespaces it may use.
+fn recall_query(p: &dto::RecallParams, access: &Access) -> Result<crate::model::RecallQuery> {
+    let mut q = convert::recall_query(p)?;
+    let field = if p.namespaces.is_some() {
+        "namespaces"
+    } else {
+        "namespace"
+    };
+    q.namespaces = access.narrow(field, q.namespaces)?;
+    Ok(q)
+}
+
 /// The walk that adds related memories `depth` hops around recall hits.
 fn expansion(
     hits: &[crate::model::Hit],
@@ -303,6 +372,7 @@ fn expansion(
     max_nodes: usize,
     limit: usize,
     include_archived: bool,
+    access: &Access,
 ) -> TraverseRequest {
     TraverseRequest {
         seeds: hits
@@ -321,6 +391,7 @@ fn expansion(
         focus: None,
         limit,
         include_archived,
+        access: access.clone(),
     }
 }
 
@@ -335,13 +406,15 @@ impl Executor for McpExecutor {
         args: &Value,
         ctl: &dyn Control,
     ) -> Result<Value> {
+        let (who, args) = Acting::split(args);
+        let args = &args;
         match tool {
-            "traverse" => run_traverse(engine, args, ctl),
-            "find_paths" => run_find_paths(engine, args, ctl),
-            "recall" => run_recall(engine, args, ctl),
-            "import" => crate::mcp::transfer::run_import(engine, args, ctl),
-            "export" => crate::mcp::transfer::run_export(engine, args, ctl),
-            "consolidate" => crate::mcp::curation::run(engine, args, ctl),
+            "traverse" => run_traverse(engine, args, ctl, &who),
+            "find_paths" => run_find_paths(engine, args, ctl, &who),
+            "recall" => run_recall(engine, args, ctl, &who),
+            "import" => crate::mcp::transfer::run_import(engine, args, ctl, &who),
+            "export" => crate::mcp::transfer::run_export(engine, args, ctl, &who),
+            "consolidate" => crate::mcp::curation::run(engine, args, ctl, &who),
             other => Err(Error::invalid(
                 "tool",
                 format!("`{other}` does not run as a task"),
@@ -377,16 +450,18 @@ impl Executor for McpExecutor {
 
 /// Cheap checks and the cost estimate of a long call, before the decision.
 pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
+    let (who, args) = Acting::split(args);
+    let args = &args;
     match tool {
-        "import" | "export" => crate::mcp::transfer::estimate(engine, tool, args),
-        "consolidate" => crate::mcp::curation::estimate(engine, args),
+        "import" | "export" => crate::mcp::transfer::estimate(engine, tool, args, &who),
+        "consolidate" => crate::mcp::curation::estimate(engine, args, &who),
         "traverse" => {
-            let req = traverse_request(parse("traverse", args)?)?;
+            let req = traverse_request(parse("traverse", args)?, &who.access)?;
             let seeds = engine.check_traverse(&req)?;
             Ok(engine.estimate_traverse(&req, &seeds)?.ms)
         }
         "find_paths" => {
-            let call = paths_call(parse("find_paths", args)?)?;
+            let call = paths_call(parse("find_paths", args)?, &who.access)?;
             if call.k > 10 {
                 return Err(Error::invalid(
                     "k",
@@ -398,7 +473,7 @@ pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
         }
         "recall" => {
             let p: dto::RecallParams = parse("recall", args)?;
-            let q = convert::recall_query(&p)?;
+            let q = recall_query(&p, &who.access)?;
             let hits = engine.recall(&q)?;
             let depth = p
                 .expand
@@ -410,6 +485,7 @@ pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
                 DEFAULT_MAX_NODES,
                 q.limit,
                 q.include_archived,
+                &who.access,
             );
             if req.seeds.is_empty() {
                 return Ok(0.0);

@@ -449,27 +449,60 @@ pub fn namespaces(db: &Db) -> Result<Vec<String>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// Counts per namespace and kind of live memories, and totals.
-pub fn stats(db: &Db) -> Result<Stats> {
+/// Counts per namespace and kind of live memories, and totals; of `namespaces` only when given
+/// (a relation counts when both its ends are in them).
+pub fn stats(db: &Db, namespaces: Option<&[String]>) -> Result<Stats> {
     let conn = &db.conn;
+    // `?1, ?2, …` for the namespaces, and the condition on a memory's namespace (the empty
+    // list matches nothing).
+    let list = namespaces.map(|nss| {
+        (1..=nss.len())
+            .map(|i| format!("?{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    });
+    let within = |column: &str| match &list {
+        None => String::new(),
+        Some(l) if l.is_empty() => " AND 0".to_owned(),
+        Some(l) => format!(" AND {column} IN ({l})"),
+    };
+    let args = namespaces.unwrap_or(&[]);
     let group = |sql: &str| -> Result<Vec<(String, i64)>> {
         let mut stmt = conn.prepare(sql)?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     };
-    let by_namespace = group(
-        "SELECT namespace, count(*) FROM memories WHERE deleted_at IS NULL \
-         GROUP BY namespace ORDER BY count(*) DESC, namespace",
-    )?;
-    let by_kind = group(
-        "SELECT kind, count(*) FROM memories WHERE deleted_at IS NULL \
-         GROUP BY kind ORDER BY count(*) DESC, kind",
-    )?;
-    let one = |sql: &str| -> Result<i64> { Ok(conn.query_row(sql, [], |r| r.get(0))?) };
+    let one = |sql: &str| -> Result<i64> {
+        Ok(conn.query_row(sql, rusqlite::params_from_iter(args), |r| r.get(0))?)
+    };
+    let ns = within("namespace");
+    let by_namespace = group(&format!(
+        "SELECT namespace, count(*) FROM memories WHERE deleted_at IS NULL{ns} \
+         GROUP BY namespace ORDER BY count(*) DESC, namespace"
+    ))?;
+    let by_kind = group(&format!(
+        "SELECT kind, count(*) FROM memories WHERE deleted_at IS NULL{ns} \
+         GROUP BY kind ORDER BY count(*) DESC, kind"
+    ))?;
+    let relations = match namespaces {
+        None => one("SELECT count(*) FROM relations WHERE deleted_at IS NULL")?,
+        Some(_) => one(&format!(
+            "SELECT count(*) FROM relations r JOIN memories a ON a.key = r.src \
+             JOIN memories b ON b.key = r.dst WHERE r.deleted_at IS NULL{}{}",
+            within("a.namespace"),
+            within("b.namespace")
+        ))?,
+    };
     Ok(Stats {
-        memories: one("SELECT count(*) FROM memories WHERE deleted_at IS NULL")?,
-        relations: one("SELECT count(*) FROM relations WHERE deleted_at IS NULL")?,
-        forgotten_memories: one("SELECT count(*) FROM memories WHERE deleted_at IS NOT NULL")?,
+        memories: one(&format!(
+            "SELECT count(*) FROM memories WHERE deleted_at IS NULL{ns}"
+        ))?,
+        relations,
+        forgotten_memories: one(&format!(
+            "SELECT count(*) FROM memories WHERE deleted_at IS NOT NULL{ns}"
+        ))?,
         by_namespace,
         by_kind,
         text_index_lag: 0,

@@ -147,6 +147,23 @@ pub fn coverage(db: &Db, model: &str) -> Result<(i64, i64)> {
         .query_row([model], |r| Ok((r.get(0)?, r.get(1)?)))?)
 }
 
+/// [`coverage`] of the memories in `namespaces`.
+pub fn coverage_in(db: &Db, model: &str, namespaces: &[String]) -> Result<(i64, i64)> {
+    let conn = &db.conn;
+    let mut stmt = conn.prepare_cached(
+        "SELECT count(*), count(v.memory_key) FROM memories m \
+         LEFT JOIN vectors v ON v.memory_key = m.key AND v.model = ?1 AND v.version = m.version \
+         WHERE m.deleted_at IS NULL AND m.namespace = ?2",
+    )?;
+    let (mut live, mut covered) = (0, 0);
+    for ns in namespaces {
+        let (l, c): (i64, i64) = stmt.query_row([model, ns], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        live += l;
+        covered += c;
+    }
+    Ok((live, covered))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -165,10 +165,21 @@ async fn a_reachable_address_needs_authorisation_or_an_explicit_opt_out() {
 
 /// `mnemograph token add`: the token (the output's last word) and the file it was added to.
 pub(crate) fn add_token(file: &std::path::Path, subject: &str, scopes: &str) -> String {
+    add_token_with(file, subject, scopes, &[])
+}
+
+/// [`add_token`] with more arguments of `token add` (e.g. `--namespaces`).
+pub(crate) fn add_token_with(
+    file: &std::path::Path,
+    subject: &str,
+    scopes: &str,
+    more: &[&str],
+) -> String {
     let out = std::process::Command::new(BIN)
         .args(["token", "add", subject, "--tokens"])
         .arg(file)
         .args(["--scopes", scopes])
+        .args(more)
         .output()
         .expect("run mnemograph token add");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -280,4 +291,161 @@ async fn bearer_tokens_admit_their_subjects_with_their_scopes() {
         hits.is_empty(),
         "nothing was written by the read-only token"
     );
+}
+
+/// The tool error of a call that must be refused for reaching outside the caller's namespaces.
+fn refused(res: Result<serde_json::Value, CallError>, what: &str) -> String {
+    match res {
+        Err(CallError::Tool(m)) => {
+            assert!(m.contains("not allowed"), "{what}: {m}");
+            m
+        }
+        other => panic!("{what} was not refused: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_for_some_namespaces_reads_and_writes_those_only() {
+    let db = TestDb::new();
+    let file = db.path.with_file_name("tokens");
+    let admin = add_token(&file, "admin", "admin");
+    let carol = add_token_with(&file, "carol", "read,write", &["--namespaces", "work"]);
+    let dana = add_token_with(&file, "dana", "admin", &["--namespaces", "work"]);
+    let saved = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        saved.contains("carol ") && saved.contains("namespaces=work"),
+        "{saved}"
+    );
+    let log = db.path.with_file_name("ns.log");
+    let http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
+    let era = Era::Discover;
+    let a = Server::attach(&http.url, era, Some(&admin), &log).await;
+    let ids = a
+        .remember(json!([
+            {"content": "The quarterly budget review is on friday", "namespace": "work"},
+            {"content": "The dentist appointment for the budget is on monday", "namespace": "home"},
+            {"content": "Budget spreadsheet lives in the shared drive", "namespace": "work"}
+        ]))
+        .await;
+    let (w, h, w2) = (&ids[0], &ids[1], &ids[2]);
+    a.ok(
+        "relate",
+        json!({"relations": [
+            {"from": w, "to": h, "kind": "about"},
+            {"from": h, "to": w2, "kind": "about"}
+        ]}),
+    )
+    .await;
+
+    let c = Server::attach(&http.url, era, Some(&carol), &log).await;
+    // Reads see the token's namespaces only; naming another is an error.
+    let hits = c.recall_ids(json!({"query": "budget", "expand": 0})).await;
+    assert!(
+        hits.contains(w) && hits.contains(w2) && !hits.contains(h),
+        "{hits:?}"
+    );
+    let hits = c.recall_ids(json!({"query": "budget"})).await;
+    assert!(!hits.contains(h), "expansion stays inside: {hits:?}");
+    refused(
+        c.call("recall", json!({"query": "budget", "namespace": "home"}))
+            .await,
+        "recall in home",
+    );
+    refused(
+        c.call("get", json!({"ids": [h]})).await,
+        "get of a home memory",
+    );
+    let got = c.ok("get", json!({"ids": [w]})).await;
+    assert_eq!(
+        got["memories"][0]["relations"].as_array().map(Vec::len),
+        Some(0),
+        "the relation to home is left out: {got}"
+    );
+    let walk = c.ok("traverse", json!({"ids": [w], "depth": 3})).await;
+    let reached: Vec<&str> = walk["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["id"].as_str())
+        .collect();
+    assert_eq!(reached, vec![w.as_str()], "w2 lies behind h: {walk}");
+    refused(
+        c.call("traverse", json!({"ids": [h]})).await,
+        "a walk from home",
+    );
+    let exported = c.ok("export", json!({})).await;
+    let data = exported["data"].as_str().unwrap();
+    assert!(
+        data.contains("quarterly") && !data.contains("dentist"),
+        "{data}"
+    );
+    refused(
+        c.call("export", json!({"namespaces": ["home"]})).await,
+        "export of home",
+    );
+    let stats = c.ok("stats", json!({})).await;
+    assert_eq!(stats["memories"], 2, "{stats}");
+    match c.read_resource(&format!("memory://home/{h}")).await {
+        Err(e) => assert!(e.to_string().contains("not allowed"), "{e}"),
+        Ok(r) => panic!("a home memory was read as a resource: {r:?}"),
+    }
+    assert!(c.read_resource(&format!("memory://work/{w}")).await.is_ok());
+
+    // Writes: into another namespace, or touching a memory there, fail and change nothing.
+    refused(
+        c.call(
+            "remember",
+            json!({"memories": [{"content": "x", "namespace": "home"}]}),
+        )
+        .await,
+        "remember into home",
+    );
+    refused(
+        c.call("update", json!({"id": h, "importance": 0.9})).await,
+        "update of a home memory",
+    );
+    refused(
+        c.call("forget", json!({"ids": [h]})).await,
+        "forget of a home memory",
+    );
+    refused(
+        c.call(
+            "relate",
+            json!({"relations": [{"from": w, "to": h, "kind": "x"}]}),
+        )
+        .await,
+        "relate to home",
+    );
+    let d = Server::attach(&http.url, era, Some(&dana), &log).await;
+    refused(
+        d.call("consolidate", json!({"dry_run": true})).await,
+        "consolidating every namespace",
+    );
+    refused(
+        d.call("consolidate", json!({"runs": true})).await,
+        "the list of runs",
+    );
+    let run = d
+        .ok(
+            "consolidate",
+            json!({"dry_run": true, "namespaces": ["work"]}),
+        )
+        .await;
+    assert_eq!(run["dry_run"], true, "{run}");
+    d.stop().await;
+    // What it may do, history records under its subject.
+    c.ok("update", json!({"id": w, "importance": 0.9})).await;
+    let got = a.ok("get", json!({"ids": [w, h], "history": true})).await;
+    assert_eq!(
+        got["memories"][0]["history"][0]["actor"], "tool:update by carol",
+        "{got}"
+    );
+    assert!(got["memories"][1].get("forgotten_at").is_none(), "{got}");
+    assert!(
+        got["memories"][1]["history"].as_array().unwrap().is_empty(),
+        "{got}"
+    );
+    c.stop().await;
+    a.stop().await;
+    http.stop().await;
 }

@@ -764,6 +764,7 @@ fn a_walk_goes_through_archived_memories_without_listing_them() {
                     focus: None,
                     limit: 10,
                     include_archived,
+                    access: crate::engine::Access::All,
                 },
                 &Progressing::default(),
             )

@@ -7,10 +7,10 @@ use std::collections::{HashMap, HashSet};
 use crate::engine::write::{
     DEFAULT_WEIGHT, RememberItem, existing_identity, same_memory, snapshot,
 };
-use crate::engine::{Engine, validate};
+use crate::engine::{Access, Engine, validate};
 use crate::error::{Error, Result};
 use crate::formats::{MemoryRecord, Ref, RelationRecord};
-use crate::model::{Memory, MemoryKey, Millis, NewMemory};
+use crate::model::{DEFAULT_NAMESPACE, Memory, MemoryKey, Millis, NewMemory};
 use crate::store::history::{self, Entity};
 use crate::store::memories::{self, Stamps};
 use crate::store::relations::{self, NewRelation, RelationStamps};
@@ -31,6 +31,19 @@ pub(super) enum Item {
         line: u64,
         reason: String,
     },
+}
+
+impl Item {
+    /// This item, or a bad one when it is a memory for a namespace outside `access`.
+    pub(super) fn within(self, access: &Access) -> Item {
+        match self {
+            Item::Memory { line, new, .. } if !access.allows(&new.namespace) => Item::Bad {
+                line,
+                reason: access.refusal("namespace", &new.namespace).to_string(),
+            },
+            other => other,
+        }
+    }
 }
 
 /// What one batch did.
@@ -234,10 +247,11 @@ impl Engine {
         tx: &Db,
         items: &[Item],
         vectors: &HashMap<usize, Vec<f32>>,
-        namespace: &str,
-        actor: &str,
+        req: &super::ImportRequest,
         now: Millis,
     ) -> Result<Counts> {
+        let namespace = req.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        let (actor, access) = (req.actor.as_str(), &req.access);
         let mut counts = Counts::default();
         let model = self.embedder.as_ref().map(|e| (e.model_id(), e.dim()));
         let mut keys: HashMap<usize, (MemoryKey, Millis)> = HashMap::new();
@@ -285,14 +299,14 @@ impl Engine {
                             valid_until: None,
                         };
                         let res = store::in_savepoint(tx, || {
-                            self.apply_relation(tx, &new.namespace, Some(src), &r, now)
+                            self.apply_relation(tx, &new.namespace, Some(src), &r, now, access)
                         });
                         tally(&mut counts, *line, res);
                     }
                 }
                 Item::Relation { line, rec } => {
                     let res = store::in_savepoint(tx, || {
-                        self.apply_relation(tx, namespace, None, rec, now)
+                        self.apply_relation(tx, namespace, None, rec, now, access)
                     });
                     tally(&mut counts, *line, res);
                 }
@@ -406,6 +420,7 @@ impl Engine {
         from: Option<MemoryKey>,
         rec: &RelationRecord,
         now: Millis,
+        access: &Access,
     ) -> Result<bool> {
         let missing = |end: &str, r: &Ref| {
             Error::not_found(
@@ -419,6 +434,13 @@ impl Engine {
             None => resolve(tx, namespace, &rec.from)?.ok_or_else(|| missing("from", &rec.from))?,
         };
         let dst = resolve(tx, namespace, &rec.to)?.ok_or_else(|| missing("to", &rec.to))?;
+        if !access.is_all() {
+            for (end, key) in [("from", src), ("to", dst)] {
+                if let Some(m) = memories::by_key(tx, key)? {
+                    access.check(end, &m.namespace)?;
+                }
+            }
+        }
         let id = match &rec.id {
             Some(id) if valid_id(id, "r_") && relations::by_id(tx, id)?.is_none() => id.clone(),
             _ => new_id("r_"),

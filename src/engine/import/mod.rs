@@ -12,9 +12,9 @@ use std::io::{BufRead, BufReader, Read};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::Engine;
 use crate::engine::traverse::{Control, WorkKind, WorkProgress};
 use crate::engine::vectors::{embed_parallel, embed_text};
+use crate::engine::{Access, Engine};
 use crate::error::{Error, Result};
 use crate::formats::{self, Flow, InFormat, Record};
 use crate::model::{DEFAULT_NAMESPACE, now_millis};
@@ -47,6 +47,9 @@ pub struct ImportRequest {
     /// Stop once about this many records changed the database (checked per batch; callers
     /// that cannot wait). A repeat of the call goes on: what is stored is skipped.
     pub max_records: Option<u64>,
+    /// The namespaces the importer may write: a record for another namespace, or a relation
+    /// with an end outside them, is a bad record.
+    pub access: Access,
 }
 
 /// What an import did (or, for a dry run, would do).
@@ -129,6 +132,7 @@ impl Engine {
     pub fn estimate_import(&self, req: &ImportRequest) -> Result<f64> {
         if let Some(ns) = &req.namespace {
             self.resolve_namespace("namespace", Some(ns))?;
+            req.access.check("namespace", ns)?;
         }
         let files = source::files("source", &req.source, &self.cfg.transfer_roots())?;
         let bytes: u64 = files.iter().map(|f| f.size).sum();
@@ -148,6 +152,7 @@ impl Engine {
         let _bulk = Bulk(&self.bulk);
         if let Some(ns) = &req.namespace {
             self.resolve_namespace("namespace", Some(ns))?;
+            req.access.check("namespace", ns)?;
         }
         let files = source::files("source", &req.source, &self.cfg.transfer_roots())?;
         let resume: Option<Checkpoint> = ctl
@@ -422,7 +427,10 @@ impl Run<'_> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let items = std::mem::take(&mut self.batch);
+        let items: Vec<Item> = std::mem::take(&mut self.batch)
+            .into_iter()
+            .map(|it| it.within(&self.req.access))
+            .collect();
         let engine = self.engine;
         let ns = self.req.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
         let place = self.place();
@@ -435,7 +443,7 @@ impl Run<'_> {
             let task = self.ctl.task_id();
             let mut report = self.report.clone();
             let checkpoint = engine.store.write(|tx| {
-                let counts = engine.apply_batch(tx, &items, &vectors, ns, &self.req.actor, now)?;
+                let counts = engine.apply_batch(tx, &items, &vectors, self.req, now)?;
                 report.add(&counts, place);
                 let cp = serde_json::to_value(Checkpoint {
                     items: self.items,

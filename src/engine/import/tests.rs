@@ -28,6 +28,7 @@ fn request(source: Source) -> ImportRequest {
         dry_run: false,
         actor: "test".into(),
         max_records: None,
+        access: crate::engine::Access::All,
     }
 }
 
