@@ -208,7 +208,7 @@ impl ServerHandler for MemoryServer {
         let owner = self.owner(&context);
         guard::caught(
             "tasks/update",
-            task_api::update(&self.tasks, owner, request.task_id),
+            task_api::update(&self.tasks, owner, request.task_id, request.input_responses),
         )
         .await
     }
