@@ -6,9 +6,9 @@ use std::sync::Arc;
 use rmcp::ErrorData as McpError;
 use rmcp::RoleServer;
 use rmcp::model::{
-    CallToolResponse, CallToolResult, ContentBlock, CreateTaskResult, DetailedTask, GetTaskResult,
-    InputRequest, InputRequests, InputResponses, JsonObject, MetaObject, ProgressNotificationParam,
-    ProtocolVersion, Task, TaskPayload, TaskStatus,
+    CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock, CreateTaskResult,
+    DetailedTask, GetTaskResult, InputRequest, InputRequests, InputResponses, JsonObject,
+    MetaObject, ProgressNotificationParam, ProtocolVersion, Task, TaskPayload, TaskStatus,
 };
 use rmcp::service::RequestContext;
 use serde_json::{Value, json};
@@ -92,6 +92,11 @@ pub(crate) async fn call_long(
     ctx: &RequestContext<RoleServer>,
 ) -> Result<CallToolResponse, McpError> {
     let cap = capability(ctx);
+    if cap != Capability::Tasks && work::requires_task(tool) {
+        return Err(McpError::missing_required_client_capability(
+            ClientCapabilities::builder().enable_tasks().build(),
+        ));
+    }
     let mut args = Value::Object(args);
     if cap != Capability::Tasks && tool == "traverse" {
         // A client that cannot poll gets a bounded walk. A `max_nodes` that is not a count is
