@@ -143,6 +143,8 @@ pub struct EdgeRow {
 #[serde(rename_all = "snake_case")]
 pub enum TaskState {
     Working,
+    /// Waiting for the client to answer the row's input requests (`tasks/update`).
+    InputRequired,
     Completed,
     Failed,
     Cancelled,
@@ -152,6 +154,7 @@ impl TaskState {
     pub fn as_str(self) -> &'static str {
         match self {
             TaskState::Working => "working",
+            TaskState::InputRequired => "input_required",
             TaskState::Completed => "completed",
             TaskState::Failed => "failed",
             TaskState::Cancelled => "cancelled",
@@ -160,6 +163,7 @@ impl TaskState {
 
     pub fn parse(s: &str) -> TaskState {
         match s {
+            "input_required" => TaskState::InputRequired,
             "completed" => TaskState::Completed,
             "failed" => TaskState::Failed,
             "cancelled" => TaskState::Cancelled,
@@ -168,7 +172,7 @@ impl TaskState {
     }
 
     pub fn is_terminal(self) -> bool {
-        self != TaskState::Working
+        !matches!(self, TaskState::Working | TaskState::InputRequired)
     }
 }
 
@@ -198,6 +202,10 @@ pub struct TaskRow {
     pub boot_id: String,
     pub heartbeat_at: Millis,
     pub cancel_requested: bool,
+    /// The requests the client has still to answer, by key, while `input_required`.
+    pub input_requests: Option<serde_json::Value>,
+    /// Every answer the client gave, by key (kept for a re-run after a restart).
+    pub input_responses: Option<serde_json::Value>,
 }
 
 /// One consolidation run as stored.

@@ -30,6 +30,7 @@ use crate::index::text::{OpenState, TextIndex};
 use crate::model::{MemoryKey, Millis};
 use crate::store::Store;
 
+pub use crate::store::tasks::Answered;
 pub use access::Access;
 pub use estimate::Estimate;
 pub use export::{ExportOutput, ExportRequest, ExportTarget, OutFormat};

@@ -98,4 +98,29 @@ impl Engine {
         self.store
             .write(|tx| tasks::adopt(tx, id, old_boot, new_boot, stale_before, now))
     }
+
+    /// Parks a live task of process `boot_id` until the client answers `requests`.
+    pub fn task_await_input(
+        &self,
+        id: &str,
+        boot_id: &str,
+        requests: &serde_json::Value,
+        status_message: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        self.store
+            .write(|tx| tasks::await_input(tx, id, boot_id, requests, status_message, now))
+    }
+
+    /// Records the client's answers to a task waiting for input (see [`tasks::answer_input`]).
+    pub fn task_answer_input(
+        &self,
+        id: &str,
+        responses: &serde_json::Map<String, serde_json::Value>,
+        resumed_message: &str,
+        now: Millis,
+    ) -> Result<tasks::Answered> {
+        self.store
+            .write(|tx| tasks::answer_input(tx, id, responses, resumed_message, now))
+    }
 }

@@ -77,6 +77,22 @@ pub trait Control: Sync {
     }
     /// The latest checkpoint, so a task row created after the work started begins with it.
     fn checkpointed(&self, _checkpoint: &serde_json::Value) {}
+    /// Asks the client for input and waits for its answers (MCP `input_required`): `requests`
+    /// maps keys the work chooses to requests (`{"method": "elicitation/create", "params": …}`).
+    /// Keys name the question, not the moment, so that work re-run after a restart finds the
+    /// answers already given and asks only for the rest. Returns every answer by key;
+    /// `Error::Cancelled` when the work is stopped while it waits. Only work that runs as a task
+    /// can ask; elsewhere this is an error that says so.
+    fn ask(
+        &self,
+        _requests: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<serde_json::Map<String, serde_json::Value>> {
+        Err(Error::invalid(
+            "input",
+            "this call needs answers from the client, and only a task can wait for them",
+            "call it from a client with MCP tasks support (protocol 2026-07-28 and the tasks extension)",
+        ))
+    }
 }
 
 /// A control that records the last progress and is cancelled by a flag; also the one used inline.

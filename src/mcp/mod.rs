@@ -7,6 +7,8 @@ mod convert;
 mod curation;
 pub mod dto;
 mod errors;
+#[cfg(feature = "conformance")]
+mod fixtures;
 mod guard;
 pub mod http;
 pub mod metrics;
@@ -119,6 +121,12 @@ impl MemoryServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResponse, McpError> {
+        #[cfg(feature = "conformance")]
+        if let Some(answer) =
+            fixtures::call(&self.tasks, self.owner(&context), &request, &context).await
+        {
+            return answer;
+        }
         let args = request.arguments.unwrap_or_default();
         let name = request.name.as_ref();
         if let Some(c) = caller(&context) {
@@ -183,7 +191,11 @@ impl ServerHandler for MemoryServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> std::result::Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools::all()))
+        #[cfg_attr(not(feature = "conformance"), expect(unused_mut))]
+        let mut all = tools::all();
+        #[cfg(feature = "conformance")]
+        all.extend(fixtures::tools());
+        Ok(ListToolsResult::with_all_items(all))
     }
 
     #[tracing::instrument(skip_all, fields(tool = %request.name))]
@@ -231,7 +243,7 @@ impl ServerHandler for MemoryServer {
         let owner = self.owner(&context);
         guard::caught(
             "tasks/update",
-            task_api::update(&self.tasks, owner, request.task_id),
+            task_api::update(&self.tasks, owner, request.task_id, request.input_responses),
         )
         .await
     }
@@ -288,6 +300,10 @@ impl ServerHandler for MemoryServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<ReadResourceResponse, McpError> {
+        #[cfg(feature = "conformance")]
+        if let Some(fixture) = fixtures::read_resource(&request.uri) {
+            return Ok(fixture.into());
+        }
         let access = Self::acting(&context).access;
         guard::caught(
             "resources/read",

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use rmcp::ErrorData as McpError;
 use rmcp::RoleServer;
 use rmcp::model::{
-    CallToolResponse, CallToolResult, ContentBlock, CreateTaskResult, DetailedTask, GetTaskResult,
-    JsonObject, MetaObject, ProgressNotificationParam, ProtocolVersion, Task, TaskPayload,
-    TaskStatus,
+    CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock, CreateTaskResult,
+    DetailedTask, GetTaskResult, InputRequest, InputRequests, InputResponses, JsonObject,
+    MetaObject, ProgressNotificationParam, ProtocolVersion, Task, TaskPayload, TaskStatus,
 };
 use rmcp::service::RequestContext;
 use serde_json::{Value, json};
@@ -56,6 +56,7 @@ fn meta(value: Value) -> MetaObject {
 fn wire_status(s: TaskState) -> TaskStatus {
     match s {
         TaskState::Working => TaskStatus::Working,
+        TaskState::InputRequired => TaskStatus::InputRequired,
         TaskState::Completed => TaskStatus::Completed,
         TaskState::Failed => TaskStatus::Failed,
         TaskState::Cancelled => TaskStatus::Cancelled,
@@ -92,6 +93,11 @@ pub(crate) async fn call_long(
     who: &work::Acting,
 ) -> Result<CallToolResponse, McpError> {
     let cap = capability(ctx);
+    if cap != Capability::Tasks && work::requires_task(tool) {
+        return Err(McpError::missing_required_client_capability(
+            ClientCapabilities::builder().enable_tasks().build(),
+        ));
+    }
     let mut args = Value::Object(args);
     who.stamp(&mut args);
     if cap != Capability::Tasks && tool == "traverse" {
@@ -226,6 +232,9 @@ fn detailed(view: &TaskView) -> GetTaskResult {
     let row = &view.row;
     let payload = match row.status {
         TaskState::Working => TaskPayload::Working,
+        TaskState::InputRequired => TaskPayload::InputRequired {
+            input_requests: input_requests(row),
+        },
         TaskState::Cancelled => TaskPayload::Cancelled,
         TaskState::Completed => {
             let result = match (&row.result, &row.error) {
@@ -264,6 +273,26 @@ fn detailed(view: &TaskView) -> GetTaskResult {
     res
 }
 
+/// The requests a task waits on, as the wire types (a request that is not one the client can
+/// answer — elicitation, sampling, roots — is left out and logged).
+fn input_requests(row: &TaskRow) -> InputRequests {
+    let Some(Value::Object(requests)) = &row.input_requests else {
+        return InputRequests::new();
+    };
+    requests
+        .iter()
+        .filter_map(
+            |(key, request)| match serde_json::from_value::<InputRequest>(request.clone()) {
+                Ok(r) => Some((key.clone(), r)),
+                Err(e) => {
+                    tracing::warn!(task = short_id(&row.id), key, error = %e, "input request left out: not one a client can answer");
+                    None
+                }
+            },
+        )
+        .collect()
+}
+
 /// `tasks/cancel`.
 pub(crate) async fn cancel(tasks: &Arc<Tasks>, owner: String, id: String) -> Result<(), McpError> {
     let t = Arc::clone(tasks);
@@ -275,16 +304,22 @@ pub(crate) async fn cancel(tasks: &Arc<Tasks>, owner: String, id: String) -> Res
     if found { Ok(()) } else { Err(not_found(&id)) }
 }
 
-/// `tasks/update`: nothing of ours asks for input yet, so an update is only acknowledged.
-pub(crate) async fn update(tasks: &Arc<Tasks>, owner: String, id: String) -> Result<(), McpError> {
+/// `tasks/update`: the client's answers to a task's input requests. The task goes on once all
+/// are answered; answers to requests it does not wait for are ignored.
+pub(crate) async fn update(
+    tasks: &Arc<Tasks>,
+    owner: String,
+    id: String,
+    responses: InputResponses,
+) -> Result<(), McpError> {
     let t = Arc::clone(tasks);
     let id2 = id.clone();
-    tokio::task::spawn_blocking(move || t.get(&owner, &id2))
+    let responses: serde_json::Map<String, Value> = responses.into_iter().collect();
+    let found = tokio::task::spawn_blocking(move || t.update(&owner, &id2, &responses))
         .await
         .map_err(|e| worker_failed("tasks/update", e))?
-        .map_err(request_error)?
-        .map(|_| ())
-        .ok_or_else(|| not_found(&id))
+        .map_err(request_error)?;
+    if found { Ok(()) } else { Err(not_found(&id)) }
 }
 
 /// The `tasks` tool: the caller's recent tasks, and the server's scheduled consolidation runs

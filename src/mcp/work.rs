@@ -33,6 +33,8 @@ pub fn is_long(tool: &str, args: &Value) -> bool {
             .get("expand")
             .and_then(Value::as_u64)
             .is_some_and(|e| e > u64::from(INLINE_EXPAND)),
+        #[cfg(feature = "conformance")]
+        fixture if crate::mcp::fixtures::is_long(fixture) => true,
         _ => false,
     }
 }
@@ -89,6 +91,17 @@ impl Acting {
         }
         (acting, rest)
     }
+}
+
+/// Long tools whose work cannot be bounded for a client that cannot poll: such a client gets
+/// -32021 (none of the real tools; some conformance fixtures).
+pub fn requires_task(tool: &str) -> bool {
+    #[cfg(feature = "conformance")]
+    if crate::mcp::fixtures::requires_task(tool) {
+        return true;
+    }
+    let _ = tool;
+    false
 }
 
 pub fn parse<T: serde::de::DeserializeOwned>(tool: &str, args: &Value) -> Result<T> {
@@ -415,6 +428,10 @@ impl Executor for McpExecutor {
             "import" => crate::mcp::transfer::run_import(engine, args, ctl, &who),
             "export" => crate::mcp::transfer::run_export(engine, args, ctl, &who),
             "consolidate" => crate::mcp::curation::run(engine, args, ctl, &who),
+            #[cfg(feature = "conformance")]
+            fixture if crate::mcp::fixtures::is_long(fixture) => {
+                crate::mcp::fixtures::run(fixture, args, ctl)
+            }
             other => Err(Error::invalid(
                 "tool",
                 format!("`{other}` does not run as a task"),
@@ -492,6 +509,10 @@ pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
             }
             let seeds = engine.check_traverse(&req)?;
             Ok(engine.estimate_traverse(&req, &seeds)?.ms)
+        }
+        #[cfg(feature = "conformance")]
+        fixture if crate::mcp::fixtures::is_long(fixture) => {
+            Ok(crate::mcp::fixtures::estimate(fixture, args))
         }
         _ => Ok(0.0),
     }

@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::error::{Error, Result};
 
 /// Version this build writes.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 /// Oldest version this build can migrate from (0 is an empty file).
 pub const OLDEST_SUPPORTED_SCHEMA: i64 = 0;
 
@@ -175,6 +175,14 @@ CREATE TABLE leases (
 ) WITHOUT ROWID;
 "#;
 
+/// Version 8: tasks that wait for the client (MCP `input_required`). `input_requests` holds the
+/// requests still unanswered, by key; `input_responses` every answer given so far, by key, so
+/// that work re-run after a restart finds the answers it asked for and asks only for the rest.
+const V8: &str = r#"
+ALTER TABLE tasks ADD COLUMN input_requests TEXT;
+ALTER TABLE tasks ADD COLUMN input_responses TEXT;
+"#;
+
 /// Brings the database up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -192,7 +200,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
             reason: format!("version {version} is too old to migrate"),
         });
     }
-    let steps: [&str; 7] = [V1, V2, V3, V4, V5, V6, V7];
+    let steps: [&str; 8] = [V1, V2, V3, V4, V5, V6, V7, V8];
     for (i, sql) in steps.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         // Another process may have migrated while we waited for the lock.

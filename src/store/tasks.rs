@@ -1,5 +1,6 @@
 //! Task rows: the durable registry behind MCP tasks. Every process on the database sees every row;
-//! a working row belongs to the process whose `boot_id` it carries while its heartbeat is fresh.
+//! a live row (`working`, or `input_required` while it waits for the client) belongs to the
+//! process whose `boot_id` it carries while its heartbeat is fresh.
 
 use rusqlite::{OptionalExtension, Row, params};
 
@@ -8,7 +9,11 @@ use crate::error::Result;
 use crate::model::{Millis, TaskRow, TaskState};
 
 const COLS: &str = "id, owner, tool, arguments, status, status_message, progress, result, error, \
-    created_at, updated_at, ttl_ms, poll_interval_ms, checkpoint, boot_id, heartbeat_at, cancel_requested";
+    created_at, updated_at, ttl_ms, poll_interval_ms, checkpoint, boot_id, heartbeat_at, cancel_requested, \
+    input_requests, input_responses";
+
+/// The statuses of a task whose work has not ended.
+const LIVE: &str = "status IN ('working', 'input_required')";
 
 fn json(s: Option<String>) -> Option<serde_json::Value> {
     s.and_then(|s| serde_json::from_str(&s).ok())
@@ -33,6 +38,8 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<TaskRow> {
         boot_id: r.get(14)?,
         heartbeat_at: r.get(15)?,
         cancel_requested: r.get(16)?,
+        input_requests: json(r.get(17)?),
+        input_responses: json(r.get(18)?),
     })
 }
 
@@ -43,7 +50,7 @@ fn text(v: &Option<serde_json::Value>) -> Option<String> {
 pub fn insert(db: &Db, t: &TaskRow) -> Result<()> {
     let conn = &db.conn;
     conn.prepare_cached(&format!(
-        "INSERT INTO tasks ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+        "INSERT INTO tasks ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
     ))?
     .execute(params![
         t.id,
@@ -63,6 +70,8 @@ pub fn insert(db: &Db, t: &TaskRow) -> Result<()> {
         t.boot_id,
         t.heartbeat_at,
         t.cancel_requested,
+        text(&t.input_requests),
+        text(&t.input_responses),
     ])?;
     Ok(())
 }
@@ -75,8 +84,9 @@ pub fn get(db: &Db, id: &str) -> Result<Option<TaskRow>> {
         .optional()?)
 }
 
-/// Records progress of a working task this process runs; returns whether cancellation was asked
-/// (by anyone), or `None` when the row is no longer this process's working task.
+/// Records progress of a live task this process runs (the status message only while it works,
+/// not while it waits for input); returns whether cancellation was asked (by anyone), or `None`
+/// when the row is no longer this process's live task.
 pub fn heartbeat(
     db: &Db,
     id: &str,
@@ -88,11 +98,12 @@ pub fn heartbeat(
 ) -> Result<Option<bool>> {
     let conn = &db.conn;
     Ok(conn
-        .prepare_cached(
-            "UPDATE tasks SET status_message = ?3, progress = ?4, checkpoint = coalesce(?5, checkpoint), \
-             heartbeat_at = ?6, updated_at = ?6 WHERE id = ?1 AND boot_id = ?2 AND status = 'working' \
-             RETURNING cancel_requested",
-        )?
+        .prepare_cached(&format!(
+            "UPDATE tasks SET status_message = CASE status WHEN 'working' THEN ?3 ELSE status_message END, \
+             progress = ?4, checkpoint = coalesce(?5, checkpoint), \
+             heartbeat_at = ?6, updated_at = ?6 WHERE id = ?1 AND boot_id = ?2 AND {LIVE} \
+             RETURNING cancel_requested"
+        ))?
         .query_row(
             params![id, boot_id, status_message, progress.to_string(), checkpoint.map(|c| c.to_string()), now],
             |r| r.get(0),
@@ -100,7 +111,7 @@ pub fn heartbeat(
         .optional()?)
 }
 
-/// Moves a working task of this process to a terminal state; false when it was not ours or not working.
+/// Moves a live task of this process to a terminal state; false when it was not ours or not live.
 #[allow(clippy::too_many_arguments)]
 pub fn finish(
     db: &Db,
@@ -115,10 +126,11 @@ pub fn finish(
 ) -> Result<bool> {
     let conn = &db.conn;
     let n = conn
-        .prepare_cached(
+        .prepare_cached(&format!(
             "UPDATE tasks SET status = ?3, status_message = ?4, progress = ?5, result = ?6, error = ?7, \
-             updated_at = ?8, heartbeat_at = ?8 WHERE id = ?1 AND boot_id = ?2 AND status = 'working'",
-        )?
+             input_requests = NULL, updated_at = ?8, heartbeat_at = ?8 \
+             WHERE id = ?1 AND boot_id = ?2 AND {LIVE}"
+        ))?
         .execute(params![
             id,
             boot_id,
@@ -136,19 +148,21 @@ pub fn finish(
 pub fn request_cancel(db: &Db, id: &str, now: Millis) -> Result<bool> {
     let conn = &db.conn;
     let n = conn
-        .prepare_cached("UPDATE tasks SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1 AND status = 'working'")?
+        .prepare_cached(&format!(
+            "UPDATE tasks SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1 AND {LIVE}"
+        ))?
         .execute(params![id, now])?;
     Ok(n == 1)
 }
 
-/// Marks a working task cancelled whatever process ran it (used for orphans and by operators).
+/// Marks a live task cancelled whatever process ran it (used for orphans and by operators).
 pub fn force_cancel(db: &Db, id: &str, message: &str, now: Millis) -> Result<bool> {
     let conn = &db.conn;
     let n = conn
-        .prepare_cached(
-            "UPDATE tasks SET status = 'cancelled', status_message = ?2, cancel_requested = 1, updated_at = ?3 \
-             WHERE id = ?1 AND status = 'working'",
-        )?
+        .prepare_cached(&format!(
+            "UPDATE tasks SET status = 'cancelled', status_message = ?2, cancel_requested = 1, \
+             input_requests = NULL, updated_at = ?3 WHERE id = ?1 AND {LIVE}"
+        ))?
         .execute(params![id, message, now])?;
     Ok(n == 1)
 }
@@ -176,15 +190,17 @@ pub fn count_by_status(db: &Db) -> Result<Vec<(String, i64)>> {
 pub fn sweep(db: &Db, now: Millis) -> Result<usize> {
     let conn = &db.conn;
     Ok(conn
-        .prepare_cached("DELETE FROM tasks WHERE ttl_ms IS NOT NULL AND created_at + ttl_ms < ?1 AND status != 'working'")?
+        .prepare_cached(&format!(
+            "DELETE FROM tasks WHERE ttl_ms IS NOT NULL AND created_at + ttl_ms < ?1 AND NOT {LIVE}"
+        ))?
         .execute([now])?)
 }
 
-/// Working tasks whose process has not shown life since `stale_before`.
+/// Live tasks whose process has not shown life since `stale_before`.
 pub fn orphans(db: &Db, stale_before: Millis) -> Result<Vec<TaskRow>> {
     let conn = &db.conn;
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLS} FROM tasks WHERE status = 'working' AND heartbeat_at < ?1 ORDER BY created_at"
+        "SELECT {COLS} FROM tasks WHERE {LIVE} AND heartbeat_at < ?1 ORDER BY created_at"
     ))?;
     let rows = stmt.query_map([stale_before], from_row)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -201,20 +217,107 @@ pub fn adopt(
 ) -> Result<bool> {
     let conn = &db.conn;
     let n = conn
-        .prepare_cached(
+        .prepare_cached(&format!(
             "UPDATE tasks SET boot_id = ?3, heartbeat_at = ?5, updated_at = ?5 \
-             WHERE id = ?1 AND boot_id = ?2 AND status = 'working' AND heartbeat_at < ?4",
-        )?
+             WHERE id = ?1 AND boot_id = ?2 AND {LIVE} AND heartbeat_at < ?4"
+        ))?
         .execute(params![id, old_boot, new_boot, stale_before, now])?;
     Ok(n == 1)
 }
 
 /// Saves where a resumable task goes on from, inside the transaction that committed the work it
-/// describes (so the two never disagree). False when the row is gone or no longer working.
+/// describes (so the two never disagree). False when the row is gone or its work has ended.
 pub fn set_checkpoint(db: &Db, id: &str, checkpoint: &serde_json::Value) -> Result<bool> {
     let conn = &db.conn;
     let n = conn
-        .prepare_cached("UPDATE tasks SET checkpoint = ?2 WHERE id = ?1 AND status = 'working'")?
+        .prepare_cached(&format!(
+            "UPDATE tasks SET checkpoint = ?2 WHERE id = ?1 AND {LIVE}"
+        ))?
         .execute(params![id, checkpoint.to_string()])?;
     Ok(n > 0)
+}
+
+/// Parks a live task of this process until the client answers `requests` (a JSON object by
+/// key): status `input_required`. False when the row is not this process's live task.
+pub fn await_input(
+    db: &Db,
+    id: &str,
+    boot_id: &str,
+    requests: &serde_json::Value,
+    status_message: &str,
+    now: Millis,
+) -> Result<bool> {
+    let n = db
+        .conn
+        .prepare_cached(&format!(
+            "UPDATE tasks SET status = 'input_required', input_requests = ?3, status_message = ?4, \
+             updated_at = ?5 WHERE id = ?1 AND boot_id = ?2 AND {LIVE}"
+        ))?
+        .execute(params![
+            id,
+            boot_id,
+            requests.to_string(),
+            status_message,
+            now
+        ])?;
+    Ok(n == 1)
+}
+
+/// What [`answer_input`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+    /// The task was not waiting for input: nothing changed.
+    NotWaiting,
+    /// The answers to pending keys were recorded; this many requests are still unanswered
+    /// (0: the task works again).
+    Pending(usize),
+}
+
+/// Records the client's answers to a task waiting for input: responses to keys the task still
+/// waits for move from `input_requests` to `input_responses` (others are ignored), and once none
+/// is pending the task is `working` again. Read and written in the caller's one transaction.
+pub fn answer_input(
+    db: &Db,
+    id: &str,
+    responses: &serde_json::Map<String, serde_json::Value>,
+    resumed_message: &str,
+    now: Millis,
+) -> Result<Answered> {
+    use serde_json::{Map, Value};
+    let conn = &db.conn;
+    let row: Option<(String, Option<String>, Option<String>)> = conn
+        .prepare_cached("SELECT status, input_requests, input_responses FROM tasks WHERE id = ?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let Some((status, requests, answers)) = row else {
+        return Ok(Answered::NotWaiting);
+    };
+    if status != "input_required" {
+        return Ok(Answered::NotWaiting);
+    }
+    let object = |s: Option<String>| match json(s) {
+        Some(Value::Object(o)) => o,
+        _ => Map::new(),
+    };
+    let (mut pending, mut answered) = (object(requests), object(answers));
+    for (key, response) in responses {
+        if pending.remove(key).is_some() {
+            answered.insert(key.clone(), response.clone());
+        }
+    }
+    let left = pending.len();
+    let answered = Value::Object(answered).to_string();
+    if left == 0 {
+        conn.prepare_cached(
+            "UPDATE tasks SET status = 'working', input_requests = NULL, input_responses = ?2, \
+             status_message = ?3, updated_at = ?4 WHERE id = ?1",
+        )?
+        .execute(params![id, answered, resumed_message, now])?;
+    } else {
+        conn.prepare_cached(
+            "UPDATE tasks SET input_requests = ?2, input_responses = ?3, updated_at = ?4 WHERE id = ?1",
+        )?
+        .execute(params![id, Value::Object(pending).to_string(), answered, now])?;
+    }
+    Ok(Answered::Pending(left))
 }

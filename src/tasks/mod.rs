@@ -8,7 +8,7 @@ pub mod schedule;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -185,6 +185,10 @@ struct Live {
     resume: Option<Value>,
     /// The work's latest checkpoint.
     checkpoint: Mutex<Option<Value>>,
+    /// Whether the call may become a task, and so may wait for input from the client.
+    may_wait: bool,
+    /// Wakes work waiting for input when this process records an answer to it.
+    answered: (Mutex<()>, Condvar),
 }
 
 impl Live {
@@ -203,6 +207,21 @@ impl Live {
             task_id: id,
             resume,
             checkpoint: Mutex::new(None),
+            may_wait: true,
+            answered: (Mutex::new(()), Condvar::new()),
+        }
+    }
+
+    /// Wakes the work if it waits for input.
+    fn nudge(&self) {
+        let _guard = self.answered.0.lock();
+        self.answered.1.notify_all();
+    }
+
+    /// Sleeps until nudged or `timeout` has passed.
+    fn wait_nudge(&self, timeout: Duration) {
+        if let Ok(guard) = self.answered.0.lock() {
+            let _ = self.answered.1.wait_timeout(guard, timeout);
         }
     }
 
@@ -221,13 +240,53 @@ impl Live {
     }
 }
 
-/// Forwards progress into the shared counters and keeps item counts too.
-struct LiveControl(Arc<Live>);
+/// How often work waiting for input looks at its row for answers given through another process
+/// (answers given through this one wake it at once).
+const INPUT_POLL: Duration = Duration::from_millis(100);
+
+/// Forwards progress into the shared counters and keeps item counts too; parks the task while
+/// it waits for input.
+struct LiveControl {
+    live: Arc<Live>,
+    engine: Arc<Engine>,
+    boot_id: String,
+}
+
+impl LiveControl {
+    /// The task row of this work, once there is one (a call racing its inline budget becomes a
+    /// task when the budget runs out); an error for a call that is answered inline.
+    fn row_id(&self) -> Result<String> {
+        loop {
+            if let Some(id) = self.live.task_id.get() {
+                return Ok(id.clone());
+            }
+            if !self.live.may_wait {
+                return Err(Error::invalid(
+                    "input",
+                    "this call needs answers from the client, and only a task can wait for them",
+                    "call it from a client with MCP tasks support (protocol 2026-07-28 and the tasks extension)",
+                ));
+            }
+            if self.is_cancelled() {
+                return Err(Error::Cancelled);
+            }
+            self.live.wait_nudge(Duration::from_millis(10));
+        }
+    }
+}
+
+/// The JSON object in `v`, or an empty one.
+fn json_object(v: Option<Value>) -> serde_json::Map<String, Value> {
+    match v {
+        Some(Value::Object(o)) => o,
+        _ => serde_json::Map::new(),
+    }
+}
 
 impl Control for LiveControl {
     fn report(&self, p: &WorkProgress) {
-        self.0.ctl.report(p);
-        if let Ok(mut e) = self.0.extra.lock() {
+        self.live.ctl.report(p);
+        if let Ok(mut e) = self.live.extra.lock() {
             e.done = p.done;
             e.total = p.total;
             e.kind = p.kind;
@@ -239,21 +298,77 @@ impl Control for LiveControl {
     }
 
     fn is_cancelled(&self) -> bool {
-        self.0.ctl.is_cancelled()
+        self.live.ctl.is_cancelled()
     }
 
     fn task_id(&self) -> Option<String> {
-        self.0.task_id.get().cloned()
+        self.live.task_id.get().cloned()
     }
 
     fn resume_from(&self) -> Option<Value> {
-        self.0.resume.clone()
+        self.live.resume.clone()
     }
 
     fn checkpointed(&self, checkpoint: &Value) {
-        if let Ok(mut c) = self.0.checkpoint.lock() {
+        if let Ok(mut c) = self.live.checkpoint.lock() {
             *c = Some(checkpoint.clone());
         }
+    }
+
+    /// Answers found in the row (given before a restart) are used as they are; the rest are
+    /// asked for: the row turns `input_required` with them, and the work waits until the client
+    /// has answered them all (`tasks/update`, through any process on the database).
+    fn ask(
+        &self,
+        requests: &serde_json::Map<String, Value>,
+    ) -> Result<serde_json::Map<String, Value>> {
+        let id = self.row_id()?;
+        let gone = || Error::Cancelled;
+        let row = self.engine.task_get(&id)?.ok_or_else(gone)?;
+        let mut answered = json_object(row.input_responses);
+        let pending: serde_json::Map<String, Value> = requests
+            .iter()
+            .filter(|(key, _)| !answered.contains_key(*key))
+            .map(|(key, request)| (key.clone(), request.clone()))
+            .collect();
+        if !pending.is_empty() {
+            let n = pending.len();
+            let message = format!(
+                "waiting for input · {n} request{}",
+                if n == 1 { "" } else { "s" }
+            );
+            let pending = Value::Object(pending);
+            if !self.engine.task_await_input(
+                &id,
+                &self.boot_id,
+                &pending,
+                &message,
+                now_millis(),
+            )? {
+                return Err(Error::Cancelled); // the row is no longer this process's live task
+            }
+            tracing::info!(task = short_id(&id), n_requests = n, "task waits for input");
+            loop {
+                if self.is_cancelled() {
+                    return Err(Error::Cancelled);
+                }
+                self.live.wait_nudge(INPUT_POLL);
+                let row = self.engine.task_get(&id)?.ok_or_else(gone)?;
+                match row.status {
+                    TaskState::InputRequired => {}
+                    TaskState::Working => {
+                        answered = json_object(row.input_responses);
+                        break;
+                    }
+                    _ => return Err(Error::Cancelled),
+                }
+            }
+            tracing::info!(task = short_id(&id), "task got its input and works again");
+        }
+        Ok(requests
+            .keys()
+            .filter_map(|key| answered.get(key).map(|a| (key.clone(), a.clone())))
+            .collect())
     }
 }
 
@@ -345,7 +460,10 @@ impl Tasks {
         on_progress: Option<ProgressSink>,
         cancelled: impl Future<Output = ()> + Send,
     ) -> Result<Answer> {
-        let live = Arc::new(Live::new(None, None, tool, self.executor.work_kind(tool)));
+        let live = Arc::new(Live {
+            may_wait: plan != Plan::Inline,
+            ..Live::new(None, None, tool, self.executor.work_kind(tool))
+        });
         let mut handle = self.spawn_work(tool, &args, &live);
         if plan != Plan::Task {
             /// How the inline phase ended.
@@ -355,9 +473,10 @@ impl Tasks {
                 Cancelled,
             }
             let budget = (plan == Plan::Race).then_some(self.cfg.inline_budget);
+            let sent = Arc::new(Mutex::new(None));
             let forward = on_progress
                 .clone()
-                .map(|f| spawn_forwarder(Arc::clone(&live), f));
+                .map(|f| spawn_forwarder(Arc::clone(&live), f, Arc::clone(&sent)));
             let ended = tokio::select! {
                 out = async {
                     match budget {
@@ -382,9 +501,14 @@ impl Tasks {
                 let _ = fw.await;
             }
             if let Some(out) = out {
-                // The last word on progress, also for work too quick for the forwarder to see.
+                // The last word on progress, also for work too quick for the forwarder to see
+                // (never a value already sent: progress must grow with each notification).
                 if let Some(f) = &on_progress {
-                    f(live.progress());
+                    let p = live.progress();
+                    let last = sent.lock().ok().and_then(|s| *s);
+                    if last.is_none_or(|last| work_done(&p) > last) {
+                        f(p);
+                    }
                 }
                 return Ok(Answer::Inline(out));
             }
@@ -409,6 +533,8 @@ impl Tasks {
             boot_id: self.boot_id.clone(),
             heartbeat_at: now,
             cancel_requested: false,
+            input_requests: None,
+            input_responses: None,
         };
         let engine = Arc::clone(&self.engine);
         let inserted = row.clone();
@@ -418,6 +544,7 @@ impl Tasks {
             return Err(e);
         }
         let _ = live.task_id.set(row.id.clone());
+        live.nudge(); // work that asked for input during its inline budget can now wait for it
         tracing::info!(task = short_id(&row.id), tool, "task created");
         self.track(row.id.clone(), live, handle);
         Ok(Answer::Task(Box::new(row)))
@@ -432,7 +559,11 @@ impl Tasks {
         let engine = Arc::clone(&self.engine);
         let executor = Arc::clone(&self.executor);
         let (tool, args) = (tool.to_owned(), args.clone());
-        let ctl = LiveControl(Arc::clone(live));
+        let ctl = LiveControl {
+            live: Arc::clone(live),
+            engine: Arc::clone(&self.engine),
+            boot_id: self.boot_id.clone(),
+        };
         tokio::task::spawn_blocking(move || {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 executor.execute(&engine, &tool, &args, &ctl)
@@ -619,6 +750,48 @@ impl Tasks {
         Ok(true)
     }
 
+    /// Hands the client's answers to task `id` (`tasks/update`); `false` when `owner` has no
+    /// such task. Answers to requests the task does not wait for are ignored, and so is an
+    /// update of a task that waits for nothing.
+    pub fn update(
+        &self,
+        owner: &str,
+        id: &str,
+        responses: &serde_json::Map<String, Value>,
+    ) -> Result<bool> {
+        let Some(row) = self.engine.task_get(id)? else {
+            return Ok(false);
+        };
+        if row.owner != owner || self.expired(&row, now_millis()) {
+            return Ok(false);
+        }
+        let outcome = self.engine.task_answer_input(
+            id,
+            responses,
+            "input received · working again",
+            now_millis(),
+        )?;
+        match outcome {
+            crate::engine::Answered::Pending(left) => {
+                tracing::info!(
+                    task = short_id(id),
+                    still_pending = left,
+                    "task input answered"
+                );
+                if let Some(live) = self.live.lock().ok().and_then(|m| m.get(id).cloned()) {
+                    live.nudge();
+                }
+            }
+            crate::engine::Answered::NotWaiting => {
+                tracing::debug!(
+                    task = short_id(id),
+                    "update of a task that waits for no input"
+                )
+            }
+        }
+        Ok(true)
+    }
+
     /// The newest tasks of `owner` (all owners for `None`).
     pub fn list(&self, owner: Option<&str>, limit: usize) -> Result<Vec<TaskView>> {
         let now = now_millis();
@@ -702,7 +875,7 @@ impl Tasks {
         } else if self.executor.rerunnable(&row.tool) {
             tracing::info!(task = short_id(&row.id), tool = %row.tool, "re-running a task whose process stopped");
             let live = Arc::new(Live::new(
-                None,
+                Some(row.id.clone()),
                 None,
                 &row.tool,
                 self.executor.work_kind(&row.tool),
@@ -777,7 +950,12 @@ pub fn cancel_for_operator(
 /// Where inline progress goes (the front end turns it into notifications).
 pub type ProgressSink = Arc<dyn Fn(WorkProgress) + Send + Sync>;
 
-fn spawn_forwarder(live: Arc<Live>, f: ProgressSink) -> tokio::task::JoinHandle<()> {
+/// Sends progress to `f` whenever the work done has grown, recording in `sent` the last value sent.
+fn spawn_forwarder(
+    live: Arc<Live>,
+    f: ProgressSink,
+    sent: Arc<Mutex<Option<u64>>>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         let mut last = 0;
@@ -786,6 +964,9 @@ fn spawn_forwarder(live: Arc<Live>, f: ProgressSink) -> tokio::task::JoinHandle<
             let p = live.progress();
             if work_done(&p) > last {
                 last = work_done(&p);
+                if let Ok(mut s) = sent.lock() {
+                    *s = Some(last);
+                }
                 f(p);
             }
         }
@@ -857,6 +1038,8 @@ mod tests {
             boot_id: "elsewhere".into(),
             heartbeat_at,
             cancel_requested: false,
+            input_requests: None,
+            input_responses: None,
         }
     }
 
@@ -960,5 +1143,211 @@ mod tests {
             );
             assert!(tasks.cancel(Some("me"), &row.id).unwrap());
         }
+    }
+
+    /// Work that asks the client for the keys in `args["ask"]` (one round per inner list) and
+    /// returns every answer.
+    struct Asker;
+
+    impl Executor for Asker {
+        fn execute(&self, _: &Engine, _: &str, args: &Value, ctl: &dyn Control) -> Result<Value> {
+            let mut all = serde_json::Map::new();
+            for round in args["ask"].as_array().into_iter().flatten() {
+                let requests = round
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(|key| {
+                        let request = json!({"method": "elicitation/create", "params": {
+                            "mode": "form", "message": format!("{key}?"),
+                            "requestedSchema": {"type": "object", "properties": {}}}});
+                        (key.to_owned(), request)
+                    })
+                    .collect();
+                all.extend(ctl.ask(&requests)?);
+            }
+            Ok(Value::Object(all))
+        }
+
+        fn rerunnable(&self, _: &str) -> bool {
+            true
+        }
+    }
+
+    fn asker(dir: &tempfile::TempDir) -> Arc<Tasks> {
+        let engine =
+            Arc::new(Engine::open(crate::Config::for_db(dir.path().join("m.db"))).unwrap());
+        Tasks::new(engine, TaskConfig::default(), Arc::new(Asker))
+    }
+
+    async fn start(tasks: &Arc<Tasks>, args: Value) -> String {
+        let answer = tasks
+            .run(
+                "me",
+                "ask",
+                args,
+                Plan::Task,
+                None,
+                None,
+                std::future::pending(),
+            )
+            .await
+            .unwrap();
+        let Answer::Task(row) = answer else {
+            panic!("a task was asked for");
+        };
+        row.id
+    }
+
+    /// Polls task `id` until `done` holds for it (5 s at most).
+    async fn until(tasks: &Arc<Tasks>, id: &str, done: impl Fn(&TaskRow) -> bool) -> TaskRow {
+        for _ in 0..500 {
+            let row = tasks.get("me", id).unwrap().unwrap().row;
+            if done(&row) {
+                return row;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("task {id} did not get there");
+    }
+
+    fn answers(pairs: &[(&str, Value)]) -> serde_json::Map<String, Value> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_waits_for_input_and_goes_on_once_every_request_is_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let tasks = asker(&dir);
+        let id = start(&tasks, json!({"ask": [["a", "b"], ["c"]]})).await;
+        let row = until(&tasks, &id, |r| r.status == TaskState::InputRequired).await;
+        let pending = row.input_requests.clone().unwrap();
+        assert_eq!(pending.as_object().unwrap().len(), 2, "{pending}");
+        assert_eq!(pending["a"]["method"], "elicitation/create");
+        assert_eq!(
+            row.status_message.as_deref(),
+            Some("waiting for input · 2 requests")
+        );
+
+        // Another owner cannot answer, nor see that the task exists.
+        assert!(
+            !tasks
+                .update("someone else", &id, &answers(&[("a", json!(1))]))
+                .unwrap()
+        );
+        // A partial answer (with a key nobody asked for) leaves the other request pending.
+        assert!(
+            tasks
+                .update("me", &id, &answers(&[("a", json!(1)), ("zz", json!(0))]))
+                .unwrap()
+        );
+        let row = tasks.get("me", &id).unwrap().unwrap().row;
+        assert_eq!(row.status, TaskState::InputRequired);
+        let left: Vec<_> = row
+            .input_requests
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(left, ["b"]);
+
+        assert!(
+            tasks
+                .update("me", &id, &answers(&[("b", json!(2))]))
+                .unwrap()
+        );
+        // The second round asks again; its answer ends the work.
+        let row = until(&tasks, &id, |r| {
+            r.status == TaskState::InputRequired
+                && r.input_requests
+                    .as_ref()
+                    .is_some_and(|q| q.get("c").is_some())
+        })
+        .await;
+        assert_eq!(row.input_requests.unwrap().as_object().unwrap().len(), 1);
+        assert!(
+            tasks
+                .update("me", &id, &answers(&[("c", json!(3))]))
+                .unwrap()
+        );
+        let row = until(&tasks, &id, |r| r.status.is_terminal()).await;
+        assert_eq!(row.status, TaskState::Completed);
+        assert_eq!(row.result, Some(json!({"a": 1, "b": 2, "c": 3})));
+        assert_eq!(row.input_requests, None);
+        // An update of a finished task is acknowledged and changes nothing.
+        assert!(
+            tasks
+                .update("me", &id, &answers(&[("c", json!(4))]))
+                .unwrap()
+        );
+        assert_eq!(
+            tasks.get("me", &id).unwrap().unwrap().row.result,
+            row.result
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_waiting_for_input_can_be_cancelled() {
+        let dir = tempfile::tempdir().unwrap();
+        let tasks = asker(&dir);
+        let id = start(&tasks, json!({"ask": [["a"]]})).await;
+        until(&tasks, &id, |r| r.status == TaskState::InputRequired).await;
+        assert!(tasks.cancel(Some("me"), &id).unwrap());
+        let row = until(&tasks, &id, |r| r.status.is_terminal()).await;
+        assert_eq!(row.status, TaskState::Cancelled);
+        assert_eq!(row.input_requests, None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_a_task_can_wait_for_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let tasks = asker(&dir);
+        let answer = tasks
+            .run(
+                "me",
+                "ask",
+                json!({"ask": [["a"]]}),
+                Plan::Inline,
+                None,
+                None,
+                std::future::pending(),
+            )
+            .await
+            .unwrap();
+        let Answer::Inline(Err(e)) = answer else {
+            panic!("an inline call cannot wait for input");
+        };
+        assert!(e.is_user_error(), "{e}");
+        assert!(e.to_string().contains("MCP tasks"), "{e}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answers_given_while_no_process_ran_the_task_are_used_when_it_runs_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let tasks = asker(&dir);
+        // A task whose process died while it waited; the client answered through another one.
+        let mut row = working_row("orphan", now_millis() - 10_000);
+        row.tool = "ask".into();
+        row.arguments = json!({"ask": [["a", "b"]]});
+        row.status = TaskState::InputRequired;
+        row.input_requests = Some(json!({"a": {}, "b": {}}));
+        tasks.engine().task_insert(&row).unwrap();
+        let answered = answers(&[("a", json!("yes")), ("b", json!("no"))]);
+        assert!(tasks.update("me", "orphan", &answered).unwrap());
+        assert_eq!(
+            tasks.engine().task_get("orphan").unwrap().unwrap().status,
+            TaskState::Working
+        );
+        // This process adopts it, re-runs it, and the work finds its answers in the row.
+        tasks.maintain().await.unwrap();
+        let row = until(&tasks, "orphan", |r| r.status.is_terminal()).await;
+        assert_eq!(row.status, TaskState::Completed, "{:?}", row.status_message);
+        assert_eq!(row.result, Some(json!({"a": "yes", "b": "no"})));
     }
 }

@@ -106,6 +106,8 @@ fn working_row(id: &str, heartbeat_age_ms: i64) -> TaskRow {
         boot_id: "a-process-long-gone".into(),
         heartbeat_at: now - heartbeat_age_ms,
         cancel_requested: false,
+        input_requests: None,
+        input_responses: None,
     }
 }
 

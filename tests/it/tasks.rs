@@ -15,7 +15,7 @@ use mnemograph::{Config, Engine};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig,
     GetTaskParams, GetTaskResult, Implementation, NumberOrString, ProgressNotificationParam,
-    ProgressToken, ProtocolVersion, RequestMetaObject, TaskStatus,
+    ProgressToken, ProtocolVersion, RequestMetaObject, TaskStatus, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RunningService, ServiceError};
 use rmcp::transport::TokioChildProcess;
@@ -487,6 +487,26 @@ async fn deep_walk_becomes_a_task_with_growing_progress_and_survives_restart() {
         .await
         .expect_err("foreign cancel");
     assert_eq!(rpc_code(&err), Some(-32602));
+    // Answers for a task are taken from its owner only; a finished task waits for none, so the
+    // owner's are acknowledged and change nothing.
+    let answers =
+        || rmcp::model::InputResponses::from([("confirm".to_owned(), json!({"action": "accept"}))]);
+    let err = other
+        .service
+        .update_task(UpdateTaskParams::new(id.clone(), answers()))
+        .await
+        .expect_err("foreign update");
+    assert_eq!(rpc_code(&err), Some(-32602));
+    c.service
+        .update_task(UpdateTaskParams::new(id.clone(), answers()))
+        .await
+        .expect("the owner's update is acknowledged");
+    let after = c.get(&id).await.expect("tasks/get after the update");
+    assert_eq!(after.task.task.status, TaskStatus::Completed);
+    assert_eq!(
+        serde_json::to_value(&after).unwrap()["result"],
+        result["result"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

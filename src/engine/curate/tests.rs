@@ -687,6 +687,8 @@ fn a_task_stopped_before_its_first_batch_resumes_under_the_same_run() {
         boot_id: "boot".into(),
         heartbeat_at: now,
         cancel_requested: false,
+        input_requests: None,
+        input_responses: None,
     };
     e.store
         .write(|tx| crate::store::tasks::insert(tx, &task))

@@ -236,6 +236,8 @@ fn a_stopped_import_resumes_from_its_checkpoint_and_ends_like_an_uninterrupted_o
         boot_id: "b".into(),
         heartbeat_at: 0,
         cancel_requested: false,
+        input_requests: None,
+        input_responses: None,
     };
     e.task_insert(&row).unwrap();
     let first = Killer {
