@@ -302,6 +302,18 @@ struct ServeArgs {
     /// namespaces=*` lines, as `mnemograph token add` writes them.
     #[arg(long, env = "MNEMOGRAPH_TOKENS", value_name = "FILE")]
     tokens: Option<PathBuf>,
+    /// OAuth 2.1 resource-server mode: the authorisation server whose JWT access tokens are
+    /// admitted (their `iss`). Needs --oauth-jwks and --oauth-audience.
+    #[arg(long, env = "MNEMOGRAPH_OAUTH_ISSUER", value_name = "URL")]
+    oauth_issuer: Option<String>,
+    /// The authorisation server's public keys: a JWKS file, or its URL (https needs a build
+    /// with the `tls` feature). Read again when a token names a key it does not hold.
+    #[arg(long, env = "MNEMOGRAPH_OAUTH_JWKS", value_name = "FILE|URL")]
+    oauth_jwks: Option<String>,
+    /// This server's canonical URL, which access tokens must name as their audience, e.g.
+    /// https://memory.example.com/mcp (also the `resource` of its protected-resource metadata).
+    #[arg(long, env = "MNEMOGRAPH_OAUTH_AUDIENCE", value_name = "URL")]
+    oauth_audience: Option<String>,
     /// Serve HTTP on an address other machines can reach, with no authorisation: anyone who
     /// reaches the port reads and writes every memory. Logged as a warning at every start.
     #[arg(long, env = "MNEMOGRAPH_ALLOW_UNAUTHENTICATED")]
@@ -355,11 +367,28 @@ impl ServeArgs {
                     path.display()
                 );
                 tracing::info!(tokens = tokens.len(), file = %path.display(), "bearer tokens required");
-                Some(Arc::new(tokens))
+                Some(tokens)
             }
             None => None,
         };
-        if !addr.ip().is_loopback() && tokens.is_none() {
+        let oauth = match (&self.oauth_issuer, &self.oauth_jwks, &self.oauth_audience) {
+            (None, None, None) => None,
+            (Some(issuer), Some(jwks), Some(audience)) => {
+                let oauth = crate::mcp::oauth::OAuth::load(crate::mcp::oauth::OAuthConfig {
+                    issuer: issuer.clone(),
+                    audience: audience.clone(),
+                    jwks: crate::mcp::oauth::KeySource::parse(jwks),
+                })?;
+                tracing::info!(issuer, audience, "OAuth access tokens admitted");
+                Some(oauth)
+            }
+            _ => anyhow::bail!(
+                "OAuth needs all of --oauth-issuer (the authorisation server), --oauth-jwks (its keys) and --oauth-audience (this server's canonical URL)"
+            ),
+        };
+        let auth = (tokens.is_some() || oauth.is_some())
+            .then(|| Arc::new(crate::mcp::auth::Gate { tokens, oauth }));
+        if !addr.ip().is_loopback() && auth.is_none() {
             anyhow::ensure!(
                 self.allow_unauthenticated,
                 "refusing to serve MCP on {addr} without authorisation: anyone who can reach it could read and write every memory. Serve on 127.0.0.1, or pass --allow-unauthenticated to accept that"
@@ -376,7 +405,7 @@ impl ServeArgs {
             request_timeout: std::time::Duration::from_millis(self.http_timeout_ms),
             max_in_flight: self.http_max_in_flight,
             grace: std::time::Duration::from_millis(self.shutdown_grace_ms),
-            tokens,
+            auth,
             ..crate::mcp::http::HttpOptions::new(addr)
         }))
     }

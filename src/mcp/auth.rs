@@ -58,13 +58,51 @@ pub struct Tokens {
     by_hash: HashMap<[u8; 32], Caller>,
 }
 
-/// Why a request's credentials were refused (each answered 401).
+/// Why a request's credentials were refused (401, or 403 for a token without a scope).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     /// No `Authorization: Bearer …` header.
     Missing,
-    /// A token this server does not know.
+    /// A token this server does not know, or one that does not verify.
     Invalid,
+    /// An access token past its expiry.
+    Expired,
+    /// An access token that grants none of read, write and admin.
+    NoScope,
+}
+
+/// The token of an `Authorization: Bearer …` header's value.
+fn bearer(authorization: Option<&str>) -> std::result::Result<&str, Refusal> {
+    let value = authorization.ok_or(Refusal::Missing)?;
+    let (scheme, token) = value.trim().split_once(' ').ok_or(Refusal::Missing)?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(Refusal::Missing);
+    }
+    Ok(token.trim())
+}
+
+/// How HTTP requests are authorised: a tokens file, an OAuth authorisation server, or both
+/// (a token of the file is looked up first; a JWT goes to the authorisation server's keys).
+#[derive(Debug, Default)]
+pub struct Gate {
+    pub tokens: Option<Tokens>,
+    pub oauth: Option<crate::mcp::oauth::OAuth>,
+}
+
+impl Gate {
+    /// The caller of an `Authorization` header's value.
+    pub async fn admit(&self, authorization: Option<&str>) -> std::result::Result<Caller, Refusal> {
+        let token = bearer(authorization)?;
+        if let Some(tokens) = &self.tokens
+            && let Some(caller) = tokens.by_hash.get(&digest(token))
+        {
+            return Ok(caller.clone());
+        }
+        match &self.oauth {
+            Some(oauth) if token.split('.').count() == 3 => oauth.verify(token).await,
+            _ => Err(Refusal::Invalid),
+        }
+    }
 }
 
 const PREFIX: &str = "sha256:";
@@ -154,14 +192,8 @@ impl Tokens {
 
     /// The caller of an `Authorization` header's value.
     pub fn check(&self, authorization: Option<&str>) -> std::result::Result<&Caller, Refusal> {
-        let value = authorization.ok_or(Refusal::Missing)?;
-        let (scheme, token) = value.trim().split_once(' ').ok_or(Refusal::Missing)?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(Refusal::Missing);
-        }
-        self.by_hash
-            .get(&digest(token.trim()))
-            .ok_or(Refusal::Invalid)
+        let token = bearer(authorization)?;
+        self.by_hash.get(&digest(token)).ok_or(Refusal::Invalid)
     }
 }
 

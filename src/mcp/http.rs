@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::mcp::auth::{Refusal, Tokens};
+use crate::mcp::auth::{Gate, Refusal};
 use crate::mcp::metrics::Metrics;
 use crate::mcp::{MemoryServer, ServerOptions};
 
@@ -45,8 +45,9 @@ pub struct HttpOptions {
     pub max_in_flight: usize,
     /// How long requests in flight may finish after a shutdown signal.
     pub grace: Duration,
-    /// Bearer tokens every MCP request must carry (none: no authorisation, loopback only).
-    pub tokens: Option<Arc<Tokens>>,
+    /// How MCP requests are authorised: bearer tokens of a file and/or JWTs of an OAuth
+    /// authorisation server (none: no authorisation, loopback only).
+    pub auth: Option<Arc<Gate>>,
 }
 
 impl HttpOptions {
@@ -60,7 +61,7 @@ impl HttpOptions {
             request_timeout: Duration::from_secs(60),
             max_in_flight: 256,
             grace: Duration::from_secs(10),
-            tokens: None,
+            auth: None,
         }
     }
 }
@@ -123,8 +124,22 @@ pub async fn serve_http(
     let mut app = axum::Router::new()
         .route_service(MCP_PATH, service)
         .layer(axum::middleware::from_fn_with_state(admission, admit));
-    if let Some(tokens) = http.tokens.clone() {
-        app = app.layer(axum::middleware::from_fn_with_state(tokens, authenticate));
+    if let Some(gate) = http.auth.clone() {
+        app = app.layer(axum::middleware::from_fn_with_state(gate, authenticate));
+    }
+    if let Some(oauth) = http.auth.as_ref().and_then(|g| g.oauth.as_ref()) {
+        // RFC 9728: at the root, and with the resource's path inserted.
+        let doc = oauth.metadata().to_string();
+        let serve = move || {
+            let doc = doc.clone();
+            async move { ([(header::CONTENT_TYPE, "application/json")], doc) }
+        };
+        app = app
+            .route(WELL_KNOWN, axum::routing::get(serve.clone()))
+            .route(
+                &format!("{WELL_KNOWN}{MCP_PATH}"),
+                axum::routing::get(serve),
+            );
     }
     let app = app
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
@@ -272,18 +287,13 @@ async fn scraped(State((metrics, engine)): State<(Arc<Metrics>, Arc<Engine>)>) -
 /// request's extensions (rmcp hands them to the handler); 401 with `WWW-Authenticate` otherwise.
 ///
 /// [`Caller`]: crate::mcp::auth::Caller
-async fn authenticate(
-    State(tokens): State<Arc<Tokens>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+async fn authenticate(State(gate): State<Arc<Gate>>, mut request: Request, next: Next) -> Response {
     let given = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    match tokens.check(given) {
+    match gate.admit(given).await {
         Ok(caller) => {
-            let caller = caller.clone();
             request.extensions_mut().insert(caller.clone());
             let mut response = next.run(request).await;
             // For the request log.
@@ -291,24 +301,67 @@ async fn authenticate(
             response
         }
         Err(refusal) => {
-            let (challenge, text) = match refusal {
+            let (status, error, text) = match refusal {
                 Refusal::Missing => (
-                    r#"Bearer realm="mnemograph""#,
-                    "this server needs a bearer token: send `Authorization: Bearer <token>` (an operator makes one with `mnemograph token add`)\n",
+                    StatusCode::UNAUTHORIZED,
+                    None,
+                    "this server needs a bearer token: send `Authorization: Bearer <token>` (an operator makes one with `mnemograph token add`, or get one from the authorisation server the protected-resource metadata names)\n",
                 ),
                 Refusal::Invalid => (
-                    r#"Bearer realm="mnemograph", error="invalid_token""#,
-                    "the bearer token is not one this server knows; ask its operator for a token\n",
+                    StatusCode::UNAUTHORIZED,
+                    Some("invalid_token"),
+                    "the bearer token is not one this server knows or can verify; get a new one\n",
+                ),
+                Refusal::Expired => (
+                    StatusCode::UNAUTHORIZED,
+                    Some("invalid_token"),
+                    "the access token has expired; get a new one from the authorisation server\n",
+                ),
+                Refusal::NoScope => (
+                    StatusCode::FORBIDDEN,
+                    Some("insufficient_scope"),
+                    "the access token grants none of the scopes read, write, admin; ask for one that does\n",
                 ),
             };
+            let mut challenge = r#"Bearer realm="mnemograph""#.to_owned();
+            if let Some(e) = error {
+                challenge.push_str(&format!(r#", error="{e}""#));
+            }
+            if let Some(oauth) = &gate.oauth {
+                challenge.push_str(&format!(
+                    r#", resource_metadata="{}""#,
+                    metadata_url(oauth.audience())
+                ));
+                if refusal == Refusal::NoScope {
+                    challenge.push_str(r#", scope="read write admin""#);
+                }
+            }
             tracing::info!(refused = ?refusal, "request without a valid bearer token");
-            (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, challenge)],
-                text,
-            )
-                .into_response()
+            let mut response = (status, text).into_response();
+            if let Ok(v) = axum::http::HeaderValue::from_str(&challenge) {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+            }
+            response
         }
+    }
+}
+
+/// Where the protected-resource metadata is served, below the root.
+const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
+
+/// The URL of the protected-resource metadata of `resource` (RFC 9728: the well-known path
+/// inserted before the resource's path).
+fn metadata_url(resource: &str) -> String {
+    match resource.parse::<axum::http::Uri>() {
+        Ok(uri) if uri.scheme().is_some() && uri.authority().is_some() => {
+            let path = uri.path().trim_end_matches('/');
+            format!(
+                "{}://{}{WELL_KNOWN}{path}",
+                uri.scheme_str().unwrap_or("https"),
+                uri.authority().map_or("", |a| a.as_str())
+            )
+        }
+        _ => WELL_KNOWN.to_owned(),
     }
 }
 

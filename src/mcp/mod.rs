@@ -12,6 +12,7 @@ mod fixtures;
 mod guard;
 pub mod http;
 pub mod metrics;
+pub mod oauth;
 mod resources;
 mod task_api;
 pub mod tools;

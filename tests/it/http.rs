@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::support::{BIN, CallError, Era, HttpChild, Server, TestDb, Wire, hit_ids, http_request};
 
 /// The JSON-RPC `tools/list` of a 2026-07-28 client, as bytes.
-fn tools_list() -> Vec<u8> {
+pub(crate) fn tools_list() -> Vec<u8> {
     serde_json::to_vec(&json!({
         "jsonrpc": "2.0", "id": 1, "method": "tools/list",
         "params": {"_meta": crate::support::modern_meta("raw-http")}
@@ -18,7 +18,7 @@ fn tools_list() -> Vec<u8> {
 }
 
 /// The headers a 2026-07-28 client sends with [`tools_list`].
-const MCP_HEADERS: [(&str, &str); 4] = [
+pub(crate) const MCP_HEADERS: [(&str, &str); 4] = [
     ("Content-Type", "application/json"),
     ("Accept", "application/json, text/event-stream"),
     ("MCP-Protocol-Version", "2026-07-28"),

@@ -12,6 +12,7 @@ mod faults;
 mod fuzz;
 mod http;
 mod identity;
+mod oauth;
 mod protocol;
 mod queries;
 mod roots;
