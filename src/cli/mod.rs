@@ -295,9 +295,14 @@ struct ServeArgs {
     )]
     consolidate_every: Option<std::time::Duration>,
     /// Serve MCP over Streamable HTTP at this address (endpoint `/mcp`, e.g. 127.0.0.1:8080)
-    /// instead of stdin/stdout. Loopback only unless --allow-unauthenticated is given.
+    /// instead of stdin/stdout (with --stdio, besides them). Loopback only unless
+    /// --allow-unauthenticated is given.
     #[arg(long, env = "MNEMOGRAPH_HTTP", value_name = "ADDR")]
     http: Option<std::net::SocketAddr>,
+    /// With --http: also serve the host that started this process on stdin/stdout (one
+    /// server, one task runner); the process ends when that session does.
+    #[arg(long, requires = "http")]
+    stdio: bool,
     /// Bearer tokens every HTTP request must carry: a file of `SUBJECT sha256:HEX scopes=…
     /// namespaces=*` lines, as `mnemograph token add` writes them.
     #[arg(long, env = "MNEMOGRAPH_TOKENS", value_name = "FILE")]
@@ -406,6 +411,7 @@ impl ServeArgs {
             max_in_flight: self.http_max_in_flight,
             grace: std::time::Duration::from_millis(self.shutdown_grace_ms),
             auth,
+            with_stdio: self.stdio,
             ..crate::mcp::http::HttpOptions::new(addr)
         }))
     }

@@ -48,6 +48,9 @@ pub struct HttpOptions {
     /// How MCP requests are authorised: bearer tokens of a file and/or JWTs of an OAuth
     /// authorisation server (none: no authorisation, loopback only).
     pub auth: Option<Arc<Gate>>,
+    /// Also serve one session on stdin/stdout (same server, same task runner); the process
+    /// stops when that session ends, as a stdio server does.
+    pub with_stdio: bool,
 }
 
 impl HttpOptions {
@@ -62,6 +65,7 @@ impl HttpOptions {
             max_in_flight: 256,
             grace: Duration::from_secs(10),
             auth: None,
+            with_stdio: false,
         }
     }
 }
@@ -111,6 +115,18 @@ pub async fn serve_http(
     let scrape = (Arc::clone(&metrics), Arc::clone(&engine));
     let server = MemoryServer::new(engine, options).with_metrics(metrics);
     let tasks = Arc::clone(&server.tasks);
+    let stdio_ended = if http.with_stdio {
+        let session = tokio::spawn(super::run_stdio(server.clone()));
+        futures::future::Either::Left(async move {
+            match session.await {
+                Ok(Ok(())) => tracing::info!("the stdio session ended; stopping"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "the stdio session failed; stopping"),
+                Err(e) => tracing::error!(error = %e, "the stdio session panicked; stopping"),
+            }
+        })
+    } else {
+        futures::future::Either::Right(std::future::pending::<()>())
+    };
     let stopping = CancellationToken::new();
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
@@ -151,7 +167,10 @@ pub async fn serve_http(
     let (signalled, mut on_signal) = tokio::sync::watch::channel(false);
     let stop = stopping.clone();
     let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
-        shutdown.await;
+        tokio::select! {
+            () = shutdown => {}
+            () = stdio_ended => {}
+        }
         tracing::info!("shutting down: no new requests; finishing those in flight");
         let _ = signalled.send(true);
         // Ends sessions' streams, which would otherwise hold their connections open.

@@ -335,20 +335,28 @@ fn not_offered(method: &str, capability: &str) -> McpError {
 
 /// Serves MCP on stdin/stdout until the client closes the stream.
 pub async fn serve_stdio(engine: Arc<Engine>, options: ServerOptions) -> Result<()> {
+    let server = MemoryServer::new(engine, options);
+    let tasks = Arc::clone(&server.tasks);
+    let ended = run_stdio(server).await;
+    // Work still running is stopped and its rows left for the next process to adopt.
+    tasks.shutdown();
+    ended
+}
+
+/// One MCP session of `server` on stdin/stdout, until the client closes the stream.
+async fn run_stdio(server: MemoryServer) -> Result<()> {
     let (reader, writer) = (tokio::io::stdin(), tokio::io::stdout());
     let session = Arc::new(transport::Session::default());
     // Room for the largest call the limits allow (16 MiB of content, JSON-escaped).
     let transport =
         transport::StdioTransport::new(reader, writer, MAX_MESSAGE_BYTES, Arc::clone(&session));
-    let server = MemoryServer::new(engine, options);
-    let tasks = Arc::clone(&server.tasks);
     let service = guard::Guarded::new(server, session)
         .serve(transport)
         .await
         .map_err(|e| Error::Internal(format!("MCP session did not start: {e}")))?;
-    let ended = service.waiting().await;
-    // Work still running is stopped and its rows left for the next process to adopt.
-    tasks.shutdown();
-    ended.map_err(|e| Error::Internal(format!("MCP session ended abnormally: {e}")))?;
+    service
+        .waiting()
+        .await
+        .map_err(|e| Error::Internal(format!("MCP session ended abnormally: {e}")))?;
     Ok(())
 }

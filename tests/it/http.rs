@@ -449,3 +449,62 @@ async fn a_token_for_some_namespaces_reads_and_writes_those_only() {
     a.stop().await;
     http.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_process_serves_stdio_and_http_and_ends_with_its_stdio_session() {
+    let db = TestDb::new();
+    let local = Server::start_with(
+        &db.path,
+        Wire::Stdio,
+        Era::Initialize,
+        &["--http", "127.0.0.1:0", "--stdio"],
+    )
+    .await;
+    let url = {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = std::fs::read_to_string(local.log_path()).unwrap_or_default();
+            if let Some(u) = text
+                .lines()
+                .filter(|l| l.contains("serving MCP over HTTP"))
+                .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("url=")))
+            {
+                break u.to_owned();
+            }
+            assert!(std::time::Instant::now() < deadline, "{}", local.log_tail());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let ids = local
+        .remember(json!([{"content": "The build server restarts every sunday night"}]))
+        .await;
+    let remote = Server::attach(&url, Era::Discover, None, local.log_path()).await;
+    let hits = remote
+        .recall_ids(json!({"query": "build server sunday"}))
+        .await;
+    assert!(hits.contains(&ids[0]), "{hits:?}");
+    let theirs = remote
+        .remember(json!([{"content": "The release train leaves on tuesdays"}]))
+        .await;
+    let hits = local.recall_ids(json!({"query": "release train"})).await;
+    assert!(hits.contains(&theirs[0]), "{hits:?}");
+    remote.stop().await;
+    let authority = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let log = local.log_path().to_owned();
+    local.stop().await;
+    // The host closed stdin: the process stops serving HTTP too.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(&authority).await.is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "HTTP still served after the stdio session ended\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

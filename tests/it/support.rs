@@ -272,13 +272,22 @@ impl Server {
 
     /// Like [`Server::start`], reaching the server over `wire`.
     pub(crate) async fn start_over(db: &Path, wire: Wire, era: Era) -> Server {
+        Server::start_with(db, wire, era, &[]).await
+    }
+
+    /// Like [`Server::start_over`], with more arguments of `serve`.
+    pub(crate) async fn start_with(db: &Path, wire: Wire, era: Era, extra: &[&str]) -> Server {
         let n = NEXT_LOG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = db.with_file_name(format!("server-{}-{n}.log", std::process::id()));
         let (client, http) = match wire {
             Wire::Stdio => {
                 let stderr = std::fs::File::create(&log).expect("create the server log");
                 let mut cmd = tokio::process::Command::new(BIN);
-                cmd.arg("serve").arg("--db").arg(db).kill_on_drop(true);
+                cmd.arg("serve")
+                    .arg("--db")
+                    .arg(db)
+                    .args(extra)
+                    .kill_on_drop(true);
                 let (transport, _) = TokioChildProcess::builder(cmd)
                     .stderr(Stdio::from(stderr))
                     .spawn()
@@ -286,7 +295,7 @@ impl Server {
                 (open_session!(transport, era), None)
             }
             Wire::Http => {
-                let http = HttpChild::spawn(db, &[], &log).await;
+                let http = HttpChild::spawn(db, extra, &log).await;
                 let transport = StreamableHttpClientTransport::from_uri(http.url.clone());
                 (open_session!(transport, era), Some(http))
             }
@@ -397,6 +406,11 @@ impl Server {
         self.client
             .read_resource(ReadResourceRequestParams::new(uri))
             .await
+    }
+
+    /// Where the server logs (its stderr).
+    pub(crate) fn log_path(&self) -> &Path {
+        &self.log
     }
 
     /// The server's log (stderr) so far, for failure messages.
