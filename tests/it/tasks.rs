@@ -22,7 +22,7 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::support::{BIN, Era, HttpChild, Raw, http_transport, terminate};
+use crate::support::{BIN, Era, HttpChild, Raw, Wire, http_transport, terminate};
 
 /// `n` with thousands separators, as status messages show it.
 fn group(n: u64) -> String {
@@ -391,8 +391,38 @@ pub(crate) async fn poll_until_terminal(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deep_walk_becomes_a_task_with_growing_progress_and_survives_restart() {
+    for wire in [Wire::Stdio, Wire::Http] {
+        deep_walk_task(wire).await;
+    }
+}
+
+/// A 2026-07-28 client with the tasks extension of a new server on `db` reached over `wire`
+/// (logging into `logs` over HTTP).
+async fn connect_over(wire: Wire, db: &Path, name: &str, logs: &Path) -> Client {
+    match wire {
+        Wire::Stdio => connect(db, true, true, name, &[]).await,
+        Wire::Http => {
+            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let log = logs.join(format!("{name}-{n}.log"));
+            connect_http(db, true, name, &[], &log).await
+        }
+    }
+}
+
+/// A second client, of another owner: of a new process over stdio, of the same server as
+/// `c` over HTTP.
+async fn another_client(wire: Wire, db: &Path, c: &Client, name: &str) -> Client {
+    match (wire, &c.http) {
+        (Wire::Http, Some(http)) => http_client(&http.url, c.pid, true, name).await,
+        _ => connect(db, true, true, name, &[]).await,
+    }
+}
+
+async fn deep_walk_task(wire: Wire) {
     let db = fixture();
-    let c = connect(db, true, true, "agent-a", &[]).await;
+    let logs = tempfile::tempdir().expect("a folder for logs");
+    let c = connect_over(wire, db, "agent-a", logs.path()).await;
     let started = Instant::now();
     let CallToolResponse::Task(created) =
         c.call("traverse", deep_walk(), None).await.expect("call")
@@ -424,7 +454,7 @@ async fn deep_walk_becomes_a_task_with_growing_progress_and_survives_restart() {
         "work done (nodes visited, then memories scored) strictly increases: {counts:?}"
     );
     assert_eq!(done.task.task.status, TaskStatus::Completed);
-    let result = serde_json::to_value(&done).unwrap();
+    let result = serde_json::to_value(&done).expect("the result holds it");
     let nodes = result["result"]["structuredContent"]["nodes"]
         .as_array()
         .expect("nodes in the result")
@@ -432,14 +462,14 @@ async fn deep_walk_becomes_a_task_with_growing_progress_and_survives_restart() {
     assert_eq!(nodes, 20);
     let reached = result["result"]["structuredContent"]["reached"]
         .as_u64()
-        .unwrap();
+        .expect("the result holds it");
     assert!(reached > 50_000, "reached {reached}");
     // The walk and the scoring are counted apart: no node is counted twice.
     let walked = result["result"]["structuredContent"]["visited"]
         .as_u64()
-        .unwrap();
+        .expect("the result holds it");
     assert!(walked <= reached, "visited {walked} of {reached} reached");
-    let progress = &done.meta.as_ref().unwrap().0["mnemograph/progress"];
+    let progress = &done.meta.as_ref().expect("the result holds it").0["mnemograph/progress"];
     assert_eq!(progress["visited"].as_u64(), Some(walked), "{progress}");
     assert_eq!(progress["done"].as_u64(), Some(reached), "{progress}");
     let message = done.task.task.status_message.clone().unwrap_or_default();
@@ -453,27 +483,31 @@ async fn deep_walk_becomes_a_task_with_growing_progress_and_survives_restart() {
     );
 
     // The tasks tool lists it.
-    let CallToolResponse::Complete(listed) = c.call("tasks", json!({}), None).await.unwrap() else {
+    let CallToolResponse::Complete(listed) = c
+        .call("tasks", json!({}), None)
+        .await
+        .expect("the result holds it")
+    else {
         panic!()
     };
     assert!(
-        listed.structured_content.unwrap()["tasks"]
+        listed.structured_content.expect("the result holds it")["tasks"]
             .as_array()
-            .unwrap()
+            .expect("the result holds it")
             .iter()
             .any(|t| t["taskId"] == id.as_str())
     );
 
     // A restarted server still returns the completed result; another client does not see it.
-    drop(c);
-    let c = connect(db, true, true, "agent-a", &[]).await;
+    c.stop().await;
+    let c = connect_over(wire, db, "agent-a", logs.path()).await;
     let again = c.get(&id).await.expect("tasks/get after restart");
-    assert_eq!(again.task.task.status, TaskStatus::Completed);
+    assert_eq!(again.task.task.status, TaskStatus::Completed, "{wire:?}");
     assert_eq!(
-        serde_json::to_value(&again).unwrap()["result"],
+        serde_json::to_value(&again).expect("the result holds it")["result"],
         result["result"]
     );
-    let other = connect(db, true, true, "agent-b", &[]).await;
+    let other = another_client(wire, db, &c, "agent-b").await;
     let err = other.get(&id).await.expect_err("foreign task");
     assert_eq!(rpc_code(&err), Some(-32602));
     let err = c
@@ -504,9 +538,11 @@ async fn deep_walk_becomes_a_task_with_growing_progress_and_survives_restart() {
     let after = c.get(&id).await.expect("tasks/get after the update");
     assert_eq!(after.task.task.status, TaskStatus::Completed);
     assert_eq!(
-        serde_json::to_value(&after).unwrap()["result"],
+        serde_json::to_value(&after).expect("the result holds it")["result"],
         result["result"]
     );
+    other.stop().await;
+    c.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use rmcp::model::{CallToolResponse, TaskStatus};
 use serde_json::{Value, json};
 
-use crate::support::{Era, TestDb};
+use crate::support::{Era, TestDb, Wire};
 use crate::tasks::{connect, poll_until_terminal};
 
 /// Memories of the import that is killed half-way (each but the first with a relation).
@@ -98,9 +98,12 @@ async fn a_killed_import_task_resumes_under_its_id_and_completes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_imports_answer_inline_and_exports_round_trip() {
-    for era in Era::ALL {
+    for (wire, era) in [Wire::Stdio, Wire::Http]
+        .into_iter()
+        .flat_map(|w| Era::ALL.map(|e| (w, e)))
+    {
         let db = TestDb::new();
-        let s = db.serve(era).await;
+        let s = db.serve_over(wire, era).await;
         let mcp = concat!(
             "{\"type\":\"entity\",\"name\":\"Ada\",\"entityType\":\"person\",\"observations\":[\"Wrote the first program\"]}\n",
             "{\"type\":\"entity\",\"name\":\"Engine\",\"entityType\":\"machine\",\"observations\":[\"Designed by Babbage\"]}\n",
@@ -164,7 +167,7 @@ async fn small_imports_answer_inline_and_exports_round_trip() {
 
         // Into an empty database: the same memories and relations.
         let other = TestDb::new();
-        let s = other.serve(era).await;
+        let s = other.serve_over(wire, era).await;
         let back = s.ok("import", json!({"source": {"text": data}})).await;
         assert_eq!(
             (
