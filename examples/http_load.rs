@@ -216,9 +216,13 @@ async fn jwt_cost(dir: &Path) -> (u32, f64) {
     let pair = ring::signature::Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).expect("the key");
     let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(pair.public_key().as_ref());
     let jwks = dir.join("jwks.json");
-    let set = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": x, "kid": "k", "alg": "EdDSA"}]});
+    let set =
+        json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": x, "kid": "k", "alg": "EdDSA"}]});
     std::fs::write(&jwks, set.to_string()).expect("write the key set");
-    let (issuer, audience) = ("https://auth.example.test", "https://memory.example.test/mcp");
+    let (issuer, audience) = (
+        "https://auth.example.test",
+        "https://memory.example.test/mcp",
+    );
     let oauth = mnemograph::mcp::oauth::OAuth::load(mnemograph::mcp::oauth::OAuthConfig {
         issuer: issuer.into(),
         audience: audience.into(),
@@ -242,7 +246,10 @@ async fn jwt_cost(dir: &Path) -> (u32, f64) {
     for _ in 0..checks {
         std::hint::black_box(oauth.verify(std::hint::black_box(&token)).await.is_ok());
     }
-    (checks, started.elapsed().as_secs_f64() * 1e3 / f64::from(checks))
+    (
+        checks,
+        started.elapsed().as_secs_f64() * 1e3 / f64::from(checks),
+    )
 }
 
 fn main() -> ExitCode {

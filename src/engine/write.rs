@@ -394,7 +394,7 @@ impl Engine {
         rels: &[RelationRef],
         actor: &str,
     ) -> Result<ForgetReport> {
-        self.set_forgotten(mems, rels, actor, true, &Access::All)
+        self.forget_or_restore_in(mems, rels, actor, true, &Access::All)
     }
 
     /// Undoes `forget` for these memories and relations.
@@ -404,24 +404,13 @@ impl Engine {
         rels: &[RelationRef],
         actor: &str,
     ) -> Result<ForgetReport> {
-        self.set_forgotten(mems, rels, actor, false, &Access::All)
+        self.forget_or_restore_in(mems, rels, actor, false, &Access::All)
     }
 
     /// [`Engine::forget`] (`forget` true) or [`Engine::restore`] for a caller limited to the
     /// namespaces of `access`: a memory outside them, or a relation with an end outside them,
     /// fails the call and changes nothing.
     pub fn forget_or_restore_in(
-        &self,
-        mems: &[MemoryRef],
-        rels: &[RelationRef],
-        actor: &str,
-        forget: bool,
-        access: &Access,
-    ) -> Result<ForgetReport> {
-        self.set_forgotten(mems, rels, actor, forget, access)
-    }
-
-    fn set_forgotten(
         &self,
         mems: &[MemoryRef],
         rels: &[RelationRef],

@@ -1099,6 +1099,26 @@ mod tests {
         }
     }
 
+    /// Starts `tool` as a task of owner `me`; its row.
+    async fn start_task(tasks: &Arc<Tasks>, tool: &str, args: Value) -> Box<TaskRow> {
+        let answer = tasks
+            .run(
+                "me",
+                tool,
+                args,
+                Plan::Task,
+                None,
+                None,
+                std::future::pending(),
+            )
+            .await
+            .expect("the task starts");
+        let Answer::Task(row) = answer else {
+            panic!("a task was asked for");
+        };
+        row
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_task_reads_as_its_kind_of_work_from_the_start() {
         let dir = tempfile::tempdir().unwrap();
@@ -1114,21 +1134,7 @@ mod tests {
                 TaskConfig::default(),
                 Arc::new(Silent(kind)),
             );
-            let answer = tasks
-                .run(
-                    "me",
-                    tool,
-                    json!({}),
-                    Plan::Task,
-                    None,
-                    None,
-                    std::future::pending(),
-                )
-                .await
-                .unwrap();
-            let Answer::Task(row) = answer else {
-                panic!("a task was asked for");
-            };
+            let row = start_task(&tasks, tool, json!({})).await;
             let first = row.status_message.clone().unwrap_or_default();
             assert!(first.starts_with(wording), "{tool}: {first}");
             let view = tasks.get("me", &row.id).unwrap().unwrap();
@@ -1182,22 +1188,7 @@ mod tests {
     }
 
     async fn start(tasks: &Arc<Tasks>, args: Value) -> String {
-        let answer = tasks
-            .run(
-                "me",
-                "ask",
-                args,
-                Plan::Task,
-                None,
-                None,
-                std::future::pending(),
-            )
-            .await
-            .unwrap();
-        let Answer::Task(row) = answer else {
-            panic!("a task was asked for");
-        };
-        row.id
+        start_task(tasks, "ask", args).await.id
     }
 
     /// Polls task `id` until `done` holds for it (5 s at most).

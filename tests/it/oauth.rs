@@ -71,6 +71,18 @@ fn claims(sub: &str, scope: &str) -> Value {
     json!({"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "scope": scope, "exp": now() + 600, "iat": now()})
 }
 
+/// The arguments of `serve` for OAuth with the key set at `jwks`.
+fn oauth_args(jwks: &str) -> [&str; 6] {
+    [
+        "--oauth-issuer",
+        ISSUER,
+        "--oauth-audience",
+        AUDIENCE,
+        "--oauth-jwks",
+        jwks,
+    ]
+}
+
 /// The status and answer of `tools/list` sent with `token`.
 async fn list_with(http: &HttpChild, token: &str) -> (u16, String) {
     let auth = format!("Bearer {token}");
@@ -86,15 +98,7 @@ async fn jwt_access_tokens_are_checked_against_the_key_set_and_its_rotation() {
     let first = SigningKey::new("k1");
     std::fs::write(&jwks, key_set(&[&first])).unwrap();
     let log = db.path.with_file_name("oauth.log");
-    let args = [
-        "--oauth-issuer",
-        ISSUER,
-        "--oauth-audience",
-        AUDIENCE,
-        "--oauth-jwks",
-        jwks.to_str().unwrap(),
-    ];
-    let http = HttpChild::spawn(&db.path, &args, &log).await;
+    let http = HttpChild::spawn(&db.path, &oauth_args(jwks.to_str().unwrap()), &log).await;
     let at = http.authority().to_owned();
 
     // The protected-resource metadata names this resource and its authorisation server.
@@ -205,15 +209,7 @@ async fn jwt_access_tokens_are_checked_against_the_key_set_and_its_rotation() {
             let _ = conn.write_all(reply.as_bytes()).await;
         }
     });
-    let args = [
-        "--oauth-issuer",
-        ISSUER,
-        "--oauth-audience",
-        AUDIENCE,
-        "--oauth-jwks",
-        &jwks_url,
-    ];
-    let http = HttpChild::spawn(&db.path, &args, &log).await;
+    let http = HttpChild::spawn(&db.path, &oauth_args(&jwks_url), &log).await;
     let (status, answer) = list_with(&http, &second.sign(&claims("bob", "read"))).await;
     assert_eq!(status, 200, "{answer}");
     http.stop().await;
