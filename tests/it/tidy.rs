@@ -18,7 +18,7 @@ const OWNERS: &[(&str, &[&str])] = &[
     ("candle_nn", &["src/embed/"]),
     ("candle_transformers", &["src/embed/"]),
     ("ureq", &["src/embed/", "src/mcp/oauth.rs"]),
-    ("jsonwebtoken", &["src/mcp/oauth.rs", "tests/"]),
+    ("jsonwebtoken", &["src/mcp/oauth.rs", "tests/", "examples/"]),
     ("tracing_subscriber", &["src/cli/", "examples/"]),
     ("clap", &["src/cli/"]),
     ("libc", &["src/priority.rs"]),
