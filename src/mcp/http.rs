@@ -139,6 +139,7 @@ pub async fn serve_http(
     });
     let mut app = axum::Router::new()
         .route_service(MCP_PATH, service)
+        .layer(axum::middleware::from_fn(session_ended))
         .layer(axum::middleware::from_fn_with_state(admission, admit));
     if let Some(gate) = http.auth.clone() {
         app = app.layer(axum::middleware::from_fn_with_state(gate, authenticate));
@@ -382,6 +383,18 @@ fn metadata_url(resource: &str) -> String {
         }
         _ => WELL_KNOWN.to_owned(),
     }
+}
+
+/// Answers a session's end (`DELETE /mcp`) with 200 rather than rmcp's 202: the session is
+/// gone when the answer is sent, and clients such as the Python SDK take any other status than
+/// 200 or 204 as a failed termination.
+async fn session_ended(request: Request, next: Next) -> Response {
+    let delete = request.method() == axum::http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::OK;
+    }
+    response
 }
 
 /// Admits an MCP request when a slot is free, and answers 504 when it outlasts the timeout.

@@ -508,3 +508,44 @@ async fn one_process_serves_stdio_and_http_and_ends_with_its_stdio_session() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_a_session_is_answered_200() {
+    let db = TestDb::new();
+    let log = db.path.with_file_name("delete.log");
+    let http = HttpChild::spawn(&db.path, &[], &log).await;
+    let at = http.authority().to_owned();
+    let init = serde_json::to_vec(&json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}
+    }))
+    .unwrap();
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    let (status, answer) = http_request(&at, "POST", "/mcp", &headers, &init).await;
+    assert_eq!(status, 200, "{answer}");
+    let session = answer
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| v.trim().to_owned())
+        })
+        .expect("a session id");
+    let end = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let (status, answer) = http_request(&at, "DELETE", "/mcp", &end, b"").await;
+    assert_eq!(status, 200, "{answer}");
+    let list =
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).unwrap();
+    let mut after = headers.to_vec();
+    after.extend(end);
+    let (status, answer) = http_request(&at, "POST", "/mcp", &after, &list).await;
+    assert_eq!(status, 404, "the session is gone: {answer}");
+    http.stop().await;
+}
