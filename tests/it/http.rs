@@ -309,11 +309,11 @@ async fn a_token_for_some_namespaces_reads_and_writes_those_only() {
     let db = TestDb::new();
     let file = db.path.with_file_name("tokens");
     let admin = add_token(&file, "admin", "admin");
-    let carol = add_token_with(&file, "carol", "read,write", &["--namespaces", "work"]);
-    let dana = add_token_with(&file, "dana", "admin", &["--namespaces", "work"]);
+    let carol = add_token_with(&file, "carol", "read,write", &["--namespaces", "office"]);
+    let dana = add_token_with(&file, "dana", "admin", &["--namespaces", "office"]);
     let saved = std::fs::read_to_string(&file).unwrap();
     assert!(
-        saved.contains("carol ") && saved.contains("namespaces=work"),
+        saved.contains("carol ") && saved.contains("namespaces=office"),
         "{saved}"
     );
     let log = db.path.with_file_name("ns.log");
@@ -322,9 +322,9 @@ async fn a_token_for_some_namespaces_reads_and_writes_those_only() {
     let a = Server::attach(&http.url, era, Some(&admin), &log).await;
     let ids = a
         .remember(json!([
-            {"content": "The quarterly budget review is on friday", "namespace": "work"},
+            {"content": "The quarterly budget review is on friday", "namespace": "office"},
             {"content": "The dentist appointment for the budget is on monday", "namespace": "home"},
-            {"content": "Budget spreadsheet lives in the shared drive", "namespace": "work"}
+            {"content": "Budget spreadsheet lives in the shared drive", "namespace": "office"}
         ]))
         .await;
     let (w, h, w2) = (&ids[0], &ids[1], &ids[2]);
@@ -389,7 +389,7 @@ async fn a_token_for_some_namespaces_reads_and_writes_those_only() {
         Err(e) => assert!(e.to_string().contains("not allowed"), "{e}"),
         Ok(r) => panic!("a home memory was read as a resource: {r:?}"),
     }
-    assert!(c.read_resource(&format!("memory://work/{w}")).await.is_ok());
+    assert!(c.read_resource(&format!("memory://office/{w}")).await.is_ok());
 
     // Writes: into another namespace, or touching a memory there, fail and change nothing.
     refused(
@@ -428,7 +428,7 @@ async fn a_token_for_some_namespaces_reads_and_writes_those_only() {
     let run = d
         .ok(
             "consolidate",
-            json!({"dry_run": true, "namespaces": ["work"]}),
+            json!({"dry_run": true, "namespaces": ["office"]}),
         )
         .await;
     assert_eq!(run["dry_run"], true, "{run}");
