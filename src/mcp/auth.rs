@@ -94,7 +94,7 @@ impl Gate {
     pub async fn admit(&self, authorization: Option<&str>) -> std::result::Result<Caller, Refusal> {
         let token = bearer(authorization)?;
         if let Some(tokens) = &self.tokens
-            && let Some(caller) = tokens.by_hash.get(&digest(token))
+            && let Some(caller) = tokens.get(token)
         {
             return Ok(caller.clone());
         }
@@ -192,8 +192,12 @@ impl Tokens {
 
     /// The caller of an `Authorization` header's value.
     pub fn check(&self, authorization: Option<&str>) -> std::result::Result<&Caller, Refusal> {
-        let token = bearer(authorization)?;
-        self.by_hash.get(&digest(token)).ok_or(Refusal::Invalid)
+        self.get(bearer(authorization)?).ok_or(Refusal::Invalid)
+    }
+
+    /// The caller of a token (the header's scheme taken off).
+    fn get(&self, token: &str) -> Option<&Caller> {
+        self.by_hash.get(&digest(token))
     }
 }
 

@@ -389,7 +389,11 @@ async fn a_token_for_some_namespaces_reads_and_writes_those_only() {
         Err(e) => assert!(e.to_string().contains("not allowed"), "{e}"),
         Ok(r) => panic!("a home memory was read as a resource: {r:?}"),
     }
-    assert!(c.read_resource(&format!("memory://office/{w}")).await.is_ok());
+    assert!(
+        c.read_resource(&format!("memory://office/{w}"))
+            .await
+            .is_ok()
+    );
 
     // Writes: into another namespace, or touching a memory there, fail and change nothing.
     refused(
@@ -460,21 +464,7 @@ async fn one_process_serves_stdio_and_http_and_ends_with_its_stdio_session() {
         &["--http", "127.0.0.1:0", "--stdio"],
     )
     .await;
-    let url = {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let text = std::fs::read_to_string(local.log_path()).unwrap_or_default();
-            if let Some(u) = text
-                .lines()
-                .filter(|l| l.contains("serving MCP over HTTP"))
-                .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("url=")))
-            {
-                break u.to_owned();
-            }
-            assert!(std::time::Instant::now() < deadline, "{}", local.log_tail());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+    let url = crate::support::http_url(local.log_path()).await;
     let ids = local
         .remember(json!([{"content": "The build server restarts every sunday night"}]))
         .await;

@@ -57,42 +57,19 @@ pub(crate) struct HttpChild {
 }
 
 impl HttpChild {
-    /// Spawns `mnemograph serve --db <db> --http 127.0.0.1:0 <extra…>`, stderr to `log`, and
+    /// Spawns `mnemograph serve --db <db> <extra…> --http 127.0.0.1:0`, stderr to `log`, and
     /// waits until its log names the endpoint it listens on.
     pub(crate) async fn spawn(db: &Path, extra: &[&str], log: &Path) -> HttpChild {
         let stderr = std::fs::File::create(log).expect("create the server log");
-        let child = tokio::process::Command::new(BIN)
-            .arg("serve")
-            .arg("--db")
-            .arg(db)
+        let child = serve_command(db, extra)
             .args(["--http", "127.0.0.1:0"])
-            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(stderr))
-            .kill_on_drop(true)
             .spawn()
             .expect("spawn mnemograph serve --http");
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            if let Some(url) = text
-                .lines()
-                .filter(|l| l.contains("serving MCP over HTTP"))
-                .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("url=")))
-            {
-                return HttpChild {
-                    child,
-                    url: url.to_owned(),
-                };
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the HTTP server did not start in 60 s\n{}",
-                tail(log)
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let url = http_url(log).await;
+        HttpChild { child, url }
     }
 
     /// Stops the server as a service manager would (SIGTERM) and waits for it to exit.
@@ -106,6 +83,38 @@ impl HttpChild {
         let rest = self.url.trim_start_matches("http://");
         rest.split('/').next().unwrap_or(rest)
     }
+}
+
+/// The URL of the MCP endpoint a server logging to `log` serves, once it logs it (within 60 s).
+pub(crate) async fn http_url(log: &Path) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(url) = text
+            .lines()
+            .filter(|l| l.contains("serving MCP over HTTP"))
+            .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("url=")))
+        {
+            return url.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the HTTP server did not start in 60 s\n{}",
+            tail(log)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `mnemograph serve --db <db> <extra…>`, killed when dropped.
+pub(crate) fn serve_command(db: &Path, extra: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.arg("serve")
+        .arg("--db")
+        .arg(db)
+        .args(extra)
+        .kill_on_drop(true);
+    cmd
 }
 
 /// One HTTP/1.1 request to `authority` (`host:port`, also the `Host` unless `headers` name one)
@@ -282,13 +291,7 @@ impl Server {
         let (client, http) = match wire {
             Wire::Stdio => {
                 let stderr = std::fs::File::create(&log).expect("create the server log");
-                let mut cmd = tokio::process::Command::new(BIN);
-                cmd.arg("serve")
-                    .arg("--db")
-                    .arg(db)
-                    .args(extra)
-                    .kill_on_drop(true);
-                let (transport, _) = TokioChildProcess::builder(cmd)
+                let (transport, _) = TokioChildProcess::builder(serve_command(db, extra))
                     .stderr(Stdio::from(stderr))
                     .spawn()
                     .expect("spawn mnemograph serve");

@@ -224,13 +224,7 @@ async fn spawn_client(
     extra: &[&str],
     stderr: std::process::Stdio,
 ) -> Client {
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.arg("serve")
-        .arg("--db")
-        .arg(db)
-        .args(extra)
-        .kill_on_drop(true);
-    let (transport, _) = TokioChildProcess::builder(cmd)
+    let (transport, _) = TokioChildProcess::builder(crate::support::serve_command(db, extra))
         .stderr(stderr)
         .spawn()
         .expect("spawn server");
