@@ -13,6 +13,7 @@ mod fuzz;
 mod http;
 mod identity;
 mod oauth;
+mod pg;
 mod protocol;
 mod queries;
 mod roots;
