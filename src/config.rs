@@ -115,10 +115,15 @@ pub enum Durability {
 /// Everything the engine needs to open a memory file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// The SQLite database: the source of truth.
+    /// The SQLite database: the source of truth (unused when [`Config::postgres`] is set).
     pub db_path: PathBuf,
+    /// A `postgres://` URL: the PostgreSQL database is the source of truth instead of the file.
+    pub postgres: Option<String>,
     /// Folder of the derived indexes (`<db>.index/`).
     pub index_dir: PathBuf,
+    /// When true, the indexes live in a folder of [`Config::index_dir`] named by the database's
+    /// identity (a cache folder shared by several databases: each keeps its own indexes).
+    pub index_dir_per_database: bool,
     /// Memory budget of the tantivy writer, in bytes.
     pub text_writer_bytes: usize,
     /// How long a write waits for another process's lock before failing, in milliseconds.
@@ -253,7 +258,9 @@ impl Config {
         index_dir.push(".index");
         Config {
             db_path,
+            postgres: None,
             index_dir: PathBuf::from(index_dir),
+            index_dir_per_database: false,
             text_writer_bytes: 64 * 1024 * 1024,
             busy_timeout_ms: 10_000,
             durability: Durability::default(),
@@ -263,6 +270,16 @@ impl Config {
             import_roots: Vec::new(),
             home_dir: None,
         }
+    }
+
+    /// Defaults for the PostgreSQL database at `url`, with the indexes in a folder of
+    /// `index_root` named by the database's identity.
+    pub fn for_postgres(url: impl Into<String>, index_root: impl AsRef<Path>) -> Config {
+        let mut cfg = Config::for_db(index_root.as_ref().join("unused.db"));
+        cfg.postgres = Some(url.into());
+        cfg.index_dir = index_root.as_ref().to_path_buf();
+        cfg.index_dir_per_database = true;
+        cfg
     }
 
     /// The folder of the database file.
@@ -280,7 +297,9 @@ impl Config {
     pub fn transfer_roots(&self) -> TransferRoots {
         let home = self.home_dir.as_ref().and_then(|h| h.canonicalize().ok());
         let mut out = TransferRoots::default();
-        for path in std::iter::once(self.db_dir()).chain(self.import_roots.iter().cloned()) {
+        // A PostgreSQL database has no folder: only the named roots.
+        let db_dir = self.postgres.is_none().then(|| self.db_dir());
+        for path in db_dir.into_iter().chain(self.import_roots.iter().cloned()) {
             let checked = match canonical_root(&path) {
                 Err(e) => Err(format!("it cannot be opened ({e})")),
                 Ok(real) => match root_refusal(&real, home.as_deref()) {

@@ -30,6 +30,11 @@ pub enum Error {
     Conflict { reason: String, hint: String },
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("postgres: {0}")]
+    Postgres(#[from] postgres::Error),
+    /// The database server cannot be reached; the message says where and what to check.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
     #[error("text index: {0}")]
     Tantivy(#[from] tantivy::TantivyError),
     #[error("io: {0}")]

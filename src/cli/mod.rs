@@ -28,10 +28,18 @@ const EXIT_UNHEALTHY: u8 = 3;
 #[derive(Debug, Parser)]
 #[command(name = "mnemograph", version, about, long_about = None)]
 struct Args {
-    /// The memory database (SQLite). Default: the platform data folder, e.g.
-    /// ~/.local/share/mnemograph/memory.db
+    /// The memory database: a SQLite file (a path, or `sqlite:PATH`), or a PostgreSQL database
+    /// shared by many servers (`postgres://USER[:PASSWORD]@HOST[:PORT]/DBNAME`). Default: the
+    /// platform data folder, e.g. ~/.local/share/mnemograph/memory.db
     #[arg(long, global = true, env = "MNEMOGRAPH_DB")]
     db: Option<PathBuf>,
+
+    /// The folder of this server's indexes (text and vector), which it builds from the database
+    /// and keeps in step with it. Default: beside a SQLite file (`<db>.index`); for PostgreSQL, a
+    /// folder named by the database's identity in the platform cache folder, e.g.
+    /// ~/.cache/mnemograph/
+    #[arg(long, global = true, env = "MNEMOGRAPH_INDEX_DIR")]
+    index_dir: Option<PathBuf>,
 
     #[command(flatten)]
     embed: EmbedArgs,
@@ -507,8 +515,80 @@ fn home_dir() -> Option<PathBuf> {
         .filter(|p| p.is_absolute())
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the CLI is the one place that reads the environment"
+)]
+fn default_cache_dir() -> PathBuf {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let cache = if cfg!(target_os = "macos") {
+        home.map(|h| h.join("Library/Caches"))
+    } else if cfg!(windows) {
+        std::env::var_os("LOCALAPPDATA").map(PathBuf::from)
+    } else {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| home.map(|h| h.join(".cache")))
+    };
+    cache
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("mnemograph")
+}
+
+/// The database `--db` names.
+enum Database {
+    Postgres(String),
+    Sqlite(PathBuf),
+}
+
+/// The database `--db` names: a PostgreSQL URL, or the path of a SQLite file (`sqlite:` in
+/// front is allowed).
+fn database_of(arg: Option<&PathBuf>) -> Result<Database, crate::error::Error> {
+    use crate::error::Error;
+    let Some(arg) = arg else {
+        return Ok(Database::Sqlite(default_db_path()));
+    };
+    let text = arg.to_string_lossy();
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        return Ok(Database::Postgres(text.into_owned()));
+    }
+    if let Some(path) = text
+        .strip_prefix("sqlite://")
+        .or(text.strip_prefix("sqlite:"))
+    {
+        if path.is_empty() {
+            return Err(Error::invalid(
+                "db",
+                "`sqlite:` names no file",
+                "write sqlite:PATH or just the path",
+            ));
+        }
+        return Ok(Database::Sqlite(PathBuf::from(path)));
+    }
+    if let Some((scheme, _)) = text.split_once("://") {
+        return Err(Error::invalid(
+            "db",
+            format!("`{scheme}://` is not a database this server uses"),
+            "give a SQLite file's path or a postgres:// URL",
+        ));
+    }
+    Ok(Database::Sqlite(arg.clone()))
+}
+
 fn config(args: &Args) -> anyhow::Result<Config> {
-    let mut cfg = Config::for_db(args.db.clone().unwrap_or_else(default_db_path));
+    let mut cfg = match database_of(args.db.as_ref())? {
+        Database::Postgres(url) => Config::for_postgres(
+            url,
+            args.index_dir.clone().unwrap_or_else(default_cache_dir),
+        ),
+        Database::Sqlite(path) => Config::for_db(path),
+    };
+    if let Some(dir) = &args.index_dir {
+        cfg.index_dir = dir.clone();
+        // A folder named by the operator holds this database's indexes itself.
+        cfg.index_dir_per_database = false;
+    }
     cfg.embedder = args.embed.spec()?;
     cfg.summarizer = args.embed.summarizer()?;
     cfg.durability = if args.durability == "full" {

@@ -16,6 +16,11 @@ const TICK: Duration = Duration::from_millis(50);
 const GRAPH_BUDGET: Duration = Duration::from_millis(300);
 /// How long the index writer is kept after the last indexing.
 const WRITER_IDLE: Duration = Duration::from_millis(500);
+/// With a listener for other processes' commits (PostgreSQL's NOTIFY), how often the change
+/// log's head is read anyway (a notification lost with a dropped connection is caught then).
+const POLL_WHILE_LISTENING: Duration = Duration::from_millis(1_000);
+/// How long the listener waits for a notification before it looks whether to stop.
+const LISTEN_WAIT: Duration = Duration::from_millis(500);
 
 /// Every kind of background work, in one place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +83,8 @@ impl Engine {
         let thread = std::thread::Builder::new()
             .name("mnemograph-jobs".into())
             .spawn(move || {
-                run(&weak, &stopping);
+                let woken = listen(&weak, &stopping);
+                run(&weak, &stopping, woken.as_deref());
                 if let Some(engine) = weak.upgrade() {
                     engine.background.store(false, Ordering::Release);
                 }
@@ -173,8 +179,59 @@ impl Engine {
     }
 }
 
-fn run(weak: &Weak<Engine>, stop: &AtomicBool) {
+/// On PostgreSQL, starts a thread that listens for other processes' commits and sets the flag it
+/// returns when one comes; `None` on SQLite (the loop reads the log's head every tick).
+fn listen(weak: &Weak<Engine>, stop: &Arc<AtomicBool>) -> Option<Arc<AtomicBool>> {
+    let engine = weak.upgrade()?;
+    if !engine.store.is_postgres() {
+        return None;
+    }
+    drop(engine);
+    let woken = Arc::new(AtomicBool::new(true));
+    let (weak, stop, flag) = (weak.clone(), Arc::clone(stop), Arc::clone(&woken));
+    let spawned = std::thread::Builder::new()
+        .name("mnemograph-listen".into())
+        .spawn(move || {
+            let mut listener = None;
+            while !stop.load(Ordering::Acquire) {
+                let Some(engine) = weak.upgrade() else { return };
+                if listener.is_none() {
+                    match engine.store.listen() {
+                        Ok(l) => listener = l,
+                        Err(e) => tracing::warn!(error = %e, "cannot listen for changes; polling"),
+                    }
+                    // Whatever came while no one listened is read by the next tick.
+                    flag.store(true, Ordering::Release);
+                }
+                drop(engine);
+                let Some(l) = &listener else {
+                    std::thread::sleep(POLL_WHILE_LISTENING);
+                    continue;
+                };
+                match l.wait(LISTEN_WAIT) {
+                    Ok(true) => flag.store(true, Ordering::Release),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "listening for changes stopped; listening again");
+                        listener = None;
+                        std::thread::sleep(LISTEN_WAIT);
+                    }
+                }
+            }
+        });
+    match spawned {
+        Ok(_) => Some(woken),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the listener thread; polling");
+            None
+        }
+    }
+}
+
+fn run(weak: &Weak<Engine>, stop: &AtomicBool, woken: Option<&AtomicBool>) {
     let mut last_index = Instant::now();
+    let mut last_poll = Instant::now();
+    let mut known_head = None;
     let mut first = true;
     loop {
         if !first {
@@ -190,8 +247,24 @@ fn run(weak: &Weak<Engine>, stop: &AtomicBool) {
             jobs.push(Job::SyncGraph);
         }
         let dirty = engine.dirty.swap(false, Ordering::AcqRel);
-        // Another process's writes show up only in the change log: read its head once a tick.
-        let head = engine.store.read(crate::store::changes::max_seq).ok();
+        // Another process's writes show up only in the change log: read its head once a tick, or,
+        // with a listener, when it heard of a commit (and once a POLL_WHILE_LISTENING anyway).
+        let news = match woken {
+            None => true,
+            Some(flag) => {
+                flag.swap(false, Ordering::AcqRel)
+                    || dirty
+                    || known_head.is_none()
+                    || last_poll.elapsed() >= POLL_WHILE_LISTENING
+            }
+        };
+        let head = if news {
+            last_poll = Instant::now();
+            engine.store.read(crate::store::changes::max_seq).ok()
+        } else {
+            known_head
+        };
+        known_head = head;
         let lagging = head.is_some_and(|h| h > engine.text.reader_seq());
         if dirty || lagging {
             jobs.push(Job::CommitText);

@@ -90,13 +90,17 @@ impl Engine {
 
     /// Like [`Engine::open`], with an embedding provider made by the caller (`cfg.embedder` is
     /// ignored).
-    pub fn open_with(cfg: Config, embedder: Option<Arc<dyn Embedder>>) -> Result<Engine> {
+    pub fn open_with(mut cfg: Config, embedder: Option<Arc<dyn Embedder>>) -> Result<Engine> {
         let summarizer: Option<Arc<dyn crate::embed::chat::Summarizer>> = match &cfg.summarizer {
             Some(spec) => Some(Arc::new(crate::embed::chat::HttpSummarizer::new(spec)?)),
             None => None,
         };
         let store = Store::open(&cfg)?;
         let database_id = store.read(crate::store::changes::database_id)?;
+        if cfg.index_dir_per_database {
+            cfg.index_dir = cfg.index_dir.join(&database_id);
+            cfg.index_dir_per_database = false;
+        }
         let (text, state) = TextIndex::open(&cfg.text_index_dir(), cfg.text_writer_bytes)?;
         if state == OpenState::Recreated {
             tracing::warn!("text index was rebuilt from the database");

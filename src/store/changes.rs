@@ -6,9 +6,7 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rusqlite::{OptionalExtension, params};
-
-use super::Db;
+use super::{Db, args};
 use crate::error::Result;
 use crate::model::{LogPosition, MemoryKey};
 
@@ -55,47 +53,85 @@ impl ChangeOp {
     }
 }
 
+/// Appends one entry: on SQLite at the next position of its `AUTOINCREMENT` key (one writer at a
+/// time, so positions are taken and committed in the same order); on PostgreSQL at the position
+/// after `log_head`'s, which moves with it. A sequence would not do there: a transaction that
+/// took position 9 can commit after the one that took 10, and a reader that applied 10 would
+/// never see 9. The head row is locked from the start of every write transaction
+/// ([`lock_head`]) to its commit, so positions are gap-free and commit in order (a rolled-back
+/// write gives its positions back).
+fn append(db: &Db, memory: Option<i64>, relation: Option<i64>, op: ChangeOp) -> Result<()> {
+    if db.is_postgres() {
+        db.execute(
+            "WITH head AS (UPDATE log_head SET seq = seq + 1 WHERE id = 1 RETURNING seq) \
+             INSERT INTO changes (seq, memory_key, relation_key, op, stamp) \
+             SELECT seq, CAST(?1 AS BIGINT), CAST(?2 AS BIGINT), CAST(?3 AS TEXT), \
+             CAST(?4 AS BIGINT) FROM head",
+            args![memory, relation, op.as_str(), next_stamp()],
+        )?;
+        db.mark_logged();
+    } else {
+        db.execute(
+            "INSERT INTO changes (memory_key, relation_key, op, stamp) VALUES (?1, ?2, ?3, ?4)",
+            args![memory, relation, op.as_str(), next_stamp()],
+        )?;
+    }
+    Ok(())
+}
+
 /// Appends one entry for a memory.
 pub fn log_memory(db: &Db, key: MemoryKey, op: ChangeOp) -> Result<()> {
-    let conn = &db.conn;
-    conn.prepare_cached("INSERT INTO changes (memory_key, op, stamp) VALUES (?1, ?2, ?3)")?
-        .execute(params![key.0, op.as_str(), next_stamp()])?;
-    Ok(())
+    append(db, Some(key.0), None, op)
 }
 
 /// Appends one entry for a relation.
 pub fn log_relation(db: &Db, relation_key: i64) -> Result<()> {
-    let conn = &db.conn;
-    conn.prepare_cached(
-        "INSERT INTO changes (relation_key, op, stamp) VALUES (?1, 'relation', ?2)",
-    )?
-    .execute([relation_key, next_stamp()])?;
-    Ok(())
+    append(db, None, Some(relation_key), ChangeOp::Relation)
+}
+
+/// What a PostgreSQL write transaction that appended to the log sends at its commit: other
+/// processes listening on the channel catch up at once instead of at their next poll.
+pub(crate) const NOTIFY: &str = "NOTIFY mnemograph_changes";
+/// The channel of [`NOTIFY`].
+pub(crate) const CHANNEL: &str = "mnemograph_changes";
+
+/// Locks the head of the log for the rest of the open write transaction (PostgreSQL): every
+/// write transaction takes it first, so writers of all processes take turns as SQLite's do, and
+/// a read-then-write inside one (a lease, a unique name) sees every earlier commit.
+pub(crate) fn lock_head(db: &Db) -> Result<()> {
+    db.query_one(
+        "SELECT seq FROM log_head WHERE id = 1 FOR UPDATE",
+        &[],
+        |_| Ok(()),
+    )
 }
 
 /// The newest position of the log (0 when empty).
 pub fn max_seq(db: &Db) -> Result<i64> {
-    let conn = &db.conn;
-    Ok(conn
-        .prepare_cached("SELECT coalesce(max(seq), 0) FROM changes")?
-        .query_row([], |r| r.get(0))?)
+    db.query_one(
+        "SELECT CAST(coalesce(max(seq), 0) AS BIGINT) FROM changes",
+        &[],
+        |r| r.get(0),
+    )
 }
 
 /// The database's identity, made when it was created (or first opened by a version that keeps one).
 pub fn database_id(db: &Db) -> Result<String> {
-    let conn = &db.conn;
-    Ok(conn
-        .prepare_cached("SELECT value FROM meta WHERE key = 'database_id'")?
-        .query_row([], |r| r.get(0))?)
+    db.query_one(
+        "SELECT value FROM meta WHERE key = 'database_id'",
+        &[],
+        |r| r.get(0),
+    )
 }
 
 /// The newest position of the log with its stamp, and the database's id.
 pub fn head(db: &Db) -> Result<LogPosition> {
-    let conn = &db.conn;
-    let (seq, stamp) = conn
-        .prepare_cached("SELECT seq, stamp FROM changes ORDER BY seq DESC LIMIT 1")?
-        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?
+    let (seq, stamp) = db
+        .query_opt(
+            "SELECT seq, stamp FROM changes ORDER BY seq DESC LIMIT 1",
+            &[],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?
         .unwrap_or((0, 0));
     Ok(LogPosition {
         database: database_id(db)?,
@@ -107,13 +143,14 @@ pub fn head(db: &Db) -> Result<LogPosition> {
 /// The position `seq` of this database's log, with its stamp; `None` when the log has no entry
 /// there (it ends before `seq`).
 pub fn position_at(db: &Db, seq: i64) -> Result<Option<LogPosition>> {
-    let conn = &db.conn;
     let stamp = if seq == 0 {
         Some(0)
     } else {
-        conn.prepare_cached("SELECT stamp FROM changes WHERE seq = ?1")?
-            .query_row([seq], |r| r.get(0))
-            .optional()?
+        db.query_opt(
+            "SELECT stamp FROM changes WHERE seq = ?1",
+            args![seq],
+            |r| r.get(0),
+        )?
     };
     Ok(match stamp {
         Some(stamp) => Some(LogPosition {
@@ -134,13 +171,12 @@ pub fn follows(db: &Db, applied: &LogPosition) -> Result<bool> {
 
 /// Memories touched after `after` up to and including `up_to`, each once.
 pub fn memories_changed(db: &Db, after: i64, up_to: i64) -> Result<Vec<MemoryKey>> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(
+    db.query_all(
         "SELECT DISTINCT memory_key FROM changes \
          WHERE seq > ?1 AND seq <= ?2 AND memory_key IS NOT NULL AND op != 'relation'",
-    )?;
-    let rows = stmt.query_map(params![after, up_to], |r| Ok(MemoryKey(r.get(0)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![after, up_to],
+        |r| Ok(MemoryKey(r.get(0)?)),
+    )
 }
 
 /// The memories changed in `(after, up_to]`, each with the position of its newest change and
@@ -166,16 +202,13 @@ pub fn memories_changed_with_rows(
 /// Memories touched after `after` up to and including `up_to`, each once with the position of its
 /// newest entry there.
 pub fn memories_changed_at(db: &Db, after: i64, up_to: i64) -> Result<Vec<(MemoryKey, i64)>> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(
+    db.query_all(
         "SELECT memory_key, max(seq) FROM changes \
          WHERE seq > ?1 AND seq <= ?2 AND memory_key IS NOT NULL AND op != 'relation' \
          GROUP BY memory_key",
-    )?;
-    let rows = stmt.query_map(params![after, up_to], |r| {
-        Ok((MemoryKey(r.get(0)?), r.get(1)?))
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![after, up_to],
+        |r| Ok((MemoryKey(r.get(0)?), r.get(1)?)),
+    )
 }
 
 /// One change-log entry.
@@ -190,22 +223,21 @@ pub struct Change {
 
 /// Entries after `after` up to and including `up_to`, in order.
 pub fn since(db: &Db, after: i64, up_to: i64) -> Result<Vec<Change>> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(
+    db.query_all(
         "SELECT seq, memory_key, relation_key, op FROM changes WHERE seq > ?1 AND seq <= ?2 ORDER BY seq",
-    )?;
-    let rows = stmt.query_map(params![after, up_to], |r| {
-        Ok(Change {
-            seq: r.get(0)?,
-            memory: r.get::<_, Option<i64>>(1)?.map(MemoryKey),
-            relation: r.get(2)?,
-            op: match r.get_ref(3)?.as_str()? {
-                "insert" => ChangeOp::Insert,
-                "delete" => ChangeOp::Delete,
-                "relation" => ChangeOp::Relation,
-                _ => ChangeOp::Upsert,
-            },
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![after, up_to],
+        |r| {
+            Ok(Change {
+                seq: r.get(0)?,
+                memory: r.get::<Option<i64>>(1)?.map(MemoryKey),
+                relation: r.get(2)?,
+                op: match r.get_str(3)? {
+                    "insert" => ChangeOp::Insert,
+                    "delete" => ChangeOp::Delete,
+                    "relation" => ChangeOp::Relation,
+                    _ => ChangeOp::Upsert,
+                },
+            })
+        },
+    )
 }

@@ -1,8 +1,6 @@
 //! History rows: the previous version of a memory or relation before each change.
 
-use rusqlite::params;
-
-use super::Db;
+use super::{Db, args};
 use crate::error::Result;
 use crate::model::{HistoryEntry, Millis};
 
@@ -55,12 +53,10 @@ fn insert(
     previous: &serde_json::Value,
     run: Option<&str>,
 ) -> Result<()> {
-    db.conn
-        .prepare_cached(
-            "INSERT INTO history (entity, entity_key, op, actor, at, previous, run) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?
-        .execute(params![
+    db.execute(
+        "INSERT INTO history (entity, entity_key, op, actor, at, previous, run) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        args![
             entity.as_str(),
             key,
             op,
@@ -68,7 +64,8 @@ fn insert(
             at,
             serde_json::to_string(previous)?,
             run
-        ])?;
+        ],
+    )?;
     Ok(())
 }
 
@@ -85,21 +82,21 @@ pub struct RunEntry {
 
 /// Every change run `run` made, in the order it made them.
 pub fn of_run(db: &Db, run: &str) -> Result<Vec<RunEntry>> {
-    let mut stmt = db.conn.prepare_cached(
+    db.query_all(
         "SELECT seq, entity, entity_key, op, previous FROM history WHERE run = ?1 ORDER BY seq",
-    )?;
-    let rows = stmt.query_map([run], |r| {
-        let entity: String = r.get(1)?;
-        let previous: String = r.get(4)?;
-        Ok(RunEntry {
-            seq: r.get(0)?,
-            entity: Entity::parse(&entity),
-            key: r.get(2)?,
-            op: r.get(3)?,
-            previous: serde_json::from_str(&previous).unwrap_or(serde_json::Value::Null),
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![run],
+        |r| {
+            let entity: String = r.get(1)?;
+            let previous: String = r.get(4)?;
+            Ok(RunEntry {
+                seq: r.get(0)?,
+                entity: Entity::parse(&entity),
+                key: r.get(2)?,
+                op: r.get(3)?,
+                previous: serde_json::from_str(&previous).unwrap_or(serde_json::Value::Null),
+            })
+        },
+    )
 }
 
 /// Changes of one entity recorded after history position `after`: (actor, run) of each.
@@ -109,14 +106,12 @@ pub fn changed_after(
     key: i64,
     after: i64,
 ) -> Result<Vec<(String, Option<String>)>> {
-    let mut stmt = db.conn.prepare_cached(
+    db.query_all(
         "SELECT actor, run FROM history WHERE entity = ?1 AND entity_key = ?2 AND seq > ?3 \
          ORDER BY seq",
-    )?;
-    let rows = stmt.query_map(params![entity.as_str(), key, after], |r| {
-        Ok((r.get(0)?, r.get(1)?))
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![entity.as_str(), key, after],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
 }
 
 /// Keeps `previous` (the version before `op`) of one entity.
@@ -134,19 +129,18 @@ pub fn record(
 
 /// Every kept version of one entity, newest first.
 pub fn of(db: &Db, entity: Entity, key: i64, limit: usize) -> Result<Vec<HistoryEntry>> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(
+    db.query_all(
         "SELECT op, actor, at, previous FROM history WHERE entity = ?1 AND entity_key = ?2 \
          ORDER BY seq DESC LIMIT ?3",
-    )?;
-    let rows = stmt.query_map(params![entity.as_str(), key, limit as i64], |r| {
-        let previous: String = r.get(3)?;
-        Ok(HistoryEntry {
-            op: r.get(0)?,
-            actor: r.get(1)?,
-            at: r.get(2)?,
-            previous: serde_json::from_str(&previous).unwrap_or(serde_json::Value::Null),
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![entity.as_str(), key, limit],
+        |r| {
+            let previous: String = r.get(3)?;
+            Ok(HistoryEntry {
+                op: r.get(0)?,
+                actor: r.get(1)?,
+                at: r.get(2)?,
+                previous: serde_json::from_str(&previous).unwrap_or(serde_json::Value::Null),
+            })
+        },
+    )
 }

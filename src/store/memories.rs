@@ -2,9 +2,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{OptionalExtension, Row, params};
-
-use super::Db;
+use super::{Arg, Db, Row, args};
 use crate::error::Result;
 use crate::model::{Memory, MemoryKey, Millis, NewMemory, Stats};
 
@@ -12,7 +10,7 @@ const COLS: &str = "key, id, namespace, kind, name, content, tags, importance, m
     created_at, updated_at, accessed_at, access_count, valid_from, valid_until, superseded_by, \
     version, deleted_at, merged_into, archived_at, salience, salience_at";
 
-fn from_row(r: &Row<'_>) -> rusqlite::Result<Memory> {
+fn from_row(r: &Row<'_>) -> Result<Memory> {
     let tags: String = r.get(6)?;
     let metadata: String = r.get(8)?;
     Ok(Memory {
@@ -81,33 +79,33 @@ pub fn insert(db: &Db, id: &str, m: &NewMemory, now: Millis) -> Result<Memory> {
 
 /// Inserts a new memory with id `id` and the given timestamps; returns it as stored.
 pub fn insert_with(db: &Db, id: &str, m: &NewMemory, at: Stamps) -> Result<Memory> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(
+    let key = db.query_one(
         "INSERT INTO memories (id, namespace, kind, name, content, tags, importance, metadata, \
          content_hash, created_at, updated_at, valid_from, valid_until, accessed_at, access_count, \
          salience, salience_at, archived_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?7, ?16, ?17)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?7, ?16, ?17) \
+         RETURNING key",
+        args![
+            id,
+            m.namespace,
+            m.kind,
+            m.name,
+            m.content,
+            serde_json::to_string(&m.tags)?,
+            m.importance,
+            serde_json::to_string(&m.metadata)?,
+            content_hash(&m.content),
+            at.created_at,
+            at.updated_at,
+            m.valid_from,
+            m.valid_until,
+            at.accessed_at,
+            at.access_count,
+            at.stored_at,
+            at.archived_at,
+        ],
+        |r| Ok(MemoryKey(r.get(0)?)),
     )?;
-    stmt.execute(params![
-        id,
-        m.namespace,
-        m.kind,
-        m.name,
-        m.content,
-        serde_json::to_string(&m.tags)?,
-        m.importance,
-        serde_json::to_string(&m.metadata)?,
-        content_hash(&m.content),
-        at.created_at,
-        at.updated_at,
-        m.valid_from,
-        m.valid_until,
-        at.accessed_at,
-        at.access_count,
-        at.stored_at,
-        at.archived_at,
-    ])?;
-    let key = MemoryKey(conn.last_insert_rowid());
     Ok(Memory {
         key,
         id: id.to_owned(),
@@ -137,14 +135,12 @@ pub fn insert_with(db: &Db, id: &str, m: &NewMemory, at: Stamps) -> Result<Memor
 /// Writes every mutable field of `m` back (content, tags, validity, …) and bumps nothing itself:
 /// the caller sets `version` and `updated_at`.
 pub fn save(db: &Db, m: &Memory) -> Result<()> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(
+    db.execute(
         "UPDATE memories SET kind = ?2, name = ?3, content = ?4, tags = ?5, importance = ?6, \
          metadata = ?7, content_hash = ?8, updated_at = ?9, valid_from = ?10, valid_until = ?11, \
          superseded_by = ?12, version = ?13, deleted_at = ?14, merged_into = ?15, archived_at = ?16 \
          WHERE key = ?1",
-    )?;
-    stmt.execute(params![
+        args![
         m.key.0,
         m.kind,
         m.name,
@@ -161,7 +157,8 @@ pub fn save(db: &Db, m: &Memory) -> Result<()> {
         m.deleted_at,
         m.merged_into,
         m.archived_at,
-    ])?;
+        ],
+    )?;
     Ok(())
 }
 
@@ -169,27 +166,30 @@ pub fn save(db: &Db, m: &Memory) -> Result<()> {
 /// changes on a survivor, and what undoing it puts back).
 pub fn save_all(db: &Db, m: &Memory) -> Result<()> {
     save(db, m)?;
-    db.conn
-        .prepare_cached(
-            "UPDATE memories SET created_at = ?2, accessed_at = ?3, access_count = ?4, \
-             salience = ?5, salience_at = ?6 WHERE key = ?1",
-        )?
-        .execute(params![
+    db.execute(
+        "UPDATE memories SET created_at = ?2, accessed_at = ?3, access_count = ?4, \
+         salience = ?5, salience_at = ?6 WHERE key = ?1",
+        args![
             m.key.0,
             m.created_at,
             m.accessed_at,
             m.access_count,
             m.salience,
             m.salience_at
-        ])?;
+        ],
+    )?;
     Ok(())
 }
 
 /// The condition of [`unnamed_twin`]. Served by the (namespace, content_hash) index; the other
-/// columns only filter its few rows (`+kind` keeps the planner off the (namespace, kind) index,
-/// which would scan every memory of that kind).
+/// columns only filter its few rows (SQLite's `+kind` keeps its planner off the (namespace,
+/// kind) index, which would scan every memory of that kind).
 const TWIN_WHERE: &str = "namespace = ?1 AND content_hash = ?2 AND deleted_at IS NULL \
     AND name IS NULL AND +kind = ?3 AND valid_from IS ?4 AND valid_until IS ?5 LIMIT 1";
+/// [`TWIN_WHERE`] in PostgreSQL's words.
+const TWIN_WHERE_PG: &str = "namespace = ?1 AND content_hash = ?2 AND deleted_at IS NULL \
+    AND name IS NULL AND kind = ?3 AND valid_from IS NOT DISTINCT FROM ?4 \
+    AND valid_until IS NOT DISTINCT FROM ?5 LIMIT 1";
 
 /// The live unnamed memory of `namespace` that a new unnamed one with this content hash, kind
 /// and validity would repeat (the identity of unnamed memories). Named memories are never
@@ -202,35 +202,29 @@ pub fn unnamed_twin(
     valid_from: Option<Millis>,
     valid_until: Option<Millis>,
 ) -> Result<Option<Memory>> {
-    let conn = &db.conn;
-    let sql = format!("SELECT {COLS} FROM memories WHERE {TWIN_WHERE}");
-    Ok(conn
-        .prepare_cached(&sql)?
-        .query_row(
-            params![namespace, hash, kind, valid_from, valid_until],
-            from_row,
-        )
-        .optional()?)
+    let twin = if db.is_postgres() {
+        TWIN_WHERE_PG
+    } else {
+        TWIN_WHERE
+    };
+    let sql = format!("SELECT {COLS} FROM memories WHERE {twin}");
+    db.query_opt(
+        &sql,
+        args![namespace, hash, kind, valid_from, valid_until],
+        from_row,
+    )
 }
 
 /// A memory by external id, forgotten or not.
 pub fn by_id(db: &Db, id: &str) -> Result<Option<Memory>> {
-    let conn = &db.conn;
     let sql = format!("SELECT {COLS} FROM memories WHERE id = ?1");
-    Ok(conn
-        .prepare_cached(&sql)?
-        .query_row([id], from_row)
-        .optional()?)
+    db.query_opt(&sql, args![id], from_row)
 }
 
 /// A memory by internal key, forgotten or not.
 pub fn by_key(db: &Db, key: MemoryKey) -> Result<Option<Memory>> {
-    let conn = &db.conn;
     let sql = format!("SELECT {COLS} FROM memories WHERE key = ?1");
-    Ok(conn
-        .prepare_cached(&sql)?
-        .query_row([key.0], from_row)
-        .optional()?)
+    db.query_opt(&sql, args![key.0], from_row)
 }
 
 /// The live memory named `name` in `namespace`; when none is live, the most recently forgotten one
@@ -241,16 +235,12 @@ pub fn by_name(
     name: &str,
     include_forgotten: bool,
 ) -> Result<Option<Memory>> {
-    let conn = &db.conn;
     // Two plain statements, so each can use its index (a `deleted_at IS NULL OR ?` condition
     // would defeat the partial index and scan the table).
     let live = format!(
         "SELECT {COLS} FROM memories WHERE namespace = ?1 AND name = ?2 AND deleted_at IS NULL LIMIT 1"
     );
-    let found = conn
-        .prepare_cached(&live)?
-        .query_row(params![namespace, name], from_row)
-        .optional()?;
+    let found = db.query_opt(&live, args![namespace, name], from_row)?;
     if found.is_some() || !include_forgotten {
         return Ok(found);
     }
@@ -258,20 +248,15 @@ pub fn by_name(
         "SELECT {COLS} FROM memories WHERE namespace = ?1 AND name = ?2 AND deleted_at IS NOT NULL \
          ORDER BY deleted_at DESC LIMIT 1"
     );
-    Ok(conn
-        .prepare_cached(&forgotten)?
-        .query_row(params![namespace, name], from_row)
-        .optional()?)
+    db.query_opt(&forgotten, args![namespace, name], from_row)
 }
 
 /// The memories with these keys, in no particular order; unknown keys are skipped.
 pub fn by_keys(db: &Db, keys: &[MemoryKey]) -> Result<Vec<Memory>> {
-    let conn = &db.conn;
     let sql = format!("SELECT {COLS} FROM memories WHERE key = ?1");
-    let mut stmt = conn.prepare_cached(&sql)?;
     let mut out = Vec::with_capacity(keys.len());
     for k in keys {
-        if let Some(m) = stmt.query_row([k.0], from_row).optional()? {
+        if let Some(m) = db.query_opt(&sql, args![k.0], from_row)? {
             out.push(m);
         }
     }
@@ -280,13 +265,10 @@ pub fn by_keys(db: &Db, keys: &[MemoryKey]) -> Result<Vec<Memory>> {
 
 /// Up to `n` live memories with keys above `after`, in key order (for index rebuilds).
 pub fn live_page(db: &Db, after: MemoryKey, n: usize) -> Result<Vec<Memory>> {
-    let conn = &db.conn;
     let sql = format!(
         "SELECT {COLS} FROM memories WHERE key > ?1 AND deleted_at IS NULL ORDER BY key LIMIT ?2"
     );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params![after.0, n as i64], from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    db.query_all(&sql, args![after.0, n], from_row)
 }
 
 /// Up to `n` live memories with keys above `after` in `namespaces` (all for `None`), in key
@@ -297,7 +279,6 @@ pub fn live_page_in(
     after: MemoryKey,
     n: usize,
 ) -> Result<Vec<Memory>> {
-    let conn = &db.conn;
     let Some(namespaces) = namespaces else {
         return live_page(db, after, n);
     };
@@ -306,63 +287,64 @@ pub fn live_page_in(
         "SELECT {COLS} FROM memories WHERE key > ? AND deleted_at IS NULL \
          AND namespace IN ({marks}) ORDER BY key LIMIT ?"
     );
-    let mut args: Vec<rusqlite::types::Value> = vec![after.0.into()];
-    args.extend(namespaces.iter().map(|s| s.clone().into()));
-    args.push((n as i64).into());
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(rusqlite::params_from_iter(args), from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let mut list = vec![Arg::Int(after.0)];
+    list.extend(namespaces.iter().map(|s| Arg::Text(s)));
+    list.push(Arg::Int(n as i64));
+    db.query_all(&sql, &list, from_row)
 }
 
 /// Number of live memories in `namespaces` (all for `None`).
 pub fn count_live(db: &Db, namespaces: Option<&[String]>) -> Result<i64> {
-    let conn = &db.conn;
     match namespaces {
         Some(nss) => count_in(db, nss),
-        None => Ok(conn
-            .prepare_cached("SELECT count(*) FROM memories WHERE deleted_at IS NULL")?
-            .query_row([], |r| r.get(0))?),
+        None => db.query_one(
+            "SELECT count(*) FROM memories WHERE deleted_at IS NULL",
+            &[],
+            |r| r.get(0),
+        ),
     }
 }
 
 /// Number of live memories in `namespaces`.
 pub fn count_in(db: &Db, namespaces: &[String]) -> Result<i64> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(
-        "SELECT count(*) FROM memories WHERE namespace = ?1 AND deleted_at IS NULL",
-    )?;
     let mut n = 0;
     for ns in namespaces {
-        n += stmt.query_row([ns], |r| r.get::<_, i64>(0))?;
+        n += db.query_one(
+            "SELECT count(*) FROM memories WHERE namespace = ?1 AND deleted_at IS NULL",
+            args![ns],
+            |r| r.get::<i64>(0),
+        )?;
     }
     Ok(n)
 }
 
 /// Keys of the live memories in `namespaces`.
 pub fn keys_in(db: &Db, namespaces: &[String]) -> Result<Vec<MemoryKey>> {
-    let conn = &db.conn;
-    let mut stmt = conn
-        .prepare_cached("SELECT key FROM memories WHERE namespace = ?1 AND deleted_at IS NULL")?;
     let mut out = Vec::new();
     for ns in namespaces {
-        let rows = stmt.query_map([ns], |r| Ok(MemoryKey(r.get(0)?)))?;
-        for k in rows {
-            out.push(k?);
-        }
+        db.for_each(
+            "SELECT key FROM memories WHERE namespace = ?1 AND deleted_at IS NULL",
+            args![ns],
+            |r| {
+                out.push(MemoryKey(r.get(0)?));
+                Ok(())
+            },
+        )?;
     }
     Ok(out)
 }
 
 /// Number of live relations touching each of `keys`.
 pub fn relation_counts(db: &Db, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey, i64>> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(
-        "SELECT (SELECT count(*) FROM relations WHERE src = ?1 AND deleted_at IS NULL) + \
-                (SELECT count(*) FROM relations WHERE dst = ?1 AND deleted_at IS NULL)",
-    )?;
     let mut out = HashMap::with_capacity(keys.len());
     for k in keys {
-        out.insert(*k, stmt.query_row([k.0], |r| r.get(0))?);
+        let n = db.query_one(
+            "SELECT (SELECT count(*) FROM relations WHERE src = ?1 AND deleted_at IS NULL) + \
+                    (SELECT count(*) FROM relations WHERE dst = ?1 AND deleted_at IS NULL)",
+            args![k.0],
+            |r| r.get(0),
+        )?;
+        out.insert(*k, n);
     }
     Ok(out)
 }
@@ -375,26 +357,26 @@ pub fn touch(
     now: Millis,
     reinforce: impl Fn(f64, Millis) -> Option<f64>,
 ) -> Result<()> {
-    let conn = &db.conn;
-    let mut read =
-        conn.prepare_cached("SELECT salience, salience_at FROM memories WHERE key = ?1")?;
-    let mut used = conn.prepare_cached(
-        "UPDATE memories SET accessed_at = ?2, access_count = access_count + 1 WHERE key = ?1",
-    )?;
-    let mut reinforced = conn.prepare_cached(
-        "UPDATE memories SET accessed_at = ?2, access_count = access_count + 1, salience = ?3, \
-         salience_at = ?2 WHERE key = ?1",
-    )?;
     for k in keys {
-        let Some((s, at)) = read
-            .query_row([k.0], |r| Ok((r.get::<_, f64>(0)?, r.get::<_, i64>(1)?)))
-            .optional()?
+        let Some((s, at)) = db.query_opt(
+            "SELECT salience, salience_at FROM memories WHERE key = ?1",
+            args![k.0],
+            |r| Ok((r.get::<f64>(0)?, r.get::<i64>(1)?)),
+        )?
         else {
             continue;
         };
         match reinforce(s, at) {
-            Some(s) => reinforced.execute(params![k.0, now, s])?,
-            None => used.execute(params![k.0, now])?,
+            Some(s) => db.execute(
+                "UPDATE memories SET accessed_at = ?2, access_count = access_count + 1, \
+                 salience = ?3, salience_at = ?2 WHERE key = ?1",
+                args![k.0, now, s],
+            )?,
+            None => db.execute(
+                "UPDATE memories SET accessed_at = ?2, access_count = access_count + 1 \
+                 WHERE key = ?1",
+                args![k.0, now],
+            )?,
         };
     }
     Ok(())
@@ -409,50 +391,45 @@ pub fn scan_page(
     n: usize,
     archived: bool,
 ) -> Result<Vec<Memory>> {
-    let conn = &db.conn;
     let sql = format!(
         "SELECT {COLS} FROM memories WHERE namespace = ?1 AND key > ?2 AND deleted_at IS NULL \
          AND (?4 OR archived_at IS NULL) ORDER BY key LIMIT ?3"
     );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params![namespace, after.0, n as i64, archived], from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    db.query_all(&sql, args![namespace, after.0, n, archived], from_row)
 }
 
 /// Groups of two or more live, unarchived memories of `namespace` that share kind, content and
 /// validity, as keys in key order (exact repeats, for consolidation).
 pub fn exact_repeats(db: &Db, namespace: &str) -> Result<Vec<Vec<MemoryKey>>> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(
+    let sql = if db.is_postgres() {
+        "SELECT string_agg(CAST(key AS TEXT), ',' ORDER BY key) FROM memories \
+         WHERE namespace = ?1 AND deleted_at IS NULL AND archived_at IS NULL \
+         GROUP BY kind, content_hash, valid_from, valid_until HAVING count(*) > 1"
+    } else {
         "SELECT group_concat(key) FROM (SELECT key, kind, content_hash, valid_from, valid_until \
          FROM memories WHERE namespace = ?1 AND deleted_at IS NULL AND archived_at IS NULL \
-         ORDER BY key) GROUP BY kind, content_hash, valid_from, valid_until HAVING count(*) > 1",
-    )?;
-    let rows = stmt.query_map([namespace], |r| r.get::<_, String>(0))?;
-    let mut out = Vec::new();
-    for row in rows {
-        let keys: Vec<MemoryKey> = row?
+         ORDER BY key) GROUP BY kind, content_hash, valid_from, valid_until HAVING count(*) > 1"
+    };
+    db.query_all(sql, args![namespace], |r| {
+        Ok(r.get_str(0)?
             .split(',')
             .filter_map(|k| k.parse().ok().map(MemoryKey))
-            .collect();
-        out.push(keys);
-    }
-    Ok(out)
+            .collect())
+    })
 }
 
 /// The namespaces that hold at least one memory, forgotten or not, in name order.
 pub fn namespaces(db: &Db) -> Result<Vec<String>> {
-    let conn = &db.conn;
-    let mut stmt =
-        conn.prepare_cached("SELECT DISTINCT namespace FROM memories ORDER BY namespace")?;
-    let rows = stmt.query_map([], |r| r.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    db.query_all(
+        "SELECT DISTINCT namespace FROM memories ORDER BY namespace",
+        &[],
+        |r| r.get(0),
+    )
 }
 
 /// Counts per namespace and kind of live memories, and totals; of `namespaces` only when given
 /// (a relation counts when both its ends are in them).
 pub fn stats(db: &Db, namespaces: Option<&[String]>) -> Result<Stats> {
-    let conn = &db.conn;
     // `?1, ?2, …` for the namespaces, and the condition on a memory's namespace (the empty
     // list matches nothing).
     let list = namespaces.map(|nss| {
@@ -463,20 +440,18 @@ pub fn stats(db: &Db, namespaces: Option<&[String]>) -> Result<Stats> {
     });
     let within = |column: &str| match &list {
         None => String::new(),
-        Some(l) if l.is_empty() => " AND 0".to_owned(),
+        Some(l) if l.is_empty() => " AND 1 = 0".to_owned(),
         Some(l) => format!(" AND {column} IN ({l})"),
     };
-    let args = namespaces.unwrap_or(&[]);
+    let list: Vec<Arg<'_>> = namespaces
+        .unwrap_or(&[])
+        .iter()
+        .map(|s| Arg::Text(s))
+        .collect();
     let group = |sql: &str| -> Result<Vec<(String, i64)>> {
-        let mut stmt = conn.prepare(sql)?;
-        let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        db.query_all(sql, &list, |r| Ok((r.get(0)?, r.get(1)?)))
     };
-    let one = |sql: &str| -> Result<i64> {
-        Ok(conn.query_row(sql, rusqlite::params_from_iter(args), |r| r.get(0))?)
-    };
+    let one = |sql: &str| -> Result<i64> { db.query_one(sql, &list, |r| r.get(0)) };
     let ns = within("namespace");
     let by_namespace = group(&format!(
         "SELECT namespace, count(*) FROM memories WHERE deleted_at IS NULL{ns} \
@@ -525,25 +500,35 @@ pub fn shared_slots(
         return Ok(Vec::new());
     }
     let marks = vec!["?"; attributes.len()].join(", ");
-    let slot = "json_extract(metadata, '$.subject')";
-    let attr = "lower(json_extract(metadata, '$.attribute'))";
+    let (slot, attr, is_json) = if db.is_postgres() {
+        // Metadata is always written as a JSON object, so the cast cannot fail.
+        (
+            "(CAST(metadata AS JSONB) ->> 'subject')",
+            "lower(CAST(metadata AS JSONB) ->> 'attribute')",
+            "jsonb_typeof(CAST(metadata AS JSONB) -> 'subject') = 'string'",
+        )
+    } else {
+        (
+            "json_extract(metadata, '$.subject')",
+            "lower(json_extract(metadata, '$.attribute'))",
+            "json_valid(metadata) AND json_type(metadata, '$.subject') = 'text'",
+        )
+    };
     let live = format!(
         "namespace = ?1 AND deleted_at IS NULL AND archived_at IS NULL \
-         AND (valid_until IS NULL OR valid_until > ?2) AND json_valid(metadata) \
-         AND json_type(metadata, '$.subject') = 'text' AND {attr} IN ({marks})"
+         AND (valid_until IS NULL OR valid_until > ?2) AND {is_json} AND {attr} IN ({marks})"
     );
     let sql = format!(
         "SELECT {COLS} FROM memories WHERE {live} AND ({slot}, {attr}) IN ( \
            SELECT {slot}, {attr} FROM memories WHERE {live} GROUP BY 1, 2 HAVING count(*) > 1) \
          ORDER BY {slot}, {attr}, coalesce(valid_from, created_at), key"
     );
-    let mut args: Vec<rusqlite::types::Value> = vec![namespace.to_owned().into(), now.into()];
+    let lowered: Vec<String> = attributes.iter().map(|a| a.to_lowercase()).collect();
+    let mut list = vec![Arg::Text(namespace), Arg::Int(now)];
     for _ in 0..2 {
-        args.extend(attributes.iter().map(|a| a.to_lowercase().into()));
+        list.extend(lowered.iter().map(|a| Arg::Text(a)));
     }
-    let mut stmt = db.conn.prepare(&sql)?;
-    let rows = stmt.query_map(rusqlite::params_from_iter(args), from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    db.query_all(&sql, &list, from_row)
 }
 
 #[cfg(test)]
@@ -582,15 +567,11 @@ mod tests {
                 assert!(twin("note", Some(5))?.is_none());
                 insert(tx, "m_dated", &new(None, "note", Some(5)), 1)?;
                 assert_eq!(twin("note", Some(5))?.map(|m| m.id), Some("m_dated".into()));
-                let plan: Vec<String> = tx
-                    .conn
-                    .prepare(&format!(
-                        "EXPLAIN QUERY PLAN SELECT key FROM memories WHERE {TWIN_WHERE}"
-                    ))?
-                    .query_map(params!["default", hash, "note", 5, None::<i64>], |r| {
-                        r.get::<_, String>(3)
-                    })?
-                    .collect::<rusqlite::Result<_>>()?;
+                let plan: Vec<String> = tx.query_all(
+                    &format!("EXPLAIN QUERY PLAN SELECT key FROM memories WHERE {TWIN_WHERE}"),
+                    args!["default", hash, "note", 5, None::<i64>],
+                    |r| r.get(3),
+                )?;
                 assert!(plan.iter().any(|p| p.contains("memories_hash")), "{plan:?}");
                 Ok(())
             })

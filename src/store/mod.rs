@@ -1,7 +1,9 @@
 //! All SQL of mnemograph: the schema and its migrations, memories, relations, history, the change
 //! log and task rows. SQLite is the source of truth; nothing else in the crate speaks SQL.
 
+mod pg;
 mod schema;
+mod sql;
 
 pub mod changes;
 pub mod history;
@@ -12,7 +14,7 @@ pub mod runs;
 pub mod tasks;
 pub mod vectors;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -22,34 +24,49 @@ use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
 use crate::lock;
 
+pub use pg::Listener;
 pub use schema::{OLDEST_SUPPORTED_SCHEMA, SCHEMA_VERSION};
+use sql::Conn;
+pub(crate) use sql::args;
+pub use sql::{Arg, FromColumn, Row, Scalar, ToArg};
 
 /// Most idle read connections kept for reuse.
 const MAX_IDLE_READERS: usize = 4;
 
-/// The database: one connection for writes, a small pool for reads (WAL lets them run together).
+/// The database: one connection for writes, a small pool for reads (SQLite's WAL and
+/// PostgreSQL's snapshots let them run together).
 pub struct Store {
-    path: std::path::PathBuf,
-    busy_timeout: Duration,
-    durability: Durability,
-    writer: Mutex<Db>,
+    backend: Backend,
+    writer: Mutex<Option<Db>>,
     readers: Mutex<Vec<Db>>,
 }
 
+/// Where the store's connections go.
+enum Backend {
+    /// A SQLite file.
+    Lite {
+        path: PathBuf,
+        busy_timeout: Duration,
+        durability: Durability,
+    },
+    /// A PostgreSQL database.
+    Pg(Box<pg::Target>),
+}
+
 /// The database as [`Store::read`], [`Store::snapshot`] and [`Store::write`] lend it: what every
-/// store function takes. Callers pass it on; only `store` reaches the SQLite connection inside.
+/// store function takes. Callers pass it on; only `store` reaches the connection inside.
 pub struct Db {
-    conn: Connection,
+    conn: Conn,
 }
 
 /// Rolls back the open write transaction when dropped before its commit: on an error, and while
 /// unwinding from a panic in the caller's closure.
-struct RollbackUnlessCommitted<'a>(&'a Connection);
+struct RollbackUnlessCommitted<'a>(&'a Db);
 
 impl Drop for RollbackUnlessCommitted<'_> {
     fn drop(&mut self) {
-        if !self.0.is_autocommit()
-            && let Err(e) = self.0.execute_batch("ROLLBACK")
+        if self.0.in_transaction()
+            && let Err(e) = self.0.transaction_step("ROLLBACK", false)
         {
             // The next write rolls back before it begins.
             tracing::warn!(error = %e, "could not roll back a failed write");
@@ -58,43 +75,67 @@ impl Drop for RollbackUnlessCommitted<'_> {
 }
 
 impl Store {
-    /// Opens (creating it and its folder when missing) and migrates the database of `cfg`.
+    /// Opens (creating it when missing) and migrates the database of `cfg`: the PostgreSQL
+    /// database its URL names, else the SQLite file (and its folder).
     pub fn open(cfg: &Config) -> Result<Store> {
-        if let Some(dir) = cfg.db_path.parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir)?;
-        }
-        let busy_timeout = Duration::from_millis(cfg.busy_timeout_ms);
-        // Processes starting together on a new file race to switch it to WAL and migrate it;
-        // SQLite answers some of those steps with "locked" at once instead of waiting, so the
-        // loser tries again (the migration itself skips what the winner did).
-        let deadline = std::time::Instant::now() + busy_timeout;
-        let writer = loop {
-            let attempt = open_connection(&cfg.db_path, busy_timeout, cfg.durability)
-                .and_then(|mut c| schema::migrate(&mut c).map(|()| c));
-            match attempt {
-                Err(Error::Sqlite(e))
-                    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
-                        && std::time::Instant::now() < deadline =>
-                {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                other => break other?,
+        let (backend, writer) = match &cfg.postgres {
+            Some(url) => {
+                let target = pg::Target::parse(url)?;
+                let writer = target.connect()?;
+                pg::migrate(&writer)?;
+                (Backend::Pg(Box::new(target)), writer)
             }
+            None => open_sqlite(cfg)?,
         };
         Ok(Store {
-            path: cfg.db_path.clone(),
-            busy_timeout,
-            durability: cfg.durability,
-            writer: Mutex::new(Db { conn: writer }),
+            backend,
+            writer: Mutex::new(Some(writer)),
             readers: Mutex::new(Vec::new()),
         })
     }
 
-    /// Path of the database file.
+    /// Path of the database file (for PostgreSQL, an empty path).
     pub fn path(&self) -> &Path {
-        &self.path
+        match &self.backend {
+            Backend::Lite { path, .. } => path,
+            Backend::Pg(_) => Path::new(""),
+        }
+    }
+
+    /// True when the store is a PostgreSQL database.
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.backend, Backend::Pg(_))
+    }
+
+    /// The database as logs and reports name it: the file's path, or the PostgreSQL URL without
+    /// its password.
+    pub fn describe(&self) -> String {
+        match &self.backend {
+            Backend::Lite { path, .. } => path.display().to_string(),
+            Backend::Pg(t) => t.describe(),
+        }
+    }
+
+    fn connect(&self) -> Result<Db> {
+        match &self.backend {
+            Backend::Lite {
+                path,
+                busy_timeout,
+                durability,
+            } => Ok(Db {
+                conn: Conn::Lite(open_connection(path, *busy_timeout, *durability)?),
+            }),
+            Backend::Pg(t) => t.connect(),
+        }
+    }
+
+    /// A listener for other processes' commits to the change log: on PostgreSQL only (`None` on
+    /// SQLite, whose processes read the log's head instead).
+    pub fn listen(&self) -> Result<Option<Listener>> {
+        match &self.backend {
+            Backend::Lite { .. } => Ok(None),
+            Backend::Pg(t) => Listener::start(t).map(Some),
+        }
     }
 
     /// Runs `f` on a read connection (a consistent snapshot for the duration of `f` when it opens
@@ -102,14 +143,12 @@ impl Store {
     pub fn read<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
         let db = lock::lock(&self.readers).pop();
         let db = match db {
-            Some(db) => db,
-            None => Db {
-                conn: open_connection(&self.path, self.busy_timeout, self.durability)?,
-            },
+            Some(db) if !db.is_broken() => db,
+            _ => self.connect()?,
         };
         let res = f(&db);
         let mut pool = lock::lock(&self.readers);
-        if pool.len() < MAX_IDLE_READERS {
+        if pool.len() < MAX_IDLE_READERS && !db.is_broken() && !db.in_transaction() {
             pool.push(db);
         }
         res
@@ -117,71 +156,149 @@ impl Store {
 
     /// Runs `f` inside one read transaction: every statement sees the same snapshot.
     pub fn snapshot<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
+        let begin = if self.is_postgres() {
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        } else {
+            "BEGIN DEFERRED"
+        };
         self.read(|db| {
-            db.conn.execute_batch("BEGIN DEFERRED")?;
+            db.transaction_step(begin, true)?;
+            let _open = RollbackUnlessCommitted(db);
             let res = f(db);
-            db.conn.execute_batch("COMMIT")?;
+            db.transaction_step("COMMIT", false)?;
             res
         })
     }
 
-    /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`, so concurrent writers queue on the
-    /// busy timeout instead of failing); commits when `f` succeeds, rolls back otherwise. A panic
-    /// in `f` rolls back too (the transaction is dropped while unwinding), and the next write
-    /// goes on with the same connection.
+    /// Runs `f` in one write transaction; commits when `f` succeeds, rolls back otherwise. A
+    /// panic in `f` rolls back too (the transaction is dropped while unwinding), and the next
+    /// write goes on with the same connection. Writers take turns, within a process and across
+    /// processes: SQLite's `BEGIN IMMEDIATE` queues them on the busy timeout; on PostgreSQL
+    /// every write transaction first locks the change log's head row (see [`changes`]).
     pub fn write<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
-        let db = lock::lock(&self.writer);
-        if !db.conn.is_autocommit() {
-            // Only when a rollback while unwinding failed: never start inside a stale transaction.
-            db.conn.execute_batch("ROLLBACK")?;
+        let mut slot = lock::lock(&self.writer);
+        if slot.as_ref().is_none_or(Db::is_broken) {
+            *slot = None;
+            *slot = Some(self.connect()?);
         }
-        db.conn.execute_batch("BEGIN IMMEDIATE")?;
-        let _open = RollbackUnlessCommitted(&db.conn);
-        let out = f(&db)?;
-        db.conn.execute_batch("COMMIT")?;
+        let Some(db) = slot.as_ref() else {
+            return Err(Error::Internal("no write connection".into()));
+        };
+        if db.in_transaction() {
+            // Only when a rollback while unwinding failed: never start inside a stale transaction.
+            db.transaction_step("ROLLBACK", false)?;
+        }
+        match &self.backend {
+            Backend::Lite { .. } => db.transaction_step("BEGIN IMMEDIATE", true)?,
+            Backend::Pg(_) => {
+                db.transaction_step("BEGIN", true)?;
+                changes::lock_head(db)?;
+            }
+        }
+        let _open = RollbackUnlessCommitted(db);
+        let out = f(db)?;
+        if db.take_logged() {
+            // Delivered at the commit, to every process that listens (see `changes`).
+            db.batch(changes::NOTIFY)?;
+        }
+        db.transaction_step("COMMIT", false)?;
         Ok(out)
     }
 
     /// Copies the write-ahead log into the database file as far as no other reader needs it,
     /// without waiting (as closing the last connection does): for a process that ends while
-    /// another thread still holds the store.
+    /// another thread still holds the store. Nothing to do on PostgreSQL.
     pub fn checkpoint(&self) -> Result<()> {
-        let db = lock::lock(&self.writer);
-        db.conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+        if self.is_postgres() {
+            return Ok(());
+        }
+        let slot = lock::lock(&self.writer);
+        if let Some(Db {
+            conn: Conn::Lite(c),
+        }) = slot.as_ref()
+        {
+            c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+        }
         Ok(())
     }
 
     /// Schema version of the open database.
     pub fn schema_version(&self) -> Result<i64> {
-        self.read(|db| {
-            Ok(db
-                .conn
-                .pragma_query_value(None, "user_version", |r| r.get(0))?)
+        self.read(|db| match &db.conn {
+            Conn::Lite(c) => Ok(c.pragma_query_value(None, "user_version", |r| r.get(0))?),
+            Conn::Pg(_) => pg::schema_version(db),
         })
     }
 
-    /// Runs SQLite's own consistency check; returns its complaints (empty when healthy).
+    /// Runs SQLite's own consistency check; returns its complaints (empty when healthy). On
+    /// PostgreSQL, which checks its pages itself, always empty.
     pub fn integrity_check(&self) -> Result<Vec<String>> {
-        self.read(|db| {
-            let mut stmt = db.conn.prepare("PRAGMA integrity_check")?;
-            let rows: Vec<String> = stmt
-                .query_map([], |r| r.get::<_, String>(0))?
-                .collect::<rusqlite::Result<_>>()?;
-            Ok(rows.into_iter().filter(|r| r != "ok").collect())
+        self.read(|db| match &db.conn {
+            Conn::Lite(c) => {
+                let mut stmt = c.prepare("PRAGMA integrity_check")?;
+                let rows: Vec<String> = stmt
+                    .query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                Ok(rows.into_iter().filter(|r| r != "ok").collect())
+            }
+            Conn::Pg(_) => Ok(Vec::new()),
         })
     }
 
-    /// Size of the database file plus its write-ahead log, in bytes.
+    /// Size of the database file plus its write-ahead log, in bytes (of the PostgreSQL
+    /// database, as the server reports it).
     pub fn size_bytes(&self) -> u64 {
-        let mut wal = self.path.clone().into_os_string();
-        wal.push("-wal");
-        [self.path.as_os_str(), wal.as_os_str()]
-            .iter()
-            .filter_map(|p| std::fs::metadata(p).ok())
-            .map(|m| m.len())
-            .sum()
+        match &self.backend {
+            Backend::Lite { path, .. } => {
+                let mut wal = path.clone().into_os_string();
+                wal.push("-wal");
+                [path.as_os_str(), wal.as_os_str()]
+                    .iter()
+                    .filter_map(|p| std::fs::metadata(p).ok())
+                    .map(|m| m.len())
+                    .sum()
+            }
+            Backend::Pg(_) => self.read(pg::size_bytes).unwrap_or(0),
+        }
     }
+}
+
+/// Opens the SQLite file of `cfg` (and its folder), migrated: the backend and the writer.
+fn open_sqlite(cfg: &Config) -> Result<(Backend, Db)> {
+    if let Some(dir) = cfg.db_path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    let busy_timeout = Duration::from_millis(cfg.busy_timeout_ms);
+    // Processes starting together on a new file race to switch it to WAL and migrate it;
+    // SQLite answers some of those steps with "locked" at once instead of waiting, so the
+    // loser tries again (the migration itself skips what the winner did).
+    let deadline = std::time::Instant::now() + busy_timeout;
+    let writer = loop {
+        let attempt = open_connection(&cfg.db_path, busy_timeout, cfg.durability)
+            .and_then(|mut c| schema::migrate(&mut c).map(|()| c));
+        match attempt {
+            Err(Error::Sqlite(e))
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => break other?,
+        }
+    };
+    let backend = Backend::Lite {
+        path: cfg.db_path.clone(),
+        busy_timeout,
+        durability: cfg.durability,
+    };
+    Ok((
+        backend,
+        Db {
+            conn: Conn::Lite(writer),
+        },
+    ))
 }
 
 fn open_connection(
@@ -230,15 +347,14 @@ pub fn new_id(prefix: &str) -> String {
 /// Runs `f` inside a savepoint of the open transaction: when `f` fails, its writes are undone and
 /// the rest of the transaction goes on (one bad item of a batch leaves nothing half-written).
 pub fn in_savepoint<T>(db: &Db, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    let conn = &db.conn;
-    conn.execute_batch("SAVEPOINT item")?;
+    db.batch("SAVEPOINT item")?;
     match f() {
         Ok(v) => {
-            conn.execute_batch("RELEASE item")?;
+            db.batch("RELEASE item")?;
             Ok(v)
         }
         Err(e) => {
-            conn.execute_batch("ROLLBACK TO item; RELEASE item")?;
+            db.batch("ROLLBACK TO item; RELEASE item")?;
             Err(e)
         }
     }
@@ -274,7 +390,7 @@ mod tests {
             let store = Store::open(&cfg).unwrap();
             let synchronous = |db: &Db| -> Result<i64> {
                 Ok(db
-                    .conn
+                    .lite()
                     .pragma_query_value(None, "synchronous", |r| r.get(0))?)
             };
             assert_eq!(store.write(synchronous).unwrap(), level, "{durability:?}");
@@ -288,7 +404,7 @@ mod tests {
         store
             .write(|db| {
                 Ok(db
-                    .conn
+                    .lite()
                     .pragma_update(None, "user_version", SCHEMA_VERSION + 1)?)
             })
             .unwrap();

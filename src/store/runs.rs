@@ -1,9 +1,7 @@
 //! Consolidation runs and leases: a row per run (who started it, policy, steps, counts,
 //! checkpoint, state) and one lease row per job, so one run at a time holds the database.
 
-use rusqlite::{OptionalExtension, Row, params};
-
-use super::Db;
+use super::{Db, Row, args};
 use crate::error::Result;
 use crate::model::{Millis, RunRow};
 
@@ -15,7 +13,7 @@ fn json(s: Option<String>) -> serde_json::Value {
         .unwrap_or(serde_json::Value::Null)
 }
 
-fn from_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
+fn from_row(r: &Row<'_>) -> Result<RunRow> {
     let list = |s: String| serde_json::from_str::<Vec<String>>(&s).unwrap_or_default();
     let checkpoint: Option<String> = r.get(7)?;
     Ok(RunRow {
@@ -37,11 +35,11 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
 
 /// Stores a new run.
 pub fn insert(db: &Db, run: &RunRow) -> Result<()> {
-    db.conn
-        .prepare_cached(&format!(
+    db.execute(
+        &format!(
             "INSERT INTO runs ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
-        ))?
-        .execute(params![
+        ),
+        args![
             run.id,
             run.started_by,
             serde_json::to_string(&run.namespaces)?,
@@ -58,46 +56,47 @@ pub fn insert(db: &Db, run: &RunRow) -> Result<()> {
             run.ended_at,
             run.undone_at,
             run.undone_by,
-        ])?;
+        ],
+    )?;
     Ok(())
 }
 
 /// A run by id.
 pub fn get(db: &Db, id: &str) -> Result<Option<RunRow>> {
-    Ok(db
-        .conn
-        .prepare_cached(&format!("SELECT {COLS} FROM runs WHERE id = ?1"))?
-        .query_row([id], from_row)
-        .optional()?)
+    db.query_opt(
+        &format!("SELECT {COLS} FROM runs WHERE id = ?1"),
+        args![id],
+        from_row,
+    )
 }
 
 /// The newest `limit` runs, newest first.
 pub fn list(db: &Db, limit: usize) -> Result<Vec<RunRow>> {
-    let mut stmt = db.conn.prepare_cached(&format!(
-        "SELECT {COLS} FROM runs ORDER BY started_at DESC, id LIMIT ?1"
-    ))?;
-    let rows = stmt.query_map([limit as i64], from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    db.query_all(
+        &format!("SELECT {COLS} FROM runs ORDER BY started_at DESC, id LIMIT ?1"),
+        args![limit],
+        from_row,
+    )
 }
 
 /// The newest run started by `started_by`.
 pub fn newest_by(db: &Db, started_by: &str) -> Result<Option<RunRow>> {
-    Ok(db
-        .conn
-        .prepare_cached(&format!(
+    db.query_opt(
+        &format!(
             "SELECT {COLS} FROM runs WHERE started_by = ?1 ORDER BY started_at DESC, id LIMIT 1"
-        ))?
-        .query_row([started_by], from_row)
-        .optional()?)
+        ),
+        args![started_by],
+        from_row,
+    )
 }
 
 /// Runs in state `state`.
 pub fn in_state(db: &Db, state: &str) -> Result<Vec<RunRow>> {
-    let mut stmt = db.conn.prepare_cached(&format!(
-        "SELECT {COLS} FROM runs WHERE state = ?1 ORDER BY started_at"
-    ))?;
-    let rows = stmt.query_map([state], from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    db.query_all(
+        &format!("SELECT {COLS} FROM runs WHERE state = ?1 ORDER BY started_at"),
+        args![state],
+        from_row,
+    )
 }
 
 /// Saves a run's counts and checkpoint (in the transaction of the batch they describe).
@@ -107,13 +106,14 @@ pub fn save_progress(
     counts: &serde_json::Value,
     checkpoint: Option<&serde_json::Value>,
 ) -> Result<()> {
-    db.conn
-        .prepare_cached("UPDATE runs SET counts = ?2, checkpoint = ?3 WHERE id = ?1")?
-        .execute(params![
+    db.execute(
+        "UPDATE runs SET counts = ?2, checkpoint = ?3 WHERE id = ?1",
+        args![
             id,
             serde_json::to_string(counts)?,
             checkpoint.map(serde_json::to_string).transpose()?
-        ])?;
+        ],
+    )?;
     Ok(())
 }
 
@@ -125,19 +125,19 @@ pub fn finish(
     counts: &serde_json::Value,
     at: Millis,
 ) -> Result<()> {
-    db.conn
-        .prepare_cached("UPDATE runs SET state = ?2, counts = ?3, ended_at = ?4 WHERE id = ?1")?
-        .execute(params![id, state, serde_json::to_string(counts)?, at])?;
+    db.execute(
+        "UPDATE runs SET state = ?2, counts = ?3, ended_at = ?4 WHERE id = ?1",
+        args![id, state, serde_json::to_string(counts)?, at],
+    )?;
     Ok(())
 }
 
 /// Marks a run undone.
 pub fn set_undone(db: &Db, id: &str, at: Millis, by: &str) -> Result<()> {
-    db.conn
-        .prepare_cached(
-            "UPDATE runs SET state = 'undone', undone_at = ?2, undone_by = ?3 WHERE id = ?1",
-        )?
-        .execute(params![id, at, by])?;
+    db.execute(
+        "UPDATE runs SET state = 'undone', undone_at = ?2, undone_by = ?3 WHERE id = ?1",
+        args![id, at, by],
+    )?;
     Ok(())
 }
 
@@ -159,45 +159,45 @@ pub fn take_lease(
     now: Millis,
     stale_ms: i64,
 ) -> Result<std::result::Result<(), Lease>> {
-    let current = db
-        .conn
-        .prepare_cached("SELECT holder, run_id, heartbeat_at FROM leases WHERE name = ?1")?
-        .query_row([name], |r| {
+    let current = db.query_opt(
+        "SELECT holder, run_id, heartbeat_at FROM leases WHERE name = ?1",
+        args![name],
+        |r| {
             Ok(Lease {
                 holder: r.get(0)?,
                 run_id: r.get(1)?,
                 heartbeat_at: r.get(2)?,
             })
-        })
-        .optional()?;
+        },
+    )?;
     if let Some(l) = current
         && l.holder != holder
         && now - l.heartbeat_at < stale_ms
     {
         return Ok(Err(l));
     }
-    db.conn
-        .prepare_cached(
-            "INSERT INTO leases (name, holder, run_id, heartbeat_at) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT (name) DO UPDATE SET holder = ?2, run_id = ?3, heartbeat_at = ?4",
-        )?
-        .execute(params![name, holder, run_id, now])?;
+    db.execute(
+        "INSERT INTO leases (name, holder, run_id, heartbeat_at) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (name) DO UPDATE SET holder = ?2, run_id = ?3, heartbeat_at = ?4",
+        args![name, holder, run_id, now],
+    )?;
     Ok(Ok(()))
 }
 
 /// Renews `holder`'s lease; false when it lost it.
 pub fn renew_lease(db: &Db, name: &str, holder: &str, now: Millis) -> Result<bool> {
-    let n = db
-        .conn
-        .prepare_cached("UPDATE leases SET heartbeat_at = ?3 WHERE name = ?1 AND holder = ?2")?
-        .execute(params![name, holder, now])?;
+    let n = db.execute(
+        "UPDATE leases SET heartbeat_at = ?3 WHERE name = ?1 AND holder = ?2",
+        args![name, holder, now],
+    )?;
     Ok(n == 1)
 }
 
 /// Gives lease `name` up when `holder` has it.
 pub fn release_lease(db: &Db, name: &str, holder: &str) -> Result<()> {
-    db.conn
-        .prepare_cached("DELETE FROM leases WHERE name = ?1 AND holder = ?2")?
-        .execute(params![name, holder])?;
+    db.execute(
+        "DELETE FROM leases WHERE name = ?1 AND holder = ?2",
+        args![name, holder],
+    )?;
     Ok(())
 }

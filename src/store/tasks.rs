@@ -2,9 +2,7 @@
 //! a live row (`working`, or `input_required` while it waits for the client) belongs to the
 //! process whose `boot_id` it carries while its heartbeat is fresh.
 
-use rusqlite::{OptionalExtension, Row, params};
-
-use super::Db;
+use super::{Db, Row, args};
 use crate::error::Result;
 use crate::model::{Millis, TaskRow, TaskState};
 
@@ -19,13 +17,13 @@ fn json(s: Option<String>) -> Option<serde_json::Value> {
     s.and_then(|s| serde_json::from_str(&s).ok())
 }
 
-fn from_row(r: &Row<'_>) -> rusqlite::Result<TaskRow> {
+fn from_row(r: &Row<'_>) -> Result<TaskRow> {
     Ok(TaskRow {
         id: r.get(0)?,
         owner: r.get(1)?,
         tool: r.get(2)?,
         arguments: json(r.get(3)?).unwrap_or(serde_json::Value::Null),
-        status: TaskState::parse(r.get_ref(4)?.as_str()?),
+        status: TaskState::parse(r.get_str(4)?),
         status_message: r.get(5)?,
         progress: json(r.get(6)?).unwrap_or(serde_json::Value::Null),
         result: json(r.get(7)?),
@@ -48,11 +46,11 @@ fn text(v: &Option<serde_json::Value>) -> Option<String> {
 }
 
 pub fn insert(db: &Db, t: &TaskRow) -> Result<()> {
-    let conn = &db.conn;
-    conn.prepare_cached(&format!(
-        "INSERT INTO tasks ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
-    ))?
-    .execute(params![
+    db.execute(
+        &format!(
+            "INSERT INTO tasks ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
+        ),
+        args![
         t.id,
         t.owner,
         t.tool,
@@ -72,16 +70,17 @@ pub fn insert(db: &Db, t: &TaskRow) -> Result<()> {
         t.cancel_requested,
         text(&t.input_requests),
         text(&t.input_responses),
-    ])?;
+        ],
+    )?;
     Ok(())
 }
 
 pub fn get(db: &Db, id: &str) -> Result<Option<TaskRow>> {
-    let conn = &db.conn;
-    Ok(conn
-        .prepare_cached(&format!("SELECT {COLS} FROM tasks WHERE id = ?1"))?
-        .query_row([id], from_row)
-        .optional()?)
+    db.query_opt(
+        &format!("SELECT {COLS} FROM tasks WHERE id = ?1"),
+        args![id],
+        from_row,
+    )
 }
 
 /// Records progress of a live task this process runs (the status message only while it works,
@@ -96,19 +95,23 @@ pub fn heartbeat(
     checkpoint: Option<&serde_json::Value>,
     now: Millis,
 ) -> Result<Option<bool>> {
-    let conn = &db.conn;
-    Ok(conn
-        .prepare_cached(&format!(
+    db.query_opt(
+        &format!(
             "UPDATE tasks SET status_message = CASE status WHEN 'working' THEN ?3 ELSE status_message END, \
              progress = ?4, checkpoint = coalesce(?5, checkpoint), \
              heartbeat_at = ?6, updated_at = ?6 WHERE id = ?1 AND boot_id = ?2 AND {LIVE} \
              RETURNING cancel_requested"
-        ))?
-        .query_row(
-            params![id, boot_id, status_message, progress.to_string(), checkpoint.map(|c| c.to_string()), now],
-            |r| r.get(0),
-        )
-        .optional()?)
+        ),
+        args![
+            id,
+            boot_id,
+            status_message,
+            progress.to_string(),
+            checkpoint.map(|c| c.to_string()),
+            now
+        ],
+        |r| r.get(0),
+    )
 }
 
 /// Moves a live task of this process to a terminal state; false when it was not ours or not live.
@@ -124,14 +127,13 @@ pub fn finish(
     error: Option<&serde_json::Value>,
     now: Millis,
 ) -> Result<bool> {
-    let conn = &db.conn;
-    let n = conn
-        .prepare_cached(&format!(
+    let n = db.execute(
+        &format!(
             "UPDATE tasks SET status = ?3, status_message = ?4, progress = ?5, result = ?6, error = ?7, \
              input_requests = NULL, updated_at = ?8, heartbeat_at = ?8 \
              WHERE id = ?1 AND boot_id = ?2 AND {LIVE}"
-        ))?
-        .execute(params![
+        ),
+        args![
             id,
             boot_id,
             status.as_str(),
@@ -140,70 +142,69 @@ pub fn finish(
             result.map(|v| v.to_string()),
             error.map(|v| v.to_string()),
             now
-        ])?;
+        ],
+    )?;
     Ok(n == 1)
 }
 
 /// Asks the process running a task to stop it.
 pub fn request_cancel(db: &Db, id: &str, now: Millis) -> Result<bool> {
-    let conn = &db.conn;
-    let n = conn
-        .prepare_cached(&format!(
-            "UPDATE tasks SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1 AND {LIVE}"
-        ))?
-        .execute(params![id, now])?;
+    let n = db.execute(
+        &format!("UPDATE tasks SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1 AND {LIVE}"),
+        args![id, now],
+    )?;
     Ok(n == 1)
 }
 
 /// Marks a live task cancelled whatever process ran it (used for orphans and by operators).
 pub fn force_cancel(db: &Db, id: &str, message: &str, now: Millis) -> Result<bool> {
-    let conn = &db.conn;
-    let n = conn
-        .prepare_cached(&format!(
+    let n = db.execute(
+        &format!(
             "UPDATE tasks SET status = 'cancelled', status_message = ?2, cancel_requested = 1, \
              input_requests = NULL, updated_at = ?3 WHERE id = ?1 AND {LIVE}"
-        ))?
-        .execute(params![id, message, now])?;
+        ),
+        args![id, message, now],
+    )?;
     Ok(n == 1)
 }
 
 /// The newest tasks, of one owner or of all.
 pub fn list(db: &Db, owner: Option<&str>, limit: usize) -> Result<Vec<TaskRow>> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLS} FROM tasks WHERE (?1 IS NULL OR owner = ?1) ORDER BY created_at DESC, id LIMIT ?2"
-    ))?;
-    let rows = stmt.query_map(params![owner, limit as i64], from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    db.query_all(
+        &format!(
+            "SELECT {COLS} FROM tasks WHERE (CAST(?1 AS TEXT) IS NULL OR owner = ?1) ORDER BY created_at DESC, id LIMIT ?2"
+        ),
+        args![owner, limit],
+        from_row,
+    )
 }
 
 /// How many tasks there are in each status.
 pub fn count_by_status(db: &Db) -> Result<Vec<(String, i64)>> {
-    let mut stmt = db
-        .conn
-        .prepare_cached("SELECT status, COUNT(*) FROM tasks GROUP BY status ORDER BY status")?;
-    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    db.query_all(
+        "SELECT status, COUNT(*) FROM tasks GROUP BY status ORDER BY status",
+        &[],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
 }
 
 /// Deletes tasks whose time to live has run out; returns how many.
 pub fn sweep(db: &Db, now: Millis) -> Result<usize> {
-    let conn = &db.conn;
-    Ok(conn
-        .prepare_cached(&format!(
+    db.execute(
+        &format!(
             "DELETE FROM tasks WHERE ttl_ms IS NOT NULL AND created_at + ttl_ms < ?1 AND NOT {LIVE}"
-        ))?
-        .execute([now])?)
+        ),
+        args![now],
+    )
 }
 
 /// Live tasks whose process has not shown life since `stale_before`.
 pub fn orphans(db: &Db, stale_before: Millis) -> Result<Vec<TaskRow>> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLS} FROM tasks WHERE {LIVE} AND heartbeat_at < ?1 ORDER BY created_at"
-    ))?;
-    let rows = stmt.query_map([stale_before], from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    db.query_all(
+        &format!("SELECT {COLS} FROM tasks WHERE {LIVE} AND heartbeat_at < ?1 ORDER BY created_at"),
+        args![stale_before],
+        from_row,
+    )
 }
 
 /// Takes over an orphaned task; true for exactly one of the processes that try.
@@ -215,25 +216,23 @@ pub fn adopt(
     stale_before: Millis,
     now: Millis,
 ) -> Result<bool> {
-    let conn = &db.conn;
-    let n = conn
-        .prepare_cached(&format!(
+    let n = db.execute(
+        &format!(
             "UPDATE tasks SET boot_id = ?3, heartbeat_at = ?5, updated_at = ?5 \
              WHERE id = ?1 AND boot_id = ?2 AND {LIVE} AND heartbeat_at < ?4"
-        ))?
-        .execute(params![id, old_boot, new_boot, stale_before, now])?;
+        ),
+        args![id, old_boot, new_boot, stale_before, now],
+    )?;
     Ok(n == 1)
 }
 
 /// Saves where a resumable task goes on from, inside the transaction that committed the work it
 /// describes (so the two never disagree). False when the row is gone or its work has ended.
 pub fn set_checkpoint(db: &Db, id: &str, checkpoint: &serde_json::Value) -> Result<bool> {
-    let conn = &db.conn;
-    let n = conn
-        .prepare_cached(&format!(
-            "UPDATE tasks SET checkpoint = ?2 WHERE id = ?1 AND {LIVE}"
-        ))?
-        .execute(params![id, checkpoint.to_string()])?;
+    let n = db.execute(
+        &format!("UPDATE tasks SET checkpoint = ?2 WHERE id = ?1 AND {LIVE}"),
+        args![id, checkpoint.to_string()],
+    )?;
     Ok(n > 0)
 }
 
@@ -247,19 +246,13 @@ pub fn await_input(
     status_message: &str,
     now: Millis,
 ) -> Result<bool> {
-    let n = db
-        .conn
-        .prepare_cached(&format!(
+    let n = db.execute(
+        &format!(
             "UPDATE tasks SET status = 'input_required', input_requests = ?3, status_message = ?4, \
              updated_at = ?5 WHERE id = ?1 AND boot_id = ?2 AND {LIVE}"
-        ))?
-        .execute(params![
-            id,
-            boot_id,
-            requests.to_string(),
-            status_message,
-            now
-        ])?;
+        ),
+        args![id, boot_id, requests.to_string(), status_message, now],
+    )?;
     Ok(n == 1)
 }
 
@@ -284,11 +277,11 @@ pub fn answer_input(
     now: Millis,
 ) -> Result<Answered> {
     use serde_json::{Map, Value};
-    let conn = &db.conn;
-    let row: Option<(String, Option<String>, Option<String>)> = conn
-        .prepare_cached("SELECT status, input_requests, input_responses FROM tasks WHERE id = ?1")?
-        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?;
+    let row: Option<(String, Option<String>, Option<String>)> = db.query_opt(
+        "SELECT status, input_requests, input_responses FROM tasks WHERE id = ?1",
+        args![id],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
     let Some((status, requests, answers)) = row else {
         return Ok(Answered::NotWaiting);
     };
@@ -308,16 +301,16 @@ pub fn answer_input(
     let left = pending.len();
     let answered = Value::Object(answered).to_string();
     if left == 0 {
-        conn.prepare_cached(
+        db.execute(
             "UPDATE tasks SET status = 'working', input_requests = NULL, input_responses = ?2, \
              status_message = ?3, updated_at = ?4 WHERE id = ?1",
-        )?
-        .execute(params![id, answered, resumed_message, now])?;
+            args![id, answered, resumed_message, now],
+        )?;
     } else {
-        conn.prepare_cached(
+        db.execute(
             "UPDATE tasks SET input_requests = ?2, input_responses = ?3, updated_at = ?4 WHERE id = ?1",
-        )?
-        .execute(params![id, Value::Object(pending).to_string(), answered, now])?;
+            args![id, Value::Object(pending).to_string(), answered, now],
+        )?;
     }
     Ok(Answered::Pending(left))
 }

@@ -3,9 +3,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::params;
-
-use super::Db;
+use super::{Db, args};
 use crate::error::Result;
 use crate::model::{Memory, MemoryKey};
 
@@ -39,14 +37,23 @@ fn decode(b: &[u8]) -> Vec<f32> {
 /// Stores the vector of memory `key` at `version`, unless the memory has moved on to another
 /// version meanwhile (then the row would be stale the moment it lands). True when stored.
 pub fn put(db: &Db, key: MemoryKey, model: &str, version: i64, v: &[f32]) -> Result<bool> {
-    let conn = &db.conn;
-    let n = conn
-        .prepare_cached(
-            "INSERT OR REPLACE INTO vectors (memory_key, model, version, dim, vec) \
-             SELECT ?1, ?2, ?3, ?4, ?5 FROM memories WHERE key = ?1 AND version = ?3",
+    let current = db
+        .query_opt(
+            "SELECT 1 FROM memories WHERE key = ?1 AND version = ?2",
+            args![key.0, version],
+            |_| Ok(()),
         )?
-        .execute(params![key.0, model, version, v.len() as i64, encode(v)])?;
-    Ok(n > 0)
+        .is_some();
+    if !current {
+        return Ok(false);
+    }
+    db.execute(
+        "INSERT INTO vectors (memory_key, model, version, dim, vec) VALUES (?1, ?2, ?3, ?4, ?5) \
+         ON CONFLICT (memory_key) DO UPDATE SET model = excluded.model, \
+         version = excluded.version, dim = excluded.dim, vec = excluded.vec",
+        args![key.0, model, version, v.len(), encode(v)],
+    )?;
+    Ok(true)
 }
 
 /// The current vectors (model `model`, the memory's live version) of `keys`; others are skipped.
@@ -55,24 +62,23 @@ pub fn current(
     model: &str,
     keys: &[MemoryKey],
 ) -> Result<HashMap<MemoryKey, StoredVector>> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(
-        "SELECT v.version, v.vec FROM vectors v JOIN memories m ON m.key = v.memory_key \
-         WHERE v.memory_key = ?1 AND v.model = ?2 AND v.version = m.version AND m.deleted_at IS NULL",
-    )?;
     let mut out = HashMap::with_capacity(keys.len());
     for &key in keys {
-        let mut rows = stmt.query(params![key.0, model])?;
-        if let Some(r) = rows.next()? {
-            let blob = r.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
-            out.insert(
-                key,
-                StoredVector {
+        let found = db.query_opt(
+            "SELECT v.version, v.vec FROM vectors v JOIN memories m ON m.key = v.memory_key \
+             WHERE v.memory_key = ?1 AND v.model = ?2 AND v.version = m.version \
+             AND m.deleted_at IS NULL",
+            args![key.0, model],
+            |r| {
+                Ok(StoredVector {
                     key,
                     version: r.get(0)?,
-                    vec: decode(blob),
-                },
-            );
+                    vec: decode(r.get_blob(1)?),
+                })
+            },
+        )?;
+        if let Some(v) = found {
+            out.insert(key, v);
         }
     }
     Ok(out)
@@ -95,20 +101,19 @@ pub fn current_of_live(
 
 /// Up to `n` current vectors of live memories with keys above `after`, in key order.
 pub fn current_page(db: &Db, model: &str, after: MemoryKey, n: usize) -> Result<Vec<StoredVector>> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(
+    db.query_all(
         "SELECT v.memory_key, v.version, v.vec FROM vectors v JOIN memories m ON m.key = v.memory_key \
          WHERE v.memory_key > ?1 AND v.model = ?2 AND v.version = m.version AND m.deleted_at IS NULL \
          ORDER BY v.memory_key LIMIT ?3",
-    )?;
-    let rows = stmt.query_map(params![after.0, model, n as i64], |r| {
-        Ok(StoredVector {
-            key: MemoryKey(r.get(0)?),
-            version: r.get(1)?,
-            vec: decode(r.get_ref(2)?.as_blob()?),
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![after.0, model, n],
+        |r| {
+            Ok(StoredVector {
+                key: MemoryKey(r.get(0)?),
+                version: r.get(1)?,
+                vec: decode(r.get_blob(2)?),
+            })
+        },
+    )
 }
 
 /// Up to `n` live memories above `after` (in key order) lacking a current vector of `model`.
@@ -118,46 +123,44 @@ pub fn unembedded_page(
     after: MemoryKey,
     n: usize,
 ) -> Result<Vec<Unembedded>> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(
+    db.query_all(
         "SELECT m.key, m.version, m.name, m.content FROM memories m \
          LEFT JOIN vectors v ON v.memory_key = m.key AND v.model = ?2 AND v.version = m.version \
          WHERE m.key > ?1 AND m.deleted_at IS NULL AND v.memory_key IS NULL ORDER BY m.key LIMIT ?3",
-    )?;
-    let rows = stmt.query_map(params![after.0, model, n as i64], |r| {
-        Ok(Unembedded {
-            key: MemoryKey(r.get(0)?),
-            version: r.get(1)?,
-            name: r.get(2)?,
-            content: r.get(3)?,
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![after.0, model, n],
+        |r| {
+            Ok(Unembedded {
+                key: MemoryKey(r.get(0)?),
+                version: r.get(1)?,
+                name: r.get(2)?,
+                content: r.get(3)?,
+            })
+        },
+    )
 }
 
 /// Live memories, and how many of them have a current vector of `model`.
 pub fn coverage(db: &Db, model: &str) -> Result<(i64, i64)> {
-    let conn = &db.conn;
-    Ok(conn
-        .prepare_cached(
-            "SELECT count(*), count(v.memory_key) FROM memories m \
-             LEFT JOIN vectors v ON v.memory_key = m.key AND v.model = ?1 AND v.version = m.version \
-             WHERE m.deleted_at IS NULL",
-        )?
-        .query_row([model], |r| Ok((r.get(0)?, r.get(1)?)))?)
+    db.query_one(
+        "SELECT count(*), count(v.memory_key) FROM memories m \
+         LEFT JOIN vectors v ON v.memory_key = m.key AND v.model = ?1 AND v.version = m.version \
+         WHERE m.deleted_at IS NULL",
+        args![model],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
 }
 
 /// [`coverage`] of the memories in `namespaces`.
 pub fn coverage_in(db: &Db, model: &str, namespaces: &[String]) -> Result<(i64, i64)> {
-    let conn = &db.conn;
-    let mut stmt = conn.prepare_cached(
-        "SELECT count(*), count(v.memory_key) FROM memories m \
-         LEFT JOIN vectors v ON v.memory_key = m.key AND v.model = ?1 AND v.version = m.version \
-         WHERE m.deleted_at IS NULL AND m.namespace = ?2",
-    )?;
     let (mut live, mut covered) = (0, 0);
     for ns in namespaces {
-        let (l, c): (i64, i64) = stmt.query_row([model, ns], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let (l, c): (i64, i64) = db.query_one(
+            "SELECT count(*), count(v.memory_key) FROM memories m \
+             LEFT JOIN vectors v ON v.memory_key = m.key AND v.model = ?1 AND v.version = m.version \
+             WHERE m.deleted_at IS NULL AND m.namespace = ?2",
+            args![model, ns],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         live += l;
         covered += c;
     }
@@ -188,7 +191,9 @@ mod tests {
     fn stale_versions_and_other_models_are_not_current() {
         let mut conn = rusqlite::Connection::open_in_memory().unwrap();
         crate::store::schema::migrate(&mut conn).unwrap();
-        let db = Db { conn };
+        let db = Db {
+            conn: crate::store::sql::Conn::Lite(conn),
+        };
         let m = memories::insert(&db, "m1", &note("hello"), 1).unwrap();
         let other = memories::insert(&db, "m2", &note("world"), 1).unwrap();
         assert!(put(&db, m.key, "a", m.version, &[1.0, 0.0]).unwrap());

@@ -14,7 +14,7 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{OnceLock, RwLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The PostgreSQL server the tests' databases are made on.
@@ -50,8 +50,6 @@ pub(crate) fn database(test: &str) -> Option<String> {
             with_database(url, &name)
         }
         Server::Throwaway(cluster) => {
-            // Not while a restart is under way.
-            let _running = cluster.running.read().expect("the cluster lock");
             create_database(&cluster.url("postgres"), &name);
             cluster.url(&name)
         }
@@ -59,40 +57,61 @@ pub(crate) fn database(test: &str) -> Option<String> {
     Some(url)
 }
 
-/// Restarts the throwaway cluster in place (`pg_ctl restart -m fast`: open connections are
-/// cut, committed data stays, same port), for tests of the database restarting under running
-/// servers. `false`, doing nothing, when the databases are on the server `MNEMOGRAPH_TEST_PG`
-/// names (or there is no server).
-///
-/// It restarts the one cluster every test of this process shares: the databases of tests
-/// running at the same time see their connections cut too.
-pub(crate) fn restart() -> bool {
-    let Ok(Server::Throwaway(cluster)) = server() else {
-        return false;
-    };
-    let _stopped = cluster.running.write().expect("the cluster lock");
-    cluster
-        .pg_ctl(&["restart", "-m", "fast", "-w", "-t", "60"])
-        .unwrap_or_else(|e| panic!("restart PostgreSQL: {e}"));
-    true
+/// A cluster of one test's own, for tests that restart or stop the server: on the shared
+/// cluster that would cut the connections of every test running at the same time. Started
+/// even when `MNEMOGRAPH_TEST_PG` names a server (that one is not ours to restart); stopped
+/// and removed when dropped (and by its watchdog, should the test process die first).
+pub(crate) struct OwnCluster {
+    cluster: Cluster,
 }
 
-/// Stops the throwaway cluster (`-m fast`), waits `pause`, and starts it again on the same
-/// port: for tests of the database being away for a while. `false`, doing nothing, as
-/// [`restart`].
-pub(crate) fn stop_for(pause: Duration) -> bool {
-    let Ok(Server::Throwaway(cluster)) = server() else {
-        return false;
-    };
-    let _stopped = cluster.running.write().expect("the cluster lock");
-    cluster
-        .pg_ctl(&["stop", "-m", "fast", "-w", "-t", "60"])
-        .unwrap_or_else(|e| panic!("stop PostgreSQL: {e}"));
-    std::thread::sleep(pause);
-    cluster
-        .pg_ctl(&["start", "-w", "-t", "60"])
-        .unwrap_or_else(|e| panic!("start PostgreSQL again: {e}"));
-    true
+/// A throwaway cluster for `test` alone; `None` after a SKIPPED line (or a panic with
+/// `MNEMOGRAPH_REQUIRE_PG`) when PostgreSQL is not installed or does not start.
+pub(crate) fn own_cluster(test: &str) -> Option<OwnCluster> {
+    match Cluster::start() {
+        Ok(cluster) => Some(OwnCluster { cluster }),
+        Err(reason) => {
+            skip(test, &reason);
+            None
+        }
+    }
+}
+
+impl OwnCluster {
+    /// A fresh, empty database on this cluster, as a URL.
+    pub(crate) fn database(&self, test: &str) -> String {
+        let name = database_name(test);
+        create_database(&self.cluster.url("postgres"), &name);
+        self.cluster.url(&name)
+    }
+
+    /// Restarts the server in place (`pg_ctl restart -m fast`: open connections are cut,
+    /// committed data stays, same port).
+    pub(crate) fn restart(&self) {
+        self.cluster
+            .pg_ctl(&["restart", "-m", "fast", "-w", "-t", "60"])
+            .unwrap_or_else(|e| panic!("restart PostgreSQL: {e}"));
+    }
+
+    /// Stops the server (`-m fast`), waits `pause`, and starts it again on the same port.
+    pub(crate) fn stop_for(&self, pause: Duration) {
+        self.cluster
+            .pg_ctl(&["stop", "-m", "fast", "-w", "-t", "60"])
+            .unwrap_or_else(|e| panic!("stop PostgreSQL: {e}"));
+        std::thread::sleep(pause);
+        self.cluster
+            .pg_ctl(&["start", "-w", "-t", "60"])
+            .unwrap_or_else(|e| panic!("start PostgreSQL again: {e}"));
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = self
+            .cluster
+            .pg_ctl(&["stop", "-m", "immediate", "-w", "-t", "60"]);
+        let _ = std::fs::remove_dir_all(&self.cluster.dir);
+    }
 }
 
 /// A connection to the database at `url` (no TLS).
@@ -199,8 +218,6 @@ struct Cluster {
     port: u16,
     /// The user the cluster runs as when the tests run as root.
     user: Option<String>,
-    /// Held shared while a database is made, exclusively while the server is restarted.
-    running: RwLock<()>,
 }
 
 impl Cluster {
@@ -229,7 +246,6 @@ impl Cluster {
             dir,
             port: 0,
             user,
-            running: RwLock::new(()),
         };
         // First, so nothing is left behind from here on, whatever fails next.
         cluster.spawn_watchdog()?;
@@ -506,13 +522,6 @@ fn a_throwaway_cluster_serves_fresh_databases() {
     };
     let b = database(test).unwrap();
     assert_ne!(a, b);
-    let mut before = connect(&a);
-    let started = |c: &mut postgres::Client| -> String {
-        c.query_one("SELECT pg_postmaster_start_time()::text", &[])
-            .unwrap()
-            .get(0)
-    };
-    let first_start = started(&mut before);
     for (url, word) in [(&a, "alpha"), (&b, "beta")] {
         let mut c = connect(url);
         let tables: i64 = c
@@ -541,12 +550,41 @@ fn a_throwaway_cluster_serves_fresh_databases() {
     };
     assert_eq!(rows(&a), [(1, "alpha".to_owned())]);
     assert_eq!(rows(&b), [(1, "beta".to_owned())]);
+}
 
-    if !restart() {
-        // The server of MNEMOGRAPH_TEST_PG is not ours to restart.
-        assert!(env("MNEMOGRAPH_TEST_PG").is_some());
+#[test]
+fn a_cluster_of_its_own_restarts_and_stops_keeping_the_data() {
+    let test = "a_cluster_of_its_own_restarts_and_stops_keeping_the_data";
+    let Some(own) = own_cluster(test) else {
         return;
+    };
+    let (a, b) = (own.database(test), own.database(test));
+    for (url, word) in [(&a, "alpha"), (&b, "beta")] {
+        let mut c = connect(url);
+        c.batch_execute("CREATE TABLE memories (id bigint PRIMARY KEY, text text NOT NULL)")
+            .unwrap();
+        c.execute(
+            "INSERT INTO memories (id, text) VALUES ($1, $2)",
+            &[&1_i64, &word],
+        )
+        .unwrap();
     }
+    let rows = |url: &str| -> Vec<(i64, String)> {
+        connect(url)
+            .query("SELECT id, text FROM memories ORDER BY id", &[])
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    };
+    let started = |c: &mut postgres::Client| -> String {
+        c.query_one("SELECT pg_postmaster_start_time()::text", &[])
+            .unwrap()
+            .get(0)
+    };
+    let mut before = connect(&a);
+    let first_start = started(&mut before);
+    own.restart();
     // A restart indeed: the connection from before is cut, the server started anew.
     assert!(before.simple_query("SELECT 1").is_err());
     let mut after = connect(&a);
@@ -554,7 +592,7 @@ fn a_throwaway_cluster_serves_fresh_databases() {
     assert_eq!(rows(&a), [(1, "alpha".to_owned())]);
     assert_eq!(rows(&b), [(1, "beta".to_owned())]);
 
-    assert!(stop_for(Duration::from_millis(300)));
+    own.stop_for(Duration::from_millis(300));
     assert!(after.simple_query("SELECT 1").is_err());
     assert_eq!(rows(&a), [(1, "alpha".to_owned())]);
     assert_eq!(rows(&b), [(1, "beta".to_owned())]);

@@ -10,6 +10,16 @@ use std::path::{Path, PathBuf};
 /// whose errors it recognises.
 const OWNERS: &[(&str, &[&str])] = &[
     ("rusqlite", &["src/store/", "src/error.rs"]),
+    (
+        "postgres",
+        &[
+            "src/store/",
+            "src/error.rs",
+            "tests/",
+            "benches/",
+            "examples/",
+        ],
+    ),
     ("tantivy", &["src/index/text", "src/error.rs"]),
     ("usearch", &["src/index/vector"]),
     ("rmcp", &["src/mcp/", "tests/", "benches/", "examples/"]),
