@@ -226,7 +226,13 @@ impl Engine {
             })
             .collect();
         let now = now_millis();
+        // Without links, no item refers to another: the batch is looked up, inserted and
+        // logged a few statements at a time instead of item by item.
+        let linked = items.iter().any(|i| !i.links.is_empty());
         let out = self.store.write(|tx| {
+            if !linked {
+                return remember_unlinked(tx, checked, now);
+            }
             let mut out = Vec::with_capacity(items.len());
             for (i, (item, new)) in items.iter().zip(checked).enumerate() {
                 let res = new.and_then(|new| {
@@ -583,6 +589,150 @@ pub(crate) fn same_memory(stored: &Memory, new: &NewMemory) -> bool {
         && stored.kind == new.kind
         && stored.valid_from == new.valid_from
         && stored.valid_until == new.valid_until
+}
+
+/// [`Engine::remember`] of items without links: the identities of the whole batch are read
+/// together (live names, and unnamed memories by content hash, per namespace), the new ones
+/// inserted and logged many per statement. Each item comes out as it would one by one in order:
+/// a repeat of a stored memory or of an earlier item is a duplicate with that memory's id; a
+/// name taken with other content, kind or validity is a conflict of that item alone.
+fn remember_unlinked(
+    tx: &Db,
+    checked: Vec<Result<NewMemory>>,
+    now: Millis,
+) -> Result<Vec<Result<Remembered>>> {
+    use std::collections::HashMap;
+    let mut names: HashMap<&str, Vec<&str>> = HashMap::new();
+    let mut hashes: HashMap<&str, Vec<Vec<u8>>> = HashMap::new();
+    for new in checked.iter().flatten() {
+        match &new.name {
+            Some(name) => names.entry(&new.namespace).or_default().push(name),
+            None => hashes
+                .entry(&new.namespace)
+                .or_default()
+                .push(memories::content_hash(&new.content)),
+        }
+    }
+    // What each identity is already: (namespace, name) or (namespace, hash) → id and content.
+    let mut by_name: HashMap<(String, String), Identity> = HashMap::new();
+    let mut by_hash: HashMap<(String, Vec<u8>), Vec<Identity>> = HashMap::new();
+    for (ns, list) in &names {
+        for m in memories::live_named(tx, ns, list)? {
+            let name = m.name.clone().unwrap_or_default();
+            by_name.insert((m.namespace.clone(), name), Identity::of(&m));
+        }
+    }
+    for (ns, list) in &hashes {
+        for m in memories::unnamed_with_hashes(tx, ns, list)? {
+            let hash = memories::content_hash(&m.content);
+            by_hash
+                .entry((m.namespace.clone(), hash))
+                .or_default()
+                .push(Identity::of(&m));
+        }
+    }
+    let mut out: Vec<Option<Result<Remembered>>> = Vec::with_capacity(checked.len());
+    let mut fresh: Vec<(usize, String, NewMemory)> = Vec::new();
+    for (i, new) in checked.into_iter().enumerate() {
+        let new = match new {
+            Ok(new) => new,
+            Err(e) => {
+                out.push(Some(Err(e)));
+                continue;
+            }
+        };
+        let found = match &new.name {
+            Some(name) => by_name.get(&(new.namespace.clone(), name.clone())).cloned(),
+            None => by_hash
+                .get(&(new.namespace.clone(), memories::content_hash(&new.content)))
+                .and_then(|c| c.iter().find(|t| t.twin_of(&new)).cloned()),
+        };
+        if let Some(existing) = found {
+            out.push(Some(match &new.name {
+                Some(name) if !existing.repeats(&new) => Err(Error::Conflict {
+                    reason: format!(
+                        "memories[{i}].name {name:?} is taken in namespace {:?} by {} with other content, kind or validity",
+                        new.namespace, existing.id
+                    ),
+                    hint: "use `update` to change that memory, or choose another name".into(),
+                }),
+                _ => Ok(Remembered {
+                    id: existing.id,
+                    duplicate: true,
+                    n_links: 0,
+                }),
+            }));
+            continue;
+        }
+        let id = new_id("m_");
+        let identity = Identity {
+            id: id.clone(),
+            content: new.content.clone(),
+            kind: new.kind.clone(),
+            valid_from: new.valid_from,
+            valid_until: new.valid_until,
+        };
+        match &new.name {
+            Some(name) => {
+                by_name.insert((new.namespace.clone(), name.clone()), identity);
+            }
+            None => by_hash
+                .entry((new.namespace.clone(), memories::content_hash(&new.content)))
+                .or_default()
+                .push(identity),
+        }
+        out.push(None);
+        fresh.push((i, id, new));
+    }
+    let rows: Vec<(String, &NewMemory)> = fresh.iter().map(|(_, id, m)| (id.clone(), m)).collect();
+    let stored = memories::insert_many(tx, &rows, now)?;
+    let keys: Vec<MemoryKey> = stored.iter().map(|m| m.key).collect();
+    changes::log_memories(tx, &keys, changes::ChangeOp::Insert)?;
+    for ((i, _, _), m) in fresh.iter().zip(stored) {
+        out[*i] = Some(Ok(Remembered {
+            id: m.id,
+            duplicate: false,
+            n_links: 0,
+        }));
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
+/// What identifies a stored (or just planned) memory to [`remember_unlinked`].
+#[derive(Debug, Clone)]
+struct Identity {
+    id: String,
+    content: String,
+    kind: String,
+    valid_from: Option<Millis>,
+    valid_until: Option<Millis>,
+}
+
+impl Identity {
+    fn of(m: &Memory) -> Identity {
+        Identity {
+            id: m.id.clone(),
+            content: m.content.clone(),
+            kind: m.kind.clone(),
+            valid_from: m.valid_from,
+            valid_until: m.valid_until,
+        }
+    }
+
+    /// `new` repeats it (see [`same_memory`]).
+    fn repeats(&self, new: &NewMemory) -> bool {
+        self.content == new.content
+            && self.kind == new.kind
+            && self.valid_from == new.valid_from
+            && self.valid_until == new.valid_until
+    }
+
+    /// It is the unnamed twin of `new` (same hash, so same content; kind and validity equal).
+    fn twin_of(&self, new: &NewMemory) -> bool {
+        self.kind == new.kind
+            && self.valid_from == new.valid_from
+            && self.valid_until == new.valid_until
+    }
 }
 
 fn remember_one(

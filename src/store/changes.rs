@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{Db, args};
+use super::{Arg, Db, args};
 use crate::error::Result;
 use crate::model::{LogPosition, MemoryKey};
 
@@ -82,6 +82,41 @@ fn append(db: &Db, memory: Option<i64>, relation: Option<i64>, op: ChangeOp) -> 
 /// Appends one entry for a memory.
 pub fn log_memory(db: &Db, key: MemoryKey, op: ChangeOp) -> Result<()> {
     append(db, Some(key.0), None, op)
+}
+
+/// Appends one entry per memory, with `op`, in order. On PostgreSQL the positions are taken
+/// together (the head moves once) and the entries written a few hundred per statement.
+pub fn log_memories(db: &Db, keys: &[MemoryKey], op: ChangeOp) -> Result<()> {
+    if !db.is_postgres() || keys.len() < 2 {
+        for k in keys {
+            log_memory(db, *k, op)?;
+        }
+        return Ok(());
+    }
+    let last: i64 = db.query_one(
+        "UPDATE log_head SET seq = seq + ?1 WHERE id = 1 RETURNING seq",
+        args![keys.len()],
+        |r| r.get(0),
+    )?;
+    let first = last - keys.len() as i64 + 1;
+    const ROWS: usize = 500;
+    for (c, chunk) in keys.chunks(ROWS).enumerate() {
+        let rows = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
+        let sql = format!("INSERT INTO changes (seq, memory_key, op, stamp) VALUES {rows}");
+        let mut list = Vec::with_capacity(chunk.len() * 4);
+        for (i, k) in chunk.iter().enumerate() {
+            let seq = first + (c * ROWS + i) as i64;
+            list.extend([
+                Arg::Int(seq),
+                Arg::Int(k.0),
+                Arg::Text(op.as_str()),
+                Arg::Int(next_stamp()),
+            ]);
+        }
+        db.execute(&sql, &list)?;
+    }
+    db.mark_logged();
+    Ok(())
 }
 
 /// Appends one entry for a relation.

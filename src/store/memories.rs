@@ -106,7 +106,12 @@ pub fn insert_with(db: &Db, id: &str, m: &NewMemory, at: Stamps) -> Result<Memor
         ],
         |r| Ok(MemoryKey(r.get(0)?)),
     )?;
-    Ok(Memory {
+    Ok(stored(key, id, m, at))
+}
+
+/// The row `insert_with` writes, as a [`Memory`].
+fn stored(key: MemoryKey, id: &str, m: &NewMemory, at: Stamps) -> Memory {
+    Memory {
         key,
         id: id.to_owned(),
         namespace: m.namespace.clone(),
@@ -129,7 +134,112 @@ pub fn insert_with(db: &Db, id: &str, m: &NewMemory, at: Stamps) -> Result<Memor
         archived_at: at.archived_at,
         salience: m.importance,
         salience_at: at.stored_at,
-    })
+    }
+}
+
+/// Most memories one `INSERT` of [`insert_many`] carries (18 arguments each, well under both
+/// databases' limits on arguments per statement).
+const INSERT_ROWS: usize = 250;
+
+/// Inserts new memories, made now, with the ids given; returns them as stored, in order. A
+/// statement carries many rows: against a server that is one round trip for hundreds of
+/// memories instead of one each.
+pub fn insert_many(db: &Db, new: &[(String, &NewMemory)], now: Millis) -> Result<Vec<Memory>> {
+    let mut out = Vec::with_capacity(new.len());
+    for chunk in new.chunks(INSERT_ROWS) {
+        let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()];
+        let sql = format!(
+            "INSERT INTO memories (id, namespace, kind, name, content, tags, importance, metadata, \
+             content_hash, created_at, updated_at, valid_from, valid_until, accessed_at, \
+             access_count, salience, salience_at, archived_at) VALUES {} RETURNING key, id",
+            rows.join(", ")
+        );
+        let texts: Vec<(String, String, Vec<u8>)> = chunk
+            .iter()
+            .map(|(_, m)| {
+                Ok((
+                    serde_json::to_string(&m.tags)?,
+                    serde_json::to_string(&m.metadata)?,
+                    content_hash(&m.content),
+                ))
+            })
+            .collect::<Result<_>>()?;
+        let mut list = Vec::with_capacity(chunk.len() * 18);
+        for ((id, m), (tags, metadata, hash)) in chunk.iter().zip(&texts) {
+            let int_or_null = |v: Option<i64>| v.map_or(Arg::Null, Arg::Int);
+            list.extend([
+                Arg::Text(id),
+                Arg::Text(&m.namespace),
+                Arg::Text(&m.kind),
+                m.name.as_deref().map_or(Arg::Null, Arg::Text),
+                Arg::Text(&m.content),
+                Arg::Text(tags),
+                Arg::Real(m.importance),
+                Arg::Text(metadata),
+                Arg::Blob(hash),
+                Arg::Int(now),
+                Arg::Int(now),
+                int_or_null(m.valid_from),
+                int_or_null(m.valid_until),
+                Arg::Null,
+                Arg::Int(0),
+                Arg::Real(m.importance),
+                Arg::Int(now),
+                Arg::Null,
+            ]);
+        }
+        let mut keys: HashMap<String, MemoryKey> = HashMap::with_capacity(chunk.len());
+        db.for_each(&sql, &list, |r| {
+            keys.insert(r.get(1)?, MemoryKey(r.get(0)?));
+            Ok(())
+        })?;
+        for (id, m) in chunk {
+            let key = keys.get(id).copied().ok_or_else(|| {
+                crate::error::Error::Internal(format!("the insert of {id} returned no key"))
+            })?;
+            out.push(stored(key, id, m, Stamps::now(now)));
+        }
+    }
+    Ok(out)
+}
+
+/// Live memories of `namespace` named one of `names`.
+pub fn live_named(db: &Db, namespace: &str, names: &[&str]) -> Result<Vec<Memory>> {
+    let mut out = Vec::new();
+    for chunk in names.chunks(INSERT_ROWS) {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        let sql = format!(
+            "SELECT {COLS} FROM memories WHERE namespace = ? AND name IN ({marks}) \
+             AND deleted_at IS NULL"
+        );
+        let mut list = vec![Arg::Text(namespace)];
+        list.extend(chunk.iter().map(|n| Arg::Text(n)));
+        db.for_each(&sql, &list, |r| {
+            out.push(from_row(r)?);
+            Ok(())
+        })?;
+    }
+    Ok(out)
+}
+
+/// Live unnamed memories of `namespace` whose content hash is one of `hashes` (the candidates
+/// of [`unnamed_twin`] for many memories at once; the caller compares kind and validity).
+pub fn unnamed_with_hashes(db: &Db, namespace: &str, hashes: &[Vec<u8>]) -> Result<Vec<Memory>> {
+    let mut out = Vec::new();
+    for chunk in hashes.chunks(INSERT_ROWS) {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        let sql = format!(
+            "SELECT {COLS} FROM memories WHERE namespace = ? AND content_hash IN ({marks}) \
+             AND deleted_at IS NULL AND name IS NULL ORDER BY key"
+        );
+        let mut list = vec![Arg::Text(namespace)];
+        list.extend(chunk.iter().map(|h| Arg::Blob(h)));
+        db.for_each(&sql, &list, |r| {
+            out.push(from_row(r)?);
+            Ok(())
+        })?;
+    }
+    Ok(out)
 }
 
 /// Writes every mutable field of `m` back (content, tags, validity, …) and bumps nothing itself:
@@ -253,8 +363,21 @@ pub fn by_name(
 
 /// The memories with these keys, in no particular order; unknown keys are skipped.
 pub fn by_keys(db: &Db, keys: &[MemoryKey]) -> Result<Vec<Memory>> {
-    let sql = format!("SELECT {COLS} FROM memories WHERE key = ?1");
     let mut out = Vec::with_capacity(keys.len());
+    if db.is_postgres() {
+        // One round trip per chunk instead of one per key (a lookup by key is a few
+        // microseconds in SQLite, a round trip to a server).
+        let raw: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        super::in_chunks(&raw, |marks, list| {
+            let sql = format!("SELECT {COLS} FROM memories WHERE key IN ({marks})");
+            db.for_each(&sql, list, |r| {
+                out.push(from_row(r)?);
+                Ok(())
+            })
+        })?;
+        return Ok(out);
+    }
+    let sql = format!("SELECT {COLS} FROM memories WHERE key = ?1");
     for k in keys {
         if let Some(m) = db.query_opt(&sql, args![k.0], from_row)? {
             out.push(m);
@@ -337,6 +460,24 @@ pub fn keys_in(db: &Db, namespaces: &[String]) -> Result<Vec<MemoryKey>> {
 /// Number of live relations touching each of `keys`.
 pub fn relation_counts(db: &Db, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey, i64>> {
     let mut out = HashMap::with_capacity(keys.len());
+    if db.is_postgres() {
+        for k in keys {
+            out.insert(*k, 0);
+        }
+        let raw: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        super::in_chunks(&raw, |marks, list| {
+            let sql = format!(
+                "SELECT m.key, (SELECT count(*) FROM relations WHERE src = m.key AND deleted_at IS NULL) + \
+                 (SELECT count(*) FROM relations WHERE dst = m.key AND deleted_at IS NULL) \
+                 FROM memories m WHERE m.key IN ({marks})"
+            );
+            db.for_each(&sql, list, |r| {
+                out.insert(MemoryKey(r.get(0)?), r.get(1)?);
+                Ok(())
+            })
+        })?;
+        return Ok(out);
+    }
     for k in keys {
         let n = db.query_one(
             "SELECT (SELECT count(*) FROM relations WHERE src = ?1 AND deleted_at IS NULL) + \

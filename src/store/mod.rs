@@ -139,8 +139,24 @@ impl Store {
     }
 
     /// Runs `f` on a read connection (a consistent snapshot for the duration of `f` when it opens
-    /// a transaction; otherwise each statement sees the latest commit).
-    pub fn read<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
+    /// a transaction; otherwise each statement sees the latest commit). On PostgreSQL, when the
+    /// connection turns out to be gone (the server restarted, the network failed), the idle
+    /// connections are dropped and `f` runs once more on a new one: a read changes nothing, so
+    /// running it again is safe.
+    pub fn read<T>(&self, f: impl Fn(&Db) -> Result<T>) -> Result<T> {
+        match self.with_reader(&f) {
+            Err(e) if self.is_postgres() && e.is_connection_lost() => {
+                tracing::warn!(error = %e, "the database connection was lost; reading again on a new one");
+                lock::lock(&self.readers).clear();
+                self.with_reader(&f)
+            }
+            other => other,
+        }
+    }
+
+    /// Runs `f` on a read connection from the pool (a new one when none is idle), and puts it
+    /// back when it is still sound.
+    fn with_reader<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
         let db = lock::lock(&self.readers).pop();
         let db = match db {
             Some(db) if !db.is_broken() => db,
@@ -154,14 +170,15 @@ impl Store {
         res
     }
 
-    /// Runs `f` inside one read transaction: every statement sees the same snapshot.
+    /// Runs `f` inside one read transaction: every statement sees the same snapshot. Not run
+    /// again on a lost connection (`f` may have written what it read somewhere).
     pub fn snapshot<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
         let begin = if self.is_postgres() {
             "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
         } else {
             "BEGIN DEFERRED"
         };
-        self.read(|db| {
+        self.with_reader(|db| {
             db.transaction_step(begin, true)?;
             let _open = RollbackUnlessCommitted(db);
             let res = f(db);
@@ -175,6 +192,12 @@ impl Store {
     /// write goes on with the same connection. Writers take turns, within a process and across
     /// processes: SQLite's `BEGIN IMMEDIATE` queues them on the busy timeout; on PostgreSQL
     /// every write transaction first locks the change log's head row (see [`changes`]).
+    ///
+    /// On PostgreSQL a write connection found gone before anything was sent (a restarted
+    /// server) is replaced and the write begins again on the new one. A connection lost during
+    /// the transaction stored nothing (the server rolls back); one lost during the commit may
+    /// or may not have stored it: the error says so, and repeating the call is safe (remember,
+    /// relate and forget recognise what is already stored).
     pub fn write<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
         let mut slot = lock::lock(&self.writer);
         if slot.as_ref().is_none_or(Db::is_broken) {
@@ -188,21 +211,55 @@ impl Store {
             // Only when a rollback while unwinding failed: never start inside a stale transaction.
             db.transaction_step("ROLLBACK", false)?;
         }
-        match &self.backend {
-            Backend::Lite { .. } => db.transaction_step("BEGIN IMMEDIATE", true)?,
-            Backend::Pg(_) => {
-                db.transaction_step("BEGIN", true)?;
-                changes::lock_head(db)?;
+        let begun = self.begin_write(db);
+        let db = match begun {
+            Err(e) if self.is_postgres() && e.is_connection_lost() => {
+                tracing::warn!(error = %e, "the write connection was lost; beginning again on a new one");
+                *slot = None;
+                *slot = Some(self.connect()?);
+                let Some(db) = slot.as_ref() else {
+                    return Err(Error::Internal("no write connection".into()));
+                };
+                self.begin_write(db)?;
+                db
             }
-        }
+            other => {
+                other?;
+                db
+            }
+        };
         let _open = RollbackUnlessCommitted(db);
-        let out = f(db)?;
+        let out = match f(db) {
+            Err(e) if self.is_postgres() && e.is_connection_lost() => {
+                return Err(Error::Unavailable(format!(
+                    "the connection to the database was lost during the write ({e}); nothing of it was stored: try again"
+                )));
+            }
+            other => other?,
+        };
         if db.take_logged() {
             // Delivered at the commit, to every process that listens (see `changes`).
             db.batch(changes::NOTIFY)?;
         }
-        db.transaction_step("COMMIT", false)?;
-        Ok(out)
+        match db.transaction_step("COMMIT", false) {
+            Err(e) if self.is_postgres() && e.is_connection_lost() => {
+                Err(Error::Unavailable(format!(
+                    "the connection to the database was lost while the write committed ({e}): it may or may not have been stored; repeating the call is safe (remember, relate and forget recognise what is already stored and add nothing twice)"
+                )))
+            }
+            other => other.map(|()| out),
+        }
+    }
+
+    /// Opens a write transaction on `db`.
+    fn begin_write(&self, db: &Db) -> Result<()> {
+        match &self.backend {
+            Backend::Lite { .. } => db.transaction_step("BEGIN IMMEDIATE", true),
+            Backend::Pg(_) => {
+                db.transaction_step("BEGIN", true)?;
+                changes::lock_head(db)
+            }
+        }
     }
 
     /// Copies the write-ahead log into the database file as far as no other reader needs it,
@@ -342,6 +399,33 @@ pub fn new_id(prefix: &str) -> String {
     s.push_str(prefix);
     s.extend(bytes.iter().map(|b| ALPHABET[(b & 31) as usize] as char));
     s
+}
+
+/// Calls `f` for `keys` in chunks, with the placeholders of an `IN (…)` list and its arguments.
+/// Chunks are padded (repeating their last key) to a few fixed sizes, so a connection prepares
+/// only a few statements.
+pub(crate) fn in_chunks(
+    keys: &[i64],
+    mut f: impl FnMut(&str, &[Arg<'_>]) -> Result<()>,
+) -> Result<()> {
+    const SIZES: [usize; 4] = [8, 32, 128, 512];
+    for chunk in keys.chunks(SIZES[SIZES.len() - 1]) {
+        let size = SIZES
+            .iter()
+            .copied()
+            .find(|&s| s >= chunk.len())
+            .unwrap_or(chunk.len());
+        let last = chunk[chunk.len() - 1];
+        let list: Vec<Arg<'_>> = chunk
+            .iter()
+            .copied()
+            .chain(std::iter::repeat(last))
+            .take(size)
+            .map(Arg::Int)
+            .collect();
+        f(&vec!["?"; size].join(", "), &list)?;
+    }
+    Ok(())
 }
 
 /// Runs `f` inside a savepoint of the open transaction: when `f` fails, its writes are undone and

@@ -479,7 +479,8 @@ impl Engine {
         namespace: &str,
         seen: &mut HashSet<String>,
     ) -> Result<Counts> {
-        self.store.read(|c| {
+        // One snapshot, not a read: it records what it saw in `seen`, so it is never run twice.
+        self.store.snapshot(|c| {
             let mut counts = Counts::default();
             for it in items {
                 match it {

@@ -1,0 +1,279 @@
+//! PostgreSQL as the shared store, measured against SQLite on this machine: `remember` latency
+//! (one memory per call) and batch throughput, `recall` latency (the indexes are local either
+//! way), change propagation from a write on one instance to a hit on another, and the time a
+//! fresh instance takes to build its indexes from the database. Prints a markdown table.
+//!
+//! Run: `cargo run --release --example postgres` (starts a throwaway PostgreSQL cluster with
+//! the installed binaries, durable settings: fsync and synchronous commit on; or set
+//! `MNEMOGRAPH_TEST_PG=postgres://…` to a server whose user may create databases). With
+//! `-- --memories N` the fresh-instance row builds from N memories (default 100,000; the
+//! README's figure is for 1,000,000, which takes a few minutes to load).
+
+#[allow(dead_code)]
+#[path = "../benches/fixture/mod.rs"]
+mod fixture;
+#[allow(dead_code)]
+#[path = "../tests/it/pg.rs"]
+mod pg;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use mnemograph::engine::RememberItem;
+use mnemograph::model::{RecallMode, RecallQuery};
+use mnemograph::{Config, Engine};
+
+use fixture::{Corpus, FRESH_BASE};
+
+/// `remember` calls of one memory, timed one by one.
+const SINGLE_CALLS: usize = 1_000;
+/// Memories per batch call.
+const BATCH: usize = 1_000;
+/// Batch calls, timed one by one.
+const BATCHES: usize = 20;
+/// Recall queries, timed one by one.
+const RECALLS: usize = 500;
+/// Writes whose propagation to the other instance is timed.
+const PROPAGATIONS: usize = 200;
+/// Untimed calls before each series.
+const WARMUP: usize = 50;
+
+struct Summary {
+    n: usize,
+    p50: f64,
+    p99: f64,
+}
+
+fn summarize(samples: &[Duration]) -> Summary {
+    let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    let at = |p: f64| ms[((p * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
+    Summary {
+        n: ms.len(),
+        p50: at(0.50),
+        p99: at(0.99),
+    }
+}
+
+fn log(msg: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "{msg}");
+}
+
+/// The two stores to compare: a SQLite file and a fresh PostgreSQL database, as configs for one
+/// instance (`index` names the instance's index folder).
+struct Target {
+    name: &'static str,
+    cfg: Box<dyn Fn(&str) -> Config>,
+}
+
+fn targets(dir: &std::path::Path, url: &str) -> Vec<Target> {
+    let (lite, pgdir, url) = (dir.join("m.db"), dir.join("pg-index"), url.to_owned());
+    vec![
+        Target {
+            name: "SQLite",
+            cfg: Box::new(move |_| Config::for_db(&lite)),
+        },
+        Target {
+            name: "PostgreSQL",
+            cfg: Box::new(move |instance| {
+                let mut cfg = Config::for_postgres(url.clone(), pgdir.join(instance));
+                cfg.index_dir_per_database = false;
+                cfg
+            }),
+        },
+    ]
+}
+
+fn remember_single(corpus: &Corpus, engine: &Engine, base: u64) -> Vec<Duration> {
+    let mut samples = Vec::with_capacity(SINGLE_CALLS);
+    for i in 0..WARMUP + SINGLE_CALLS {
+        let items = [corpus.memory(base + i as u64)];
+        let started = Instant::now();
+        let out = engine.remember(&items).expect("remember");
+        let took = started.elapsed();
+        assert!(matches!(&out[0], Ok(r) if !r.duplicate));
+        if i >= WARMUP {
+            samples.push(took);
+        }
+    }
+    samples
+}
+
+/// Batches of [`BATCH`]; the overall rate in memories per second.
+fn remember_batches(corpus: &Corpus, engine: &Engine, base: u64, n: usize) -> f64 {
+    let mut total = Duration::ZERO;
+    for b in 0..n {
+        let items = corpus.memories(base + (b * BATCH) as u64, BATCH);
+        let started = Instant::now();
+        let out = engine.remember(&items).expect("remember");
+        total += started.elapsed();
+        assert!(out.iter().all(|r| matches!(r, Ok(r) if !r.duplicate)));
+    }
+    (n * BATCH) as f64 / total.as_secs_f64()
+}
+
+fn recall(corpus: &Corpus, engine: &Engine) -> Vec<Duration> {
+    engine.sync_text().expect("sync the text index");
+    let query = |i: usize| RecallQuery {
+        text: corpus.query(i as u64),
+        limit: 10,
+        mode: RecallMode::Hybrid,
+        ..RecallQuery::default()
+    };
+    for i in 0..WARMUP {
+        engine.recall(&query(1_000_000 + i)).expect("recall");
+    }
+    (0..RECALLS)
+        .map(|i| {
+            let q = query(i);
+            let started = Instant::now();
+            engine.recall(&q).expect("recall");
+            started.elapsed()
+        })
+        .collect()
+}
+
+/// A memory written through `a`, then `b` asked by text every millisecond until it finds it.
+fn propagation(a: &Engine, b: &Engine) -> Vec<Duration> {
+    (0..PROPAGATIONS)
+        .map(|i| {
+            let word = format!("propagationmarker{i}x");
+            let item = RememberItem {
+                content: format!("a note carrying {word}"),
+                ..RememberItem::default()
+            };
+            let started = Instant::now();
+            a.remember(&[item]).expect("remember");
+            loop {
+                let page = b
+                    .recall(&RecallQuery {
+                        text: word.clone(),
+                        limit: 1,
+                        mode: RecallMode::Text,
+                        ..RecallQuery::default()
+                    })
+                    .expect("recall");
+                if !page.hits.is_empty() {
+                    return started.elapsed();
+                }
+                assert!(started.elapsed() < Duration::from_secs(30), "never arrived");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+        .collect()
+}
+
+fn main() {
+    let memories: usize = std::env::args()
+        .skip_while(|a| a != "--memories")
+        .nth(1)
+        .map(|n| n.parse().expect("--memories N"))
+        .unwrap_or(100_000);
+    let corpus = Corpus::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let Some(url) = pg::database("bench") else {
+        log(format_args!("no PostgreSQL: nothing to measure"));
+        return;
+    };
+    durable(&url);
+    let mut rows = Vec::new();
+    for t in targets(dir.path(), &url) {
+        let engine = Engine::open((t.cfg)("a")).expect("open");
+        log(format_args!("{}: remember, one memory per call…", t.name));
+        let s = summarize(&remember_single(&corpus, &engine, FRESH_BASE));
+        rows.push(format!(
+            "| {} | `remember` 1 memory | {} calls | {:.2} ms | {:.2} ms |",
+            t.name, s.n, s.p50, s.p99
+        ));
+        log(format_args!("{}: remember, batches of {BATCH}…", t.name));
+        let rate = remember_batches(&corpus, &engine, FRESH_BASE + 100_000, BATCHES);
+        rows.push(format!(
+            "| {} | `remember` batches of {BATCH} | {} memories | {:.0} memories/s | |",
+            t.name,
+            BATCHES * BATCH,
+            rate
+        ));
+        log(format_args!("{}: recall…", t.name));
+        let s = summarize(&recall(&corpus, &engine));
+        rows.push(format!(
+            "| {} | `recall` hybrid, {} memories | {} queries | {:.2} ms | {:.2} ms |",
+            t.name,
+            SINGLE_CALLS + WARMUP + BATCHES * BATCH,
+            s.n,
+            s.p50,
+            s.p99
+        ));
+        if t.name == "PostgreSQL" {
+            log(format_args!(
+                "{}: propagation between two instances…",
+                t.name
+            ));
+            // Both as servers run them: with their background jobs (which commit the indexes,
+            // so a read only overlays what came since).
+            let a = std::sync::Arc::new(engine);
+            let b = std::sync::Arc::new(Engine::open((t.cfg)("b")).expect("open instance B"));
+            b.sync_text().expect("sync");
+            let jobs = (
+                a.start_background().expect("A's background job"),
+                b.start_background().expect("B's background job"),
+            );
+            let s = summarize(&propagation(&a, &b));
+            drop(jobs);
+            let engine = a;
+            rows.push(format!(
+                "| {} | write on A → recall hit on B | {} writes | {:.1} ms | {:.1} ms |",
+                t.name, s.n, s.p50, s.p99
+            ));
+            drop(b);
+            drop(engine);
+            log(format_args!("{}: loading {memories} memories…", t.name));
+            let fresh = Engine::open((t.cfg)("loader")).expect("open the loader");
+            let have = fresh.stats().expect("stats").memories as usize;
+            let started = Instant::now();
+            let more = memories.saturating_sub(have).div_ceil(BATCH);
+            let rate = remember_batches(&corpus, &fresh, FRESH_BASE + 1_000_000, more);
+            log(format_args!(
+                "loaded in {:.0} s ({rate:.0} memories/s)",
+                started.elapsed().as_secs_f64()
+            ));
+            drop(fresh);
+            log(format_args!(
+                "{}: a fresh instance builds its indexes…",
+                t.name
+            ));
+            let started = Instant::now();
+            let new = Engine::open((t.cfg)("fresh")).expect("open a fresh instance");
+            new.sync_text().expect("build the text index");
+            // Loads the vector index (built from the stored vectors: nothing is embedded again).
+            new.vector_lag().expect("load the vector index");
+            let took = started.elapsed();
+            let n = new.stats().expect("stats").memories;
+            rows.push(format!(
+                "| {} | fresh instance: open + build text and vector indexes | {n} memories | {:.1} s | |",
+                t.name,
+                took.as_secs_f64()
+            ));
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "\nOn {}:\n", fixture::machine());
+    let _ = writeln!(out, "| store | what | n | p50 (or rate) | p99 |");
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    for r in rows {
+        let _ = writeln!(out, "{r}");
+    }
+}
+
+/// Durable settings on the benchmark's server (the test harness turns them off for speed):
+/// every commit waits for its WAL to reach the disk, as in production.
+fn durable(url: &str) {
+    let mut c = pg::connect(url);
+    for setting in [
+        "ALTER SYSTEM SET fsync = on",
+        "ALTER SYSTEM SET synchronous_commit = on",
+        "ALTER SYSTEM SET full_page_writes = on",
+        "SELECT pg_reload_conf()",
+    ] {
+        c.batch_execute(setting).expect("durable settings");
+    }
+}
