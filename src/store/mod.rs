@@ -4,6 +4,8 @@
 mod pg;
 mod schema;
 mod sql;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub mod changes;
 pub mod history;

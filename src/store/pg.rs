@@ -21,12 +21,40 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct Target {
     config: postgres::Config,
     described: String,
+    /// TLS for `sslmode=prefer` (the default) and `require` (feature `tls`).
+    #[cfg(feature = "tls")]
+    tls: Option<super::tls::MakeRustls>,
+}
+
+/// `url` without its `sslrootcert=FILE` parameter (which the client does not read), and that file.
+fn split_root_cert(url: &str) -> (String, Option<std::path::PathBuf>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), None);
+    };
+    let mut ca = None;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| match p.strip_prefix("sslrootcert=") {
+            Some(file) => {
+                ca = Some(std::path::PathBuf::from(file));
+                false
+            }
+            None => true,
+        })
+        .collect();
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (url, ca)
 }
 
 impl Target {
     /// Reads a `postgres://user:password@host:port/dbname?sslmode=…` URL (or the key=value form).
     pub(crate) fn parse(url: &str) -> Result<Target> {
-        let mut config = postgres::Config::from_str(url).map_err(|e| {
+        let (plain, ca) = split_root_cert(url);
+        let mut config = postgres::Config::from_str(&plain).map_err(|e| {
             Error::invalid(
                 "db",
                 format!("`{}` is not a PostgreSQL URL ({e})", redact(url)),
@@ -40,13 +68,20 @@ impl Target {
                 "end the URL with /DBNAME",
             ));
         }
-        if config.get_ssl_mode() == postgres::config::SslMode::Require {
+        let mode = config.get_ssl_mode();
+        #[cfg(not(feature = "tls"))]
+        if mode == postgres::config::SslMode::Require || ca.is_some() {
             return Err(Error::invalid(
                 "db",
-                "sslmode=require asks for TLS, which this build does not speak to PostgreSQL",
-                "use sslmode=disable or prefer on a trusted network, or reach the server through a TLS tunnel",
+                "sslmode=require or sslrootcert asks for TLS, which this build does not speak",
+                "build mnemograph with `--features tls`, or use sslmode=disable on a trusted network",
             ));
         }
+        #[cfg(feature = "tls")]
+        let tls = match mode {
+            postgres::config::SslMode::Disable => None,
+            _ => Some(super::tls::MakeRustls::new(ca.as_deref())?),
+        };
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -54,6 +89,8 @@ impl Target {
         Ok(Target {
             described: redact(url),
             config,
+            #[cfg(feature = "tls")]
+            tls,
         })
     }
 
@@ -64,7 +101,14 @@ impl Target {
 
     /// A new connection.
     pub(crate) fn connect(&self) -> Result<Db> {
-        let client = self.config.connect(postgres::NoTls).map_err(|e| {
+        #[cfg(feature = "tls")]
+        let client = match &self.tls {
+            Some(tls) => self.config.connect(tls.clone()),
+            None => self.config.connect(postgres::NoTls),
+        };
+        #[cfg(not(feature = "tls"))]
+        let client = self.config.connect(postgres::NoTls);
+        let client = client.map_err(|e| {
             Error::Unavailable(format!(
                 "cannot connect to PostgreSQL at {} ({e}): check that the server runs and the URL, user and password are right",
                 self.described
@@ -402,13 +446,25 @@ mod tests {
     }
 
     #[test]
+    fn the_root_certificate_is_taken_out_of_the_url() {
+        let (url, ca) = split_root_cert("postgres://a@h/m?sslmode=require&sslrootcert=ca.pem");
+        assert_eq!(url, "postgres://a@h/m?sslmode=require");
+        assert_eq!(ca, Some(std::path::PathBuf::from("ca.pem")));
+        let (url, ca) = split_root_cert("postgres://a@h/m?sslrootcert=ca.pem");
+        assert_eq!((url.as_str(), ca.is_some()), ("postgres://a@h/m", true));
+        assert_eq!(split_root_cert("postgres://a@h/m").1, None);
+    }
+
+    #[test]
     fn urls_without_a_database_or_asking_for_tls_are_refused() {
         let err = Target::parse("postgres://ann@localhost").err().unwrap();
         assert!(err.to_string().contains("names no database"), "{err}");
-        let err = Target::parse("postgres://ann@localhost/m?sslmode=require")
-            .err()
-            .unwrap();
-        assert!(err.to_string().contains("TLS"), "{err}");
+        if cfg!(not(feature = "tls")) {
+            let err = Target::parse("postgres://ann@localhost/m?sslmode=require")
+                .err()
+                .unwrap();
+            assert!(err.to_string().contains("TLS"), "{err}");
+        }
         let err = Target::parse("postgres://ann:pw@local host:x/m")
             .err()
             .unwrap();

@@ -14,6 +14,8 @@ mod http;
 mod identity;
 mod oauth;
 mod pg;
+#[cfg(feature = "tls")]
+mod pg_tls;
 mod protocol;
 mod queries;
 mod roots;

@@ -78,6 +78,27 @@ pub(crate) fn own_cluster(test: &str) -> Option<OwnCluster> {
 }
 
 impl OwnCluster {
+    /// Writes `name` into the cluster's data folder (readable by the server's user alone, as
+    /// PostgreSQL wants a key file); `configure` and `restart` to use it.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn put_file(&self, name: &str, contents: &[u8]) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.cluster.dir.join("data").join(name);
+        std::fs::write(&path, contents).expect("write into the data folder");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        if let Some(user) = &self.cluster.user {
+            std::os::unix::fs::chown(&path, user_id(Some(user)), group_id(user)).expect("chown");
+        }
+    }
+
+    /// Appends settings to the cluster's postgresql.conf (they apply at the next `restart`).
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn configure(&self, settings: &str) {
+        self.cluster
+            .append_conf(&format!("\n{settings}\n"))
+            .expect("configure the cluster");
+    }
+
     /// A fresh, empty database on this cluster, as a URL.
     pub(crate) fn database(&self, test: &str) -> String {
         let name = database_name(test);
