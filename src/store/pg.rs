@@ -21,7 +21,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct Target {
     config: postgres::Config,
     described: String,
-    /// TLS for `sslmode=prefer` (the default) and `require` (feature `tls`).
+    /// TLS for `sslmode=require`, or with `sslrootcert` (feature `tls`).
     #[cfg(feature = "tls")]
     tls: Option<super::tls::MakeRustls>,
 }
@@ -77,10 +77,16 @@ impl Target {
                 "build mnemograph with `--features tls`, or use sslmode=disable on a trusted network",
             ));
         }
+        // TLS when the URL asks for it (`sslmode=require`, or a CA to check the server with).
+        // The default `prefer` stays plain: libpq's `prefer` checks no certificate, and a
+        // server with a private CA would otherwise be refused where a plain connection works.
         #[cfg(feature = "tls")]
         let tls = match mode {
-            postgres::config::SslMode::Disable => None,
-            _ => Some(super::tls::MakeRustls::new(ca.as_deref())?),
+            postgres::config::SslMode::Require => Some(super::tls::MakeRustls::new(ca.as_deref())?),
+            postgres::config::SslMode::Prefer if ca.is_some() => {
+                Some(super::tls::MakeRustls::new(ca.as_deref())?)
+            }
+            _ => None,
         };
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
