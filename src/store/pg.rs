@@ -66,8 +66,9 @@ impl Target {
     pub(crate) fn connect(&self) -> Result<Db> {
         let client = self.config.connect(postgres::NoTls).map_err(|e| {
             Error::Unavailable(format!(
-                "cannot connect to PostgreSQL at {} ({e}): check that the server runs and the URL, user and password are right",
-                self.described
+                "cannot connect to PostgreSQL at {} ({}): check that the server runs and the URL, user and password are right",
+                self.described,
+                crate::error::pg_reason(&e)
             ))
         })?;
         Ok(Db {
