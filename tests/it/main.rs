@@ -17,6 +17,7 @@ mod pg;
 mod protocol;
 mod queries;
 mod roots;
+mod shared_pg;
 mod store_suite;
 mod support;
 mod tasks;

@@ -309,6 +309,14 @@ impl Client {
         self.service.get_task(GetTaskParams::new(id)).await
     }
 
+    /// `tasks/cancel` of task `id`.
+    pub(crate) async fn cancel(&self, id: &str) -> Result<(), ServiceError> {
+        self.service
+            .cancel_task(CancelTaskParams::new(id))
+            .await
+            .map(drop)
+    }
+
     /// Ends the session: closes the server's stdin and waits for it to exit (over HTTP: then
     /// stops the server with SIGTERM).
     pub(crate) async fn stop(self) {
