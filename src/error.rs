@@ -30,7 +30,7 @@ pub enum Error {
     Conflict { reason: String, hint: String },
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
-    #[error("postgres: {0}")]
+    #[error("postgres: {}", pg_reason(.0))]
     Postgres(#[from] postgres::Error),
     /// The database server cannot be reached; the message says where and what to check.
     #[error("database unavailable: {0}")]
@@ -115,6 +115,16 @@ impl Error {
         )
     }
 
+    /// The database server cannot be reached, or cut the connection a call was using (it stopped,
+    /// restarts, or the network failed). The store connects again by itself on the next call.
+    pub fn is_database_unavailable(&self) -> bool {
+        match self {
+            Error::Unavailable(_) => true,
+            Error::Postgres(e) => pg_connection_lost(e),
+            _ => false,
+        }
+    }
+
     /// The text index's writer has stopped: one of its worker threads failed on a write (tantivy
     /// keeps only a message, not the cause; most often the disk was full). The index drops such
     /// a writer and takes a new one on its next update.
@@ -136,6 +146,17 @@ impl Error {
         } else if self.is_corrupt_database() {
             Some(format!(
                 "the memory database file is damaged or is not a mnemograph database ({self}): run `mnemograph doctor` to check it, and restore it from a backup if it reports damage"
+            ))
+        } else if let Error::Unavailable(reason) = self {
+            Some(format!(
+                "the memory database is unavailable ({reason}): try again in a moment; the server connects again by itself once the database is back"
+            ))
+        } else if let Error::Postgres(e) = self
+            && pg_connection_lost(e)
+        {
+            Some(format!(
+                "the memory database is unavailable: the connection to it was lost ({}); try again in a moment, the server connects again by itself (a write cut off this way may or may not have been stored)",
+                pg_reason(e)
             ))
         } else if self.is_text_index_stopped() {
             Some(format!(
@@ -167,6 +188,40 @@ impl Error {
             hint: hint.into(),
         }
     }
+}
+
+/// What a PostgreSQL error says, with its causes: the client's own words are only the kind of
+/// error ("db error", "error connecting to server"); the server's message or the OS error
+/// follows them ("db error: FATAL: the database system is starting up").
+pub(crate) fn pg_reason(e: &postgres::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
+/// Whether `e` says the connection is gone or the server is going away or not yet up: closed,
+/// an I/O error on the socket, a connection exception (SQLSTATE class 08), or a shutdown or
+/// start-up in progress (57P01–57P03).
+fn pg_connection_lost(e: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    if e.is_closed() {
+        return true;
+    }
+    if let Some(code) = e.code() {
+        return code.code().starts_with("08")
+            || [
+                SqlState::ADMIN_SHUTDOWN,
+                SqlState::CRASH_SHUTDOWN,
+                SqlState::CANNOT_CONNECT_NOW,
+            ]
+            .contains(code);
+    }
+    std::error::Error::source(e).is_some_and(|c| c.is::<std::io::Error>())
 }
 
 /// How the OS describes `ENOSPC` inside messages that keep no error value.
@@ -235,6 +290,21 @@ mod tests {
         assert!(!e.is_corrupt_database(), "{e:?}");
         let advice = e.advice().expect("advice for a full disk");
         assert!(advice.contains("free disk space"), "{advice}");
+    }
+
+    #[test]
+    fn an_unreachable_database_says_so_and_what_to_do() {
+        let e = Error::Unavailable(
+            "cannot connect to PostgreSQL at postgres://db.example/memory (error connecting to server)".into(),
+        );
+        assert!(e.is_database_unavailable() && !e.is_user_error());
+        let advice = e.advice().expect("advice for an unreachable database");
+        assert!(advice.contains("database is unavailable"), "{advice}");
+        assert!(
+            advice.contains("db.example") && advice.contains("try again"),
+            "{advice}"
+        );
+        assert!(!Error::Internal("boom".into()).is_database_unavailable());
     }
 
     #[test]

@@ -116,8 +116,9 @@ impl Target {
         let client = self.config.connect(postgres::NoTls);
         let client = client.map_err(|e| {
             Error::Unavailable(format!(
-                "cannot connect to PostgreSQL at {} ({e}): check that the server runs and the URL, user and password are right",
-                self.described
+                "cannot connect to PostgreSQL at {} ({}): check that the server runs and the URL, user and password are right",
+                self.described,
+                crate::error::pg_reason(&e)
             ))
         })?;
         Ok(Db {

@@ -19,6 +19,7 @@ mod pg_tls;
 mod protocol;
 mod queries;
 mod roots;
+mod shared_pg;
 mod store_suite;
 mod support;
 mod tasks;

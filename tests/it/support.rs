@@ -1,5 +1,6 @@
 //! Spawning the real `mnemograph serve` binary and talking MCP to it, in both protocol eras.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -58,8 +59,9 @@ pub(crate) struct HttpChild {
 
 impl HttpChild {
     /// Spawns `mnemograph serve --db <db> <extra…> --http 127.0.0.1:0`, stderr to `log`, and
-    /// waits until its log names the endpoint it listens on.
-    pub(crate) async fn spawn(db: &Path, extra: &[&str], log: &Path) -> HttpChild {
+    /// waits until its log names the endpoint it listens on. `db` is a SQLite file's path or a
+    /// PostgreSQL URL.
+    pub(crate) async fn spawn(db: impl AsRef<OsStr>, extra: &[&str], log: &Path) -> HttpChild {
         let stderr = std::fs::File::create(log).expect("create the server log");
         let child = serve_command(db, extra)
             .args(["--http", "127.0.0.1:0"])
@@ -106,12 +108,13 @@ pub(crate) async fn http_url(log: &Path) -> String {
     }
 }
 
-/// `mnemograph serve --db <db> <extra…>`, killed when dropped.
-pub(crate) fn serve_command(db: &Path, extra: &[&str]) -> tokio::process::Command {
+/// `mnemograph serve --db <db> <extra…>`, killed when dropped. `db` is a SQLite file's path or
+/// a PostgreSQL URL.
+pub(crate) fn serve_command(db: impl AsRef<OsStr>, extra: &[&str]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.arg("serve")
         .arg("--db")
-        .arg(db)
+        .arg(db.as_ref())
         .args(extra)
         .kill_on_drop(true);
     cmd
@@ -288,6 +291,19 @@ impl Server {
     pub(crate) async fn start_with(db: &Path, wire: Wire, era: Era, extra: &[&str]) -> Server {
         let n = NEXT_LOG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = db.with_file_name(format!("server-{}-{n}.log", std::process::id()));
+        Server::start_logged(db, wire, era, extra, log).await
+    }
+
+    /// Like [`Server::start_with`], with the server's stderr going to `log`; `db` is a SQLite
+    /// file's path or a PostgreSQL URL (which has no folder to put a log beside).
+    pub(crate) async fn start_logged(
+        db: impl AsRef<OsStr>,
+        wire: Wire,
+        era: Era,
+        extra: &[&str],
+        log: PathBuf,
+    ) -> Server {
+        let db = db.as_ref();
         let (client, http) = match wire {
             Wire::Stdio => {
                 let stderr = std::fs::File::create(&log).expect("create the server log");

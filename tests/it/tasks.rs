@@ -6,6 +6,7 @@
 //! (the fixture is not what is tested) and shared by every test here; each test runs its own
 //! server processes on it.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -184,7 +185,12 @@ pub(crate) async fn connect(
 }
 
 /// A 2026-07-28 client with the tasks extension, like [`connect`], whose server logs to `log`.
-pub(crate) async fn connect_logged(db: &Path, name: &str, extra: &[&str], log: &Path) -> Client {
+pub(crate) async fn connect_logged(
+    db: impl AsRef<OsStr>,
+    name: &str,
+    extra: &[&str],
+    log: &Path,
+) -> Client {
     let file = std::fs::File::create(log).expect("create the server log");
     spawn_client(db, true, true, name, extra, file.into()).await
 }
@@ -217,7 +223,7 @@ fn recorder(tasks: bool, name: &str) -> Recorder {
 }
 
 async fn spawn_client(
-    db: &Path,
+    db: impl AsRef<OsStr>,
     modern: bool,
     tasks: bool,
     name: &str,
@@ -301,6 +307,14 @@ impl Client {
 
     pub(crate) async fn get(&self, id: &str) -> Result<GetTaskResult, ServiceError> {
         self.service.get_task(GetTaskParams::new(id)).await
+    }
+
+    /// `tasks/cancel` of task `id`.
+    pub(crate) async fn cancel(&self, id: &str) -> Result<(), ServiceError> {
+        self.service
+            .cancel_task(CancelTaskParams::new(id))
+            .await
+            .map(drop)
     }
 
     /// Ends the session: closes the server's stdin and waits for it to exit (over HTTP: then
