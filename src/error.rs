@@ -81,29 +81,6 @@ impl Error {
         }
     }
 
-    /// The connection to the database server is gone (the server closed it, shut down or
-    /// restarted, or the network failed), or none could be made: work that sent nothing that
-    /// may have committed can be tried again on a new connection.
-    pub fn is_connection_lost(&self) -> bool {
-        use postgres::error::SqlState;
-        match self {
-            Error::Postgres(e) => {
-                e.is_closed()
-                    || e.code().is_some_and(|c| {
-                        [
-                            SqlState::ADMIN_SHUTDOWN,
-                            SqlState::CRASH_SHUTDOWN,
-                            SqlState::CANNOT_CONNECT_NOW,
-                        ]
-                        .contains(c)
-                    })
-                    || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
-            }
-            Error::Unavailable(_) => true,
-            _ => false,
-        }
-    }
-
     /// The database file is damaged or is not a database (`SQLITE_CORRUPT`, `SQLITE_NOTADB`).
     pub fn is_corrupt_database(&self) -> bool {
         matches!(

@@ -147,7 +147,7 @@ impl Store {
     /// running it again is safe.
     pub fn read<T>(&self, f: impl Fn(&Db) -> Result<T>) -> Result<T> {
         match self.with_reader(&f) {
-            Err(e) if self.is_postgres() && e.is_connection_lost() => {
+            Err(e) if self.is_postgres() && e.is_database_unavailable() => {
                 tracing::warn!(error = %e, "the database connection was lost; reading again on a new one");
                 lock::lock(&self.readers).clear();
                 self.with_reader(&f)
@@ -215,7 +215,7 @@ impl Store {
         }
         let begun = self.begin_write(db);
         let db = match begun {
-            Err(e) if self.is_postgres() && e.is_connection_lost() => {
+            Err(e) if self.is_postgres() && e.is_database_unavailable() => {
                 tracing::warn!(error = %e, "the write connection was lost; beginning again on a new one");
                 *slot = None;
                 *slot = Some(self.connect()?);
@@ -232,7 +232,7 @@ impl Store {
         };
         let _open = RollbackUnlessCommitted(db);
         let out = match f(db) {
-            Err(e) if self.is_postgres() && e.is_connection_lost() => {
+            Err(e) if self.is_postgres() && e.is_database_unavailable() => {
                 return Err(Error::Unavailable(format!(
                     "the connection to the database was lost during the write ({e}); nothing of it was stored: try again"
                 )));
@@ -244,7 +244,7 @@ impl Store {
             db.batch(changes::NOTIFY)?;
         }
         match db.transaction_step("COMMIT", false) {
-            Err(e) if self.is_postgres() && e.is_connection_lost() => {
+            Err(e) if self.is_postgres() && e.is_database_unavailable() => {
                 Err(Error::Unavailable(format!(
                     "the connection to the database was lost while the write committed ({e}): it may or may not have been stored; repeating the call is safe (remember, relate and forget recognise what is already stored and add nothing twice)"
                 )))
