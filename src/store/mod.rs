@@ -6,6 +6,7 @@ mod schema;
 mod sql;
 
 pub mod changes;
+pub mod copy;
 pub mod history;
 pub mod import_keys;
 pub mod memories;
