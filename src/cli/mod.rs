@@ -4,6 +4,7 @@
 mod curate;
 mod demo;
 mod duration;
+mod migrate;
 mod model;
 mod transfer;
 
@@ -266,6 +267,22 @@ enum Command {
     /// decay salience, archive the long unused, tidy relations. Nothing is deleted; every run can be undone. Safe to run from cron: when
     /// another run holds the database this one says so and exits 0.
     Consolidate(curate::Call),
+    /// Copy a whole memory database between SQLite and PostgreSQL: every row with its ids, keys
+    /// and timestamps, and the change log. The target must be empty; an interrupted migration
+    /// goes on where it stopped when the same command runs again. The source is only read.
+    Migrate {
+        /// The database to copy, as --db names it: a SQLite file (a path or sqlite:PATH) or a
+        /// postgres:// URL.
+        #[arg(long, value_name = "SOURCE")]
+        from: PathBuf,
+        /// The database to copy into, as --db names it: a new SQLite file or an empty PostgreSQL
+        /// database (createdb).
+        #[arg(long, value_name = "TARGET")]
+        to: PathBuf,
+        /// Rows copied per transaction on the target.
+        #[arg(long, default_value_t = 5_000, value_name = "ROWS")]
+        batch: usize,
+    },
     /// Long-running calls (MCP tasks) recorded in the database.
     Tasks {
         #[command(subcommand)]
@@ -542,9 +559,9 @@ enum Database {
     Sqlite(PathBuf),
 }
 
-/// The database `--db` names: a PostgreSQL URL, or the path of a SQLite file (`sqlite:` in
-/// front is allowed).
-fn database_of(arg: Option<&PathBuf>) -> Result<Database, crate::error::Error> {
+/// The database `--db` (or the option `field`) names: a PostgreSQL URL, or the path of a SQLite
+/// file (`sqlite:` in front is allowed).
+fn database_of(arg: Option<&PathBuf>, field: &str) -> Result<Database, crate::error::Error> {
     use crate::error::Error;
     let Some(arg) = arg else {
         return Ok(Database::Sqlite(default_db_path()));
@@ -559,7 +576,7 @@ fn database_of(arg: Option<&PathBuf>) -> Result<Database, crate::error::Error> {
     {
         if path.is_empty() {
             return Err(Error::invalid(
-                "db",
+                field,
                 "`sqlite:` names no file",
                 "write sqlite:PATH or just the path",
             ));
@@ -568,7 +585,7 @@ fn database_of(arg: Option<&PathBuf>) -> Result<Database, crate::error::Error> {
     }
     if let Some((scheme, _)) = text.split_once("://") {
         return Err(Error::invalid(
-            "db",
+            field,
             format!("`{scheme}://` is not a database this server uses"),
             "give a SQLite file's path or a postgres:// URL",
         ));
@@ -576,14 +593,22 @@ fn database_of(arg: Option<&PathBuf>) -> Result<Database, crate::error::Error> {
     Ok(Database::Sqlite(arg.clone()))
 }
 
-fn config(args: &Args) -> anyhow::Result<Config> {
-    let mut cfg = match database_of(args.db.as_ref())? {
-        Database::Postgres(url) => Config::for_postgres(
-            url,
-            args.index_dir.clone().unwrap_or_else(default_cache_dir),
-        ),
+/// The configuration of `db` with its defaults (indexes in `index_dir`, else the default
+/// folder).
+fn database_config(db: Database, index_dir: Option<&PathBuf>) -> Config {
+    match db {
+        Database::Postgres(url) => {
+            Config::for_postgres(url, index_dir.cloned().unwrap_or_else(default_cache_dir))
+        }
         Database::Sqlite(path) => Config::for_db(path),
-    };
+    }
+}
+
+fn config(args: &Args) -> anyhow::Result<Config> {
+    let mut cfg = database_config(
+        database_of(args.db.as_ref(), "db")?,
+        args.index_dir.as_ref(),
+    );
     if let Some(dir) = &args.index_dir {
         cfg.index_dir = dir.clone();
         // A folder named by the operator holds this database's indexes itself.
@@ -946,6 +971,16 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Tasks { action } => tasks_command(open(cfg)?, action),
+        Command::Migrate { from, to, batch } => {
+            let [from, to] = [(&from, "from"), (&to, "to")].map(|(db, field)| {
+                database_of(Some(db), field).map(|db| {
+                    let mut c = database_config(db, None);
+                    c.durability = cfg.durability;
+                    c
+                })
+            });
+            migrate::run(&from?, &to?, batch)
+        }
         Command::Import {
             paths,
             format,

@@ -39,7 +39,12 @@ impl Progress {
         if p.total == 0 {
             return msg;
         }
-        let share = (p.done as f64 / p.total as f64).clamp(0.0, 1.0);
+        Progress::bar(p.done, p.total, &msg)
+    }
+
+    /// `[#########                     ]  30%  msg`: `done` of `total` as a bar before `msg`.
+    pub(super) fn bar(done: u64, total: u64, msg: &str) -> String {
+        let share = (done as f64 / total.max(1) as f64).clamp(0.0, 1.0);
         let filled = (share * 30.0).round() as usize;
         format!(
             "[{}{}] {:>3.0}%  {msg}",
@@ -47,6 +52,27 @@ impl Progress {
             " ".repeat(30 - filled),
             share * 100.0
         )
+    }
+
+    /// Shows the line `make` makes, unless one was shown less than a period ago: rewritten in
+    /// place on a terminal, a line of its own otherwise.
+    #[allow(clippy::print_stderr)]
+    pub(super) fn show(&self, make: impl FnOnce() -> String) {
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        if last.is_some_and(|t| t.elapsed() < self.every) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let line = make();
+        let mut err = std::io::stderr().lock();
+        let _ = if self.terminal {
+            write!(err, "\r{line}\x1b[K")
+        } else {
+            writeln!(err, "{line}")
+        };
+        let _ = err.flush();
     }
 
     pub(super) fn finish(&self) {
@@ -57,23 +83,8 @@ impl Progress {
 }
 
 impl Control for Progress {
-    #[allow(clippy::print_stderr)]
     fn report(&self, p: &WorkProgress) {
-        let Ok(mut last) = self.last.lock() else {
-            return;
-        };
-        if last.is_some_and(|t| t.elapsed() < self.every) {
-            return;
-        }
-        *last = Some(Instant::now());
-        let line = Progress::line(p);
-        let mut err = std::io::stderr().lock();
-        let _ = if self.terminal {
-            write!(err, "\r{line}\x1b[K")
-        } else {
-            writeln!(err, "{line}")
-        };
-        let _ = err.flush();
+        self.show(|| Progress::line(p));
     }
 
     fn is_cancelled(&self) -> bool {

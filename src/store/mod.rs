@@ -8,6 +8,7 @@ mod sql;
 mod tls;
 
 pub mod changes;
+pub mod copy;
 pub mod history;
 pub mod import_keys;
 pub mod memories;

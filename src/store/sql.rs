@@ -190,11 +190,15 @@ impl ToSql for Arg<'_> {
                 _ => Err(format!("an integer cannot be sent as {ty}").into()),
             },
             Arg::Real(f) => match *ty {
+                Type::FLOAT8 => f.to_sql(ty, out),
                 Type::FLOAT4 => (f as f32).to_sql(ty, out),
-                _ => f.to_sql(ty, out),
+                _ => Err(format!("a number cannot be sent as {ty}").into()),
             },
-            Arg::Text(s) => s.to_sql(ty, out),
-            Arg::Blob(b) => b.to_sql(ty, out),
+            // Checked here: the client would send the bytes as they are, whatever the type.
+            Arg::Text(s) if <&str as ToSql>::accepts(ty) => s.to_sql(ty, out),
+            Arg::Text(_) => Err(format!("text cannot be sent as {ty}").into()),
+            Arg::Blob(b) if *ty == Type::BYTEA => b.to_sql(ty, out),
+            Arg::Blob(_) => Err(format!("bytes cannot be sent as {ty}").into()),
         }
     }
 

@@ -162,7 +162,8 @@ pub fn progress_json(p: &WorkProgress) -> Value {
     }
 }
 
-fn group(n: u64) -> String {
+/// `n` with a comma between each group of three digits (`12,345`).
+pub(crate) fn group(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, c) in s.chars().enumerate() {

@@ -12,6 +12,7 @@ mod faults;
 mod fuzz;
 mod http;
 mod identity;
+mod migrate;
 mod oauth;
 mod pg;
 #[cfg(feature = "tls")]
