@@ -535,6 +535,28 @@ fn shell_quote(word: &OsString) -> String {
     format!("'{}'", word.to_string_lossy().replace('\'', r"'\''"))
 }
 
+/// A table `memories` in the database at `url` holding one row, `(1, word)`.
+fn fill(url: &str, word: &str) {
+    let mut c = connect(url);
+    c.batch_execute("CREATE TABLE memories (id bigint PRIMARY KEY, text text NOT NULL)")
+        .expect("create the table");
+    c.execute(
+        "INSERT INTO memories (id, text) VALUES ($1, $2)",
+        &[&1_i64, &word],
+    )
+    .expect("insert the row");
+}
+
+/// The rows of [`fill`]'s table.
+fn rows(url: &str) -> Vec<(i64, String)> {
+    connect(url)
+        .query("SELECT id, text FROM memories ORDER BY id", &[])
+        .expect("read the table")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
 #[test]
 fn a_throwaway_cluster_serves_fresh_databases() {
     let test = "a_throwaway_cluster_serves_fresh_databases";
@@ -544,8 +566,7 @@ fn a_throwaway_cluster_serves_fresh_databases() {
     let b = database(test).unwrap();
     assert_ne!(a, b);
     for (url, word) in [(&a, "alpha"), (&b, "beta")] {
-        let mut c = connect(url);
-        let tables: i64 = c
+        let tables: i64 = connect(url)
             .query_one(
                 "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'",
                 &[],
@@ -553,22 +574,8 @@ fn a_throwaway_cluster_serves_fresh_databases() {
             .unwrap()
             .get(0);
         assert_eq!(tables, 0, "{url} is not empty");
-        c.batch_execute("CREATE TABLE memories (id bigint PRIMARY KEY, text text NOT NULL)")
-            .unwrap();
-        c.execute(
-            "INSERT INTO memories (id, text) VALUES ($1, $2)",
-            &[&1_i64, &word],
-        )
-        .unwrap();
+        fill(url, word);
     }
-    let rows = |url: &str| -> Vec<(i64, String)> {
-        connect(url)
-            .query("SELECT id, text FROM memories ORDER BY id", &[])
-            .unwrap()
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect()
-    };
     assert_eq!(rows(&a), [(1, "alpha".to_owned())]);
     assert_eq!(rows(&b), [(1, "beta".to_owned())]);
 }
@@ -581,23 +588,8 @@ fn a_cluster_of_its_own_restarts_and_stops_keeping_the_data() {
     };
     let (a, b) = (own.database(test), own.database(test));
     for (url, word) in [(&a, "alpha"), (&b, "beta")] {
-        let mut c = connect(url);
-        c.batch_execute("CREATE TABLE memories (id bigint PRIMARY KEY, text text NOT NULL)")
-            .unwrap();
-        c.execute(
-            "INSERT INTO memories (id, text) VALUES ($1, $2)",
-            &[&1_i64, &word],
-        )
-        .unwrap();
+        fill(url, word);
     }
-    let rows = |url: &str| -> Vec<(i64, String)> {
-        connect(url)
-            .query("SELECT id, text FROM memories ORDER BY id", &[])
-            .unwrap()
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect()
-    };
     let started = |c: &mut postgres::Client| -> String {
         c.query_one("SELECT pg_postmaster_start_time()::text", &[])
             .unwrap()
