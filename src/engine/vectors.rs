@@ -342,12 +342,12 @@ impl Engine {
         let vecs = embed_parallel(e, &texts)?;
         let model = e.model_id();
         for (ms, vs) in todo.chunks(STORE_CHUNK).zip(vecs.chunks(STORE_CHUNK)) {
-            self.store.write(|tx| {
-                for (m, v) in ms.iter().zip(vs) {
-                    vectors::put(tx, m.key, model, m.version, v)?;
-                }
-                Ok(())
-            })?;
+            let rows: Vec<(MemoryKey, i64, &[f32])> = ms
+                .iter()
+                .zip(vs)
+                .map(|(m, v)| (m.key, m.version, v.as_slice()))
+                .collect();
+            self.store.write(|tx| vectors::put_many(tx, model, &rows))?;
         }
         Ok(todo.iter().map(|m| m.key.0 as u64).zip(vecs).collect())
     }

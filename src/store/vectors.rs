@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::{Db, args};
+use super::{Arg, Db, args};
 use crate::error::Result;
 use crate::model::{Memory, MemoryKey};
 
@@ -54,6 +54,50 @@ pub fn put(db: &Db, key: MemoryKey, model: &str, version: i64, v: &[f32]) -> Res
         args![key.0, model, version, v.len(), encode(v)],
     )?;
     Ok(true)
+}
+
+/// Stores many vectors as [`put`] does (each only while its memory is still at that version);
+/// returns how many were stored. On PostgreSQL a few hundred rows go in one statement: a
+/// statement per vector would hold the write lock, which every process's writers share, for a
+/// round trip each.
+pub fn put_many(db: &Db, model: &str, rows: &[(MemoryKey, i64, &[f32])]) -> Result<usize> {
+    if !db.is_postgres() {
+        let mut n = 0;
+        for (key, version, v) in rows {
+            n += usize::from(put(db, *key, model, *version, v)?);
+        }
+        return Ok(n);
+    }
+    const ROWS: usize = 250;
+    let mut n = 0;
+    for chunk in rows.chunks(ROWS) {
+        let blobs: Vec<Vec<u8>> = chunk.iter().map(|(_, _, v)| encode(v)).collect();
+        let values = vec![
+            "(CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BYTEA))";
+            chunk.len()
+        ]
+        .join(", ");
+        let sql = format!(
+            "INSERT INTO vectors (memory_key, model, version, dim, vec) \
+             SELECT v.k, CAST(? AS TEXT), v.ver, v.dim, v.vec FROM (VALUES {values}) AS v(k, ver, dim, vec) \
+             JOIN memories m ON m.key = v.k AND m.version = v.ver \
+             ON CONFLICT (memory_key) DO UPDATE SET model = excluded.model, \
+             version = excluded.version, dim = excluded.dim, vec = excluded.vec"
+        );
+        // Placeholders are numbered in the order they stand in the text: the model's first.
+        let mut list = Vec::with_capacity(chunk.len() * 4 + 1);
+        list.push(Arg::Text(model));
+        for ((key, version, v), blob) in chunk.iter().zip(&blobs) {
+            list.extend([
+                Arg::Int(key.0),
+                Arg::Int(*version),
+                Arg::Int(v.len() as i64),
+                Arg::Blob(blob),
+            ]);
+        }
+        n += db.execute(&sql, &list)?;
+    }
+    Ok(n)
 }
 
 /// The current vectors (model `model`, the memory's live version) of `keys`; others are skipped.

@@ -587,6 +587,15 @@ fn vectors_import_keys_and_history_read_back_alike() {
                     vectors::put(db, a.key, "model", a.version, &[0.25, 0.5])?,
                     "replaced"
                 );
+                let many: [(MemoryKey, i64, &[f32]); 2] = [
+                    (a.key, a.version, &[0.25, 0.5]),
+                    (b.key, b.version + 1, &[9.0, 9.0]),
+                ];
+                assert_eq!(
+                    vectors::put_many(db, "model", &many)?,
+                    1,
+                    "{backend}: b is stale"
+                );
                 import_keys::put(db, "v", "src:1", a.key)?;
                 import_keys::put(db, "v", "src:1", b.key)?;
                 history::record(
