@@ -602,15 +602,22 @@ fn remember_unlinked(
     now: Millis,
 ) -> Result<Vec<Result<Remembered>>> {
     use std::collections::HashMap;
+    // The content hash of each unnamed item, computed once.
+    let item_hash: Vec<Option<Vec<u8>>> = checked
+        .iter()
+        .map(|n| {
+            let n = n.as_ref().ok().filter(|n| n.name.is_none())?;
+            Some(memories::content_hash(&n.content))
+        })
+        .collect();
     let mut names: HashMap<&str, Vec<&str>> = HashMap::new();
     let mut hashes: HashMap<&str, Vec<Vec<u8>>> = HashMap::new();
-    for new in checked.iter().flatten() {
-        match &new.name {
-            Some(name) => names.entry(&new.namespace).or_default().push(name),
-            None => hashes
-                .entry(&new.namespace)
-                .or_default()
-                .push(memories::content_hash(&new.content)),
+    for (new, hash) in checked.iter().zip(&item_hash) {
+        let Ok(new) = new else { continue };
+        match (&new.name, hash) {
+            (Some(name), _) => names.entry(&new.namespace).or_default().push(name),
+            (None, Some(hash)) => hashes.entry(&new.namespace).or_default().push(hash.clone()),
+            (None, None) => {}
         }
     }
     // What each identity is already: (namespace, name) or (namespace, hash) → id and content.
@@ -633,7 +640,7 @@ fn remember_unlinked(
     }
     let mut out: Vec<Option<Result<Remembered>>> = Vec::with_capacity(checked.len());
     let mut fresh: Vec<(usize, String, NewMemory)> = Vec::new();
-    for (i, new) in checked.into_iter().enumerate() {
+    for (i, (new, hash)) in checked.into_iter().zip(item_hash).enumerate() {
         let new = match new {
             Ok(new) => new,
             Err(e) => {
@@ -641,11 +648,12 @@ fn remember_unlinked(
                 continue;
             }
         };
-        let found = match &new.name {
-            Some(name) => by_name.get(&(new.namespace.clone(), name.clone())).cloned(),
-            None => by_hash
-                .get(&(new.namespace.clone(), memories::content_hash(&new.content)))
+        let found = match (&new.name, &hash) {
+            (Some(name), _) => by_name.get(&(new.namespace.clone(), name.clone())).cloned(),
+            (None, Some(hash)) => by_hash
+                .get(&(new.namespace.clone(), hash.clone()))
                 .and_then(|c| c.iter().find(|t| t.twin_of(&new)).cloned()),
+            (None, None) => None,
         };
         if let Some(existing) = found {
             out.push(Some(match &new.name {
@@ -672,14 +680,15 @@ fn remember_unlinked(
             valid_from: new.valid_from,
             valid_until: new.valid_until,
         };
-        match &new.name {
-            Some(name) => {
+        match (&new.name, hash) {
+            (Some(name), _) => {
                 by_name.insert((new.namespace.clone(), name.clone()), identity);
             }
-            None => by_hash
-                .entry((new.namespace.clone(), memories::content_hash(&new.content)))
+            (None, Some(hash)) => by_hash
+                .entry((new.namespace.clone(), hash))
                 .or_default()
                 .push(identity),
+            (None, None) => {}
         }
         out.push(None);
         fresh.push((i, id, new));
@@ -721,10 +730,7 @@ impl Identity {
 
     /// `new` repeats it (see [`same_memory`]).
     fn repeats(&self, new: &NewMemory) -> bool {
-        self.content == new.content
-            && self.kind == new.kind
-            && self.valid_from == new.valid_from
-            && self.valid_until == new.valid_until
+        self.content == new.content && self.twin_of(new)
     }
 
     /// It is the unnamed twin of `new` (same hash, so same content; kind and validity equal).
