@@ -36,6 +36,8 @@ const GRAPH_CHUNK: usize = 128;
 const DRAIN_AT_CLOSE: usize = 2_000;
 /// Vectors written per transaction.
 const STORE_CHUNK: usize = 2_000;
+/// Stored vectors read per statement when an empty index is filled from the database.
+const FILL_PAGE: usize = 5_000;
 
 /// The loaded vector index and the change-log position of its dump on disk.
 pub(crate) struct VectorState {
@@ -251,6 +253,10 @@ impl Engine {
         }
         let started = Instant::now();
         let mut n_indexed = 0usize;
+        if seq == 0 && self.with_vector_index(|ix| ix.is_empty())? {
+            seq = self.fill_vectors(embedder.as_ref())?;
+            self.with_vector_index(|ix| ix.set_seq(seq))?;
+        }
         while seq < target {
             let end = (seq + WINDOW).min(target);
             n_indexed += self.apply_vector_window(embedder.as_ref(), seq, end)?;
@@ -286,10 +292,18 @@ impl Engine {
 
     /// Indexes the memories changed in `(after, up_to]`; returns how many vectors were indexed.
     fn apply_vector_window(&self, e: &dyn Embedder, after: i64, up_to: i64) -> Result<usize> {
+        let keys = self
+            .store
+            .read(|c| changes::memories_changed(c, after, up_to))?;
+        self.apply_vector_keys(e, &keys)
+    }
+
+    /// Indexes these memories as they are now: their stored vectors, or vectors computed and
+    /// stored now; forgotten ones leave the index. Returns how many vectors were indexed.
+    fn apply_vector_keys(&self, e: &dyn Embedder, keys: &[MemoryKey]) -> Result<usize> {
         let model = e.model_id();
         let (live, gone, mut have) = self.store.read(|c| {
-            let keys = changes::memories_changed(c, after, up_to)?;
-            let found = memories::by_keys(c, &keys)?;
+            let found = memories::by_keys(c, keys)?;
             let (live_keys, have) = vectors::current_of_live(c, model, &found)?;
             let live: Vec<Unembedded> = found
                 .into_iter()
@@ -324,6 +338,43 @@ impl Engine {
             ix.stage(&items)
         })??;
         Ok(n)
+    }
+
+    /// Fills an empty index from the database rather than by replaying the change log from its
+    /// start (which reads every memory the log names, window by window): in one snapshot, the
+    /// stored vectors of the live memories, a page per statement, and the keys of live memories
+    /// that have none. Those are then indexed as a catch-up would (their vectors read again, as
+    /// another process may have stored them since, or computed here). Returns the change-log
+    /// position of the snapshot, after which the log is applied as usual.
+    fn fill_vectors(&self, e: &dyn Embedder) -> Result<i64> {
+        let started = Instant::now();
+        let model = e.model_id();
+        let (head, stored, bare) = self.store.snapshot(|c| {
+            let head = changes::max_seq(c)?;
+            let mut stored = 0usize;
+            let mut after = MemoryKey(0);
+            loop {
+                let page = vectors::current_page(c, model, after, FILL_PAGE)?;
+                let Some(last) = page.last() else { break };
+                after = last.key;
+                let items: Vec<(u64, Vec<f32>)> =
+                    page.into_iter().map(|v| (v.key.0 as u64, v.vec)).collect();
+                stored += items.len();
+                self.with_vector_index(|ix| ix.stage(&items))??;
+            }
+            Ok((head, stored, vectors::unembedded_keys(c, model)?))
+        })?;
+        let mut embedded = 0usize;
+        for keys in bare.chunks(WINDOW as usize) {
+            embedded += self.apply_vector_keys(e, keys)?;
+        }
+        tracing::info!(
+            stored,
+            embedded,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "vector index filled from the database"
+        );
+        Ok(head)
     }
 
     /// Embeds `todo` (in parallel) and stores the vectors; returns them keyed for the index.
@@ -800,6 +851,92 @@ mod tests {
         assert!(e.ensure_vectors(true).unwrap());
         assert_eq!(e.vector_seq().unwrap(), head);
         assert_eq!(e.with_vector_index(|ix| ix.len()).unwrap(), 1_500);
+    }
+
+    /// The default embedder, recording every text it is asked to embed.
+    struct Recording {
+        inner: Arc<dyn crate::embed::Embedder>,
+        texts: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl crate::embed::Embedder for Recording {
+        fn model_id(&self) -> &str {
+            self.inner.model_id()
+        }
+        fn dim(&self) -> usize {
+            self.inner.dim()
+        }
+        fn embed(&self, texts: &[&str]) -> crate::error::Result<Vec<Vec<f32>>> {
+            let mut seen = self.texts.lock().unwrap();
+            seen.extend(texts.iter().map(|t| (*t).to_owned()));
+            self.inner.embed(texts)
+        }
+    }
+
+    // A new index on a database that has its vectors (a new server on a shared database, or an
+    // index folder deleted) replayed the change log from its start, reading every memory it
+    // names: minutes at a million memories on a database server. It is now filled from the
+    // stored vectors, and only the memories without a current one are embedded.
+    #[test]
+    fn an_empty_index_is_filled_from_the_stored_vectors_of_live_memories() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config::for_db(dir.path().join("memory.db"));
+        let (kitten, launch, gone) = {
+            let e = Engine::open(cfg.clone()).unwrap();
+            let kitten = remember(&e, "A kitten napping in a sunny window");
+            let launch = remember(&e, "The quarterly tax filing is due in April");
+            let gone = remember(&e, "A rocket launch was postponed by the wind");
+            vector_ids(&e, "cat"); // every vector stored
+            (kitten, launch, gone)
+        };
+        // Then a process without an embedder writes: one memory without a vector, one that says
+        // something else now (its stored vector is stale), one forgotten (its vector stays).
+        let puppy = {
+            let e = Engine::open_with(cfg.clone(), None).unwrap();
+            let patch = crate::model::MemoryPatch {
+                content: Some("The spacecraft lift-off was delayed by storms".into()),
+                ..crate::model::MemoryPatch::default()
+            };
+            e.update(&MemoryRef::Id(launch.clone()), &patch, "test")
+                .unwrap();
+            e.forget(&[MemoryRef::Id(gone.clone())], &[], "test")
+                .unwrap();
+            remember(&e, "A puppy chewing on an old shoe")
+        };
+        let embedder = Arc::new(Recording {
+            inner: crate::embed::open(&cfg.embedder).unwrap().unwrap(),
+            texts: std::sync::Mutex::new(Vec::new()),
+        });
+        let mut fresh = cfg.clone();
+        fresh.index_dir = dir.path().join("another-index");
+        let e = Engine::open_with(fresh, Some(embedder.clone())).unwrap();
+        assert_eq!(vector_ids(&e, "dog biting footwear")[0], puppy);
+        assert_eq!(vector_ids(&e, "sleepy cat")[0], kitten);
+        assert_eq!(vector_ids(&e, "rocket takeoff postponed")[0], launch);
+        let head = e.store.read(crate::store::changes::max_seq).unwrap();
+        assert_eq!(e.vector_seq().unwrap(), head);
+        assert_eq!(e.with_vector_index(|ix| ix.len()).unwrap(), 3);
+        // Embedded here: the queries, the memory without a vector and the changed one.
+        let texts = embedder.texts.lock().unwrap().clone();
+        let queries = [
+            "dog biting footwear",
+            "sleepy cat",
+            "rocket takeoff postponed",
+        ];
+        let mut memories: Vec<&str> = texts
+            .iter()
+            .map(String::as_str)
+            .filter(|t| !queries.contains(t))
+            .collect();
+        memories.sort_unstable();
+        assert_eq!(
+            memories,
+            [
+                "A puppy chewing on an old shoe",
+                "The spacecraft lift-off was delayed by storms"
+            ]
+        );
+        assert!(!vector_ids(&e, "rocket launch postponed by the wind").contains(&gone));
     }
 
     // A vector dump made by a newer history than the restored database's named other memories'

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::{Arg, Db, args};
+use super::{Arg, Db, Row, args};
 use crate::error::Result;
 use crate::model::{Memory, MemoryKey};
 
@@ -106,24 +106,32 @@ pub fn current(
     model: &str,
     keys: &[MemoryKey],
 ) -> Result<HashMap<MemoryKey, StoredVector>> {
+    const CURRENT: &str = "SELECT v.memory_key, v.version, v.vec FROM vectors v \
+        JOIN memories m ON m.key = v.memory_key \
+        WHERE v.model = ? AND v.version = m.version AND m.deleted_at IS NULL";
     let mut out = HashMap::with_capacity(keys.len());
+    let mut add = |r: &Row<'_>| {
+        let key = MemoryKey(r.get(0)?);
+        let version = r.get(1)?;
+        let vec = decode(r.get_blob(2)?);
+        out.insert(key, StoredVector { key, version, vec });
+        Ok(())
+    };
+    if db.is_postgres() {
+        // One round trip per chunk of keys, not per key (a catch-up reads thousands).
+        let raw: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        super::in_chunks(&raw, |marks, list| {
+            let sql = format!("{CURRENT} AND v.memory_key IN ({marks})");
+            let mut all = Vec::with_capacity(list.len() + 1);
+            all.push(Arg::Text(model));
+            all.extend_from_slice(list);
+            db.for_each(&sql, &all, &mut add)
+        })?;
+        return Ok(out);
+    }
+    let sql = format!("{CURRENT} AND v.memory_key = ?");
     for &key in keys {
-        let found = db.query_opt(
-            "SELECT v.version, v.vec FROM vectors v JOIN memories m ON m.key = v.memory_key \
-             WHERE v.memory_key = ?1 AND v.model = ?2 AND v.version = m.version \
-             AND m.deleted_at IS NULL",
-            args![key.0, model],
-            |r| {
-                Ok(StoredVector {
-                    key,
-                    version: r.get(0)?,
-                    vec: decode(r.get_blob(1)?),
-                })
-            },
-        )?;
-        if let Some(v) = found {
-            out.insert(key, v);
-        }
+        db.for_each(&sql, args![model, key.0], &mut add)?;
     }
     Ok(out)
 }
@@ -180,6 +188,17 @@ pub fn unembedded_page(
                 content: r.get(3)?,
             })
         },
+    )
+}
+
+/// The keys of the live memories lacking a current vector of `model`, in key order.
+pub fn unembedded_keys(db: &Db, model: &str) -> Result<Vec<MemoryKey>> {
+    db.query_all(
+        "SELECT m.key FROM memories m \
+         LEFT JOIN vectors v ON v.memory_key = m.key AND v.model = ?1 AND v.version = m.version \
+         WHERE m.deleted_at IS NULL AND v.memory_key IS NULL ORDER BY m.key",
+        args![model],
+        |r| Ok(MemoryKey(r.get(0)?)),
     )
 }
 

@@ -631,6 +631,8 @@ fn vectors_import_keys_and_history_read_back_alike() {
                 );
                 let todo = vectors::unembedded_page(db, "model", MemoryKey(0), 10)?;
                 assert_eq!(todo.iter().map(|u| u.key).collect::<Vec<_>>(), vec![b.key]);
+                assert_eq!(vectors::unembedded_keys(db, "model")?, vec![b.key]);
+                assert_eq!(vectors::unembedded_keys(db, "other")?, vec![a.key, b.key]);
                 assert_eq!(vectors::coverage(db, "model")?, (2, 1), "{backend}");
                 assert_eq!(vectors::coverage_in(db, "model", &["v".into()])?, (2, 1));
                 assert_eq!(
