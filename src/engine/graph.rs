@@ -290,7 +290,12 @@ impl Engine {
 
     /// A snapshot of the graph with every write committed before the call.
     pub(crate) fn synced_graph(&self) -> Result<GraphView> {
-        let target = self.store.read(changes::max_seq)?;
+        self.synced_graph_at(self.store.read(changes::max_seq)?)
+    }
+
+    /// A snapshot of the graph with at least the change log up to `target`, a head the caller
+    /// read after its call began (so the snapshot holds every write committed before it).
+    pub(crate) fn synced_graph_at(&self, target: i64) -> Result<GraphView> {
         let day = today();
         {
             let guard = lock::read_or_reset(&self.graph, unload);

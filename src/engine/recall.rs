@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::engine::graph::GraphView;
 use crate::engine::vectors::VectorSync;
 use crate::engine::{Engine, snippet};
 use crate::error::{Error, Result};
@@ -69,6 +70,15 @@ struct TextSide {
     hits: Vec<(MemoryKey, f32)>,
     unseen: i64,
     rows: HashMap<MemoryKey, Memory>,
+    /// The change-log head the search was made at (`None`: no search by words).
+    head: Option<i64>,
+}
+
+/// The relation graph of one recall: synced once, when first needed, to the change-log head
+/// the text search was made at (or to the head read then, without one).
+struct Graph {
+    head: Option<i64>,
+    view: Option<GraphView>,
 }
 
 /// How the candidates of one recall are scored.
@@ -232,6 +242,7 @@ impl Engine {
             hits: text_hits,
             unseen,
             mut rows,
+            head,
         } = text_found.transpose()?.unwrap_or_default();
         if unseen > 0 {
             warnings.push(format!(
@@ -288,20 +299,33 @@ impl Engine {
         }
         // Kept for a second ranking only when some rows were skipped.
         let again = (!skipped.is_empty()).then(|| cands.clone());
-        let mut ranked = self.rank(q, cands, &mut rows, &scoring)?;
+        // Synced once, by the first expansion, to the head the text search was made at.
+        let mut graph = Graph { head, view: None };
+        let mut ranked = self.rank(q, cands, &mut rows, &scoring, &mut graph)?;
         let again = again.filter(|_| !bar.settles(&ranked, &skipped, need));
         let redone = again.is_some();
         if let Some(cands) = again {
             rows.extend(self.load_rows(&skipped, q.include_archived)?);
-            ranked = self.rank(q, cands, &mut rows, &scoring)?;
+            ranked = self.rank(q, cands, &mut rows, &scoring, &mut graph)?;
         }
 
         let more = ranked.len() > q.offset + q.limit;
         let page: Vec<_> = ranked.into_iter().skip(q.offset).take(q.limit).collect();
         let page_keys: Vec<MemoryKey> = page.iter().map(|(k, _, _)| *k).collect();
-        let counts = self
-            .store
-            .read(|c| memories::relation_counts(c, &page_keys))?;
+        // The graph, when the expansion synced it, counts the relations without a round trip.
+        let counts = match &graph.view {
+            Some(g) => page_keys
+                .iter()
+                .map(|k| {
+                    let mut n = 0;
+                    g.adjacent(k.0, |_, _, _, _| n += 1);
+                    (*k, n)
+                })
+                .collect(),
+            None => self
+                .store
+                .read(|c| memories::relation_counts(c, &page_keys))?,
+        };
         let mut hits = Vec::with_capacity(page.len());
         for (key, c, dups) in page {
             let Some(memory) = rows.remove(&key) else {
@@ -393,29 +417,31 @@ impl Engine {
         Ok(())
     }
 
-    /// The best `depth` text matches, filters applied by the index, and how many recent
-    /// change-log entries the search could not see yet (see [`Engine::prepare_text_read`]).
-    fn text_candidates(
-        &self,
-        q: &RecallQuery,
-        depth: usize,
-    ) -> Result<(Vec<(MemoryKey, f32)>, i64)> {
+    /// The best `depth` text matches, filters applied by the index (no rows yet), and how many
+    /// recent change-log entries the search could not see (see [`Engine::prepare_text_read`]).
+    fn text_candidates(&self, q: &RecallQuery, depth: usize) -> Result<TextSide> {
         if self.text.query_terms(&q.text).is_empty() {
-            return Ok((Vec::new(), 0));
+            return Ok(TextSide::default());
         }
-        let unseen = self.prepare_text_read()?;
+        let (unseen, head) = self.text_positions_then_prepare()?;
         let mut tq = q.clone();
         tq.offset = 0;
         tq.limit = depth;
-        match self.text.search(&tq) {
-            Ok(found) => Ok((found, unseen)),
+        let (hits, unseen) = match self.text.search(&tq) {
+            Ok(found) => (found, unseen),
             // The index is derived state: when it cannot be read, it is rebuilt, never fatal.
             Err(e) => {
                 tracing::warn!(error = %e, "text index unreadable; rebuilding it from the database");
                 self.reindex_text()?;
-                Ok((self.text.search(&tq)?, 0))
+                (self.text.search(&tq)?, 0)
             }
-        }
+        };
+        Ok(TextSide {
+            hits,
+            unseen,
+            rows: HashMap::new(),
+            head: Some(head),
+        })
     }
 
     /// `cands` filtered, scored, sorted, expanded and with duplicates collapsed; `rows` holds
@@ -426,6 +452,7 @@ impl Engine {
         mut cands: HashMap<MemoryKey, Candidate>,
         rows: &mut HashMap<MemoryKey, Memory>,
         scoring: &Scoring,
+        graph: &mut Graph,
     ) -> Result<Vec<(MemoryKey, Candidate, Vec<String>)>> {
         // Vector candidates have not been filtered yet; text ones have (by the index).
         cands.retain(|k, _| rows.get(k).is_some_and(|m| matches(q, m)));
@@ -434,7 +461,7 @@ impl Engine {
         }
         let mut ranked = sorted(cands);
         if q.expand > 0 && !ranked.is_empty() {
-            self.expand(q, &mut ranked, rows)?;
+            self.expand(q, &mut ranked, rows, graph)?;
         }
         if scoring.mode != RecallMode::Text {
             ranked = Engine::collapse_duplicates(ranked, q.offset + q.limit + 1, rows);
@@ -445,7 +472,12 @@ impl Engine {
     /// The best `depth` text matches with their rows, each score scaled by how much of the
     /// query's weight the memory covers (see [`COVERAGE_POWER`]), best first.
     fn text_side(&self, q: &RecallQuery, depth: usize) -> Result<TextSide> {
-        let (mut hits, unseen) = self.text_candidates(q, depth)?;
+        let TextSide {
+            mut hits,
+            unseen,
+            head,
+            ..
+        } = self.text_candidates(q, depth)?;
         let mut keys: Vec<MemoryKey> = hits.iter().map(|h| h.0).collect();
         keys.sort_unstable();
         let rows = self.load_rows(&keys, q.include_archived)?;
@@ -459,7 +491,12 @@ impl Engine {
             }
             hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         }
-        Ok(TextSide { hits, unseen, rows })
+        Ok(TextSide {
+            hits,
+            unseen,
+            rows,
+            head,
+        })
     }
 
     /// The `depth` nearest memories by vector, scoped to the query's namespaces (exactly when
@@ -508,6 +545,9 @@ impl Engine {
 
     /// Live rows of `keys` (archived ones only when asked for).
     fn load_rows(&self, keys: &[MemoryKey], archived: bool) -> Result<HashMap<MemoryKey, Memory>> {
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
         let rows = self.store.read(|c| memories::by_keys(c, keys))?;
         Ok(rows
             .into_iter()
@@ -524,6 +564,7 @@ impl Engine {
         q: &RecallQuery,
         ranked: &mut Vec<(MemoryKey, Candidate, Vec<String>)>,
         rows: &mut HashMap<MemoryKey, Memory>,
+        graph: &mut Graph,
     ) -> Result<()> {
         let seeds: Vec<(MemoryKey, f32)> = ranked
             .iter()
@@ -534,7 +575,15 @@ impl Engine {
         let mut reached: HashMap<MemoryKey, (f32, Via)> = HashMap::new();
         // Relations per memory, each counted once per recall (a hub may neighbour many hits).
         let mut degrees: HashMap<i64, f32> = HashMap::new();
-        self.with_graph(|g| {
+        let view = match graph.view.take() {
+            Some(v) => v,
+            None => match graph.head {
+                Some(head) => self.synced_graph_at(head)?,
+                None => self.synced_graph()?,
+            },
+        };
+        {
+            let g: &crate::graph::MemoryGraph = &view;
             let mut frontier: Vec<(MemoryKey, f32, String)> = seeds
                 .iter()
                 .filter_map(|(k, s)| rows.get(k).map(|m| (*k, *s, m.id.clone())))
@@ -577,7 +626,8 @@ impl Engine {
                 }
                 frontier = next;
             }
-        })?;
+        }
+        graph.view = Some(view);
         let missing: Vec<MemoryKey> = reached
             .keys()
             .filter(|k| !rows.contains_key(k))

@@ -62,6 +62,17 @@ impl Engine {
     /// process is indexing, or an import of this process that the background job indexes).
     pub(crate) fn prepare_text_read(&self) -> Result<i64> {
         let (head, _) = self.text_positions()?;
+        self.prepare_text_read_at(head)
+    }
+
+    /// [`Engine::prepare_text_read`] for a change-log head the caller read (after its call
+    /// began); the caller may make its other reads as of the same head.
+    pub(crate) fn text_positions_then_prepare(&self) -> Result<(i64, i64)> {
+        let (head, _) = self.text_positions()?;
+        Ok((self.prepare_text_read_at(head)?, head))
+    }
+
+    fn prepare_text_read_at(&self, head: i64) -> Result<i64> {
         let pos = self.text.position()?;
         if head <= pos.searchable {
             return Ok(0);

@@ -1110,6 +1110,38 @@ fn knows(from: &str, to: &str) -> RelateItem {
     }
 }
 
+// A hit's relation count comes from the graph when the recall expanded through it, from the
+// database otherwise; both count the relations a walk can follow (none to a forgotten memory).
+#[test]
+fn a_hit_counts_the_relations_it_can_be_walked_along() {
+    let (_d, e) = temp_engine();
+    let hub = remember_one(&e, item("the zeppelin hangar"));
+    let b = remember_one(&e, item("node b"));
+    let c = remember_one(&e, item("node c"));
+    for r in e
+        .relate(&[knows(&hub, &b), knows(&hub, &c), knows(&c, &hub)])
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    let count = |expand: u8| {
+        let page = e
+            .recall(&RecallQuery {
+                text: "zeppelin".into(),
+                mode: RecallMode::Text,
+                expand,
+                limit: 10,
+                ..RecallQuery::default()
+            })
+            .unwrap();
+        assert_eq!(page.hits[0].memory.id, hub);
+        page.hits[0].n_relations
+    };
+    assert_eq!((count(0), count(2)), (3, 3));
+    e.forget(&[MemoryRef::Id(c)], &[], "test").unwrap();
+    assert_eq!((count(0), count(2)), (1, 1));
+}
+
 #[test]
 fn a_walk_holds_a_snapshot_and_never_blocks_writers_or_other_graph_reads() {
     let (_d, e) = temp_engine();

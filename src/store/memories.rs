@@ -457,20 +457,22 @@ pub fn keys_in(db: &Db, namespaces: &[String]) -> Result<Vec<MemoryKey>> {
     Ok(out)
 }
 
-/// Number of live relations touching each of `keys`.
+/// Number of live relations between each of `keys` and a memory not forgotten.
 pub fn relation_counts(db: &Db, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey, i64>> {
+    // Relations to forgotten memories are not counted (nor listed, nor walked).
+    const COUNT: &str = "(SELECT count(*) FROM relations r JOIN memories d ON d.key = r.dst \
+         WHERE r.src = {k} AND r.deleted_at IS NULL AND d.deleted_at IS NULL) + \
+         (SELECT count(*) FROM relations r JOIN memories s ON s.key = r.src \
+         WHERE r.dst = {k} AND r.deleted_at IS NULL AND s.deleted_at IS NULL)";
     let mut out = HashMap::with_capacity(keys.len());
     if db.is_postgres() {
         for k in keys {
             out.insert(*k, 0);
         }
         let raw: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let count = COUNT.replace("{k}", "m.key");
         super::in_chunks(&raw, |marks, list| {
-            let sql = format!(
-                "SELECT m.key, (SELECT count(*) FROM relations WHERE src = m.key AND deleted_at IS NULL) + \
-                 (SELECT count(*) FROM relations WHERE dst = m.key AND deleted_at IS NULL) \
-                 FROM memories m WHERE m.key IN ({marks})"
-            );
+            let sql = format!("SELECT m.key, {count} FROM memories m WHERE m.key IN ({marks})");
             db.for_each(&sql, list, |r| {
                 out.insert(MemoryKey(r.get(0)?), r.get(1)?);
                 Ok(())
@@ -478,13 +480,9 @@ pub fn relation_counts(db: &Db, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey,
         })?;
         return Ok(out);
     }
+    let sql = format!("SELECT {}", COUNT.replace("{k}", "?1"));
     for k in keys {
-        let n = db.query_one(
-            "SELECT (SELECT count(*) FROM relations WHERE src = ?1 AND deleted_at IS NULL) + \
-                    (SELECT count(*) FROM relations WHERE dst = ?1 AND deleted_at IS NULL)",
-            args![k.0],
-            |r| r.get(0),
-        )?;
+        let n = db.query_one(&sql, args![k.0], |r| r.get(0))?;
         out.insert(*k, n);
     }
     Ok(out)

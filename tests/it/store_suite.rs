@@ -298,6 +298,23 @@ fn relations_are_upserted_walked_and_grouped_alike() {
             .unwrap();
         let forgotten = store.read(relations::forgotten_memory_keys).unwrap();
         assert!(forgotten.is_empty(), "{backend}");
+        // r_1 is forgotten; then m3, whose relations stay but are not counted.
+        let counts = |store: &Store| {
+            let n = store
+                .read(|db| memories::relation_counts(db, &keys))
+                .unwrap();
+            keys.iter().map(|k| n[k]).collect::<Vec<i64>>()
+        };
+        assert_eq!(counts(&store), [3, 1, 2, 2], "{backend}");
+        store
+            .write(|db| {
+                let mut m = memories::by_key(db, keys[3])?.expect("m3");
+                m.deleted_at = Some(10);
+                m.version += 1;
+                memories::save(db, &m)
+            })
+            .unwrap();
+        assert_eq!(counts(&store), [1, 1, 2, 2], "{backend}");
     }
 }
 
