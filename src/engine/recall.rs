@@ -76,7 +76,7 @@ struct TextSide {
 
 /// The relation graph of one recall: synced once, when first needed, to the change-log head
 /// the text search was made at (or to the head read then, without one).
-struct Graph {
+struct RecallGraph {
     head: Option<i64>,
     view: Option<GraphView>,
 }
@@ -300,7 +300,7 @@ impl Engine {
         // Kept for a second ranking only when some rows were skipped.
         let again = (!skipped.is_empty()).then(|| cands.clone());
         // Synced once, by the first expansion, to the head the text search was made at.
-        let mut graph = Graph { head, view: None };
+        let mut graph = RecallGraph { head, view: None };
         let mut ranked = self.rank(q, cands, &mut rows, &scoring, &mut graph)?;
         let again = again.filter(|_| !bar.settles(&ranked, &skipped, need));
         let redone = again.is_some();
@@ -423,7 +423,7 @@ impl Engine {
         if self.text.query_terms(&q.text).is_empty() {
             return Ok(TextSide::default());
         }
-        let (unseen, head) = self.text_positions_then_prepare()?;
+        let (unseen, head) = self.prepare_text_read_with_head()?;
         let mut tq = q.clone();
         tq.offset = 0;
         tq.limit = depth;
@@ -452,7 +452,7 @@ impl Engine {
         mut cands: HashMap<MemoryKey, Candidate>,
         rows: &mut HashMap<MemoryKey, Memory>,
         scoring: &Scoring,
-        graph: &mut Graph,
+        graph: &mut RecallGraph,
     ) -> Result<Vec<(MemoryKey, Candidate, Vec<String>)>> {
         // Vector candidates have not been filtered yet; text ones have (by the index).
         cands.retain(|k, _| rows.get(k).is_some_and(|m| matches(q, m)));
@@ -564,7 +564,7 @@ impl Engine {
         q: &RecallQuery,
         ranked: &mut Vec<(MemoryKey, Candidate, Vec<String>)>,
         rows: &mut HashMap<MemoryKey, Memory>,
-        graph: &mut Graph,
+        graph: &mut RecallGraph,
     ) -> Result<()> {
         let seeds: Vec<(MemoryKey, f32)> = ranked
             .iter()

@@ -67,7 +67,7 @@ impl Engine {
 
     /// [`Engine::prepare_text_read`] for a change-log head the caller read (after its call
     /// began); the caller may make its other reads as of the same head.
-    pub(crate) fn text_positions_then_prepare(&self) -> Result<(i64, i64)> {
+    pub(crate) fn prepare_text_read_with_head(&self) -> Result<(i64, i64)> {
         let (head, _) = self.text_positions()?;
         Ok((self.prepare_text_read_at(head)?, head))
     }
