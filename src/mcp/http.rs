@@ -240,10 +240,20 @@ async fn ready(State(engine): State<Arc<Engine>>) -> Response {
                 serde_json::json!({"ready": ready, "text_index_lag": text, "vector_index_lag": vector}),
             )
         }
-        Ok(Err(e)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            serde_json::json!({"ready": false, "error": e.to_string()}),
-        ),
+        Ok(Err(e)) => {
+            // The details (the database's address, its user) are for the log, not for anyone
+            // who can reach this unauthenticated endpoint.
+            tracing::warn!(error = %e, "not ready");
+            let error = if e.is_database_unavailable() {
+                "the memory database is unavailable; see the server log"
+            } else {
+                "the readiness check failed; see the server log"
+            };
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                serde_json::json!({"ready": false, "error": error}),
+            )
+        }
         Err(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
             serde_json::json!({"ready": false, "error": "the readiness check failed; see the server log"}),

@@ -692,17 +692,28 @@ async fn writes_survive_a_database_restart() {
     let own = Arc::new(own);
     let url = own.database(test);
     let scratch = Scratch::new();
-    let (a, b) = tokio::join!(
+    let (c_index, c_log) = (scratch.index_dir("c"), scratch.log("c"));
+    let c_args = ["--index-dir", c_index.as_str(), "--embedder", "none"];
+    let (a, b, c) = tokio::join!(
         start(&url, &scratch, "a", Wire::Stdio, Era::Initialize, &[]),
         start(&url, &scratch, "b", Wire::Stdio, Era::Discover, &[]),
+        // Asked only whether it is ready, as a load balancer does.
+        HttpChild::spawn(&url, &c_args, &c_log,),
     );
     let stop = AtomicBool::new(false);
+    let (stopped_at, stopped_until) = (
+        std::sync::Mutex::new(None::<Instant>),
+        std::sync::Mutex::new(None::<Instant>),
+    );
     let outages = async {
         let mut back = Vec::new();
         for restart in [true, false] {
             tokio::time::sleep(Duration::from_secs(2)).await;
             let own = Arc::clone(&own);
             let down = Instant::now();
+            if !restart {
+                *stopped_at.lock().expect("lock") = Some(down);
+            }
             tokio::task::spawn_blocking(move || {
                 if restart {
                     own.restart();
@@ -718,16 +729,69 @@ async fn writes_survive_a_database_restart() {
                 down.elapsed()
             );
             back.push(Instant::now());
+            if !restart {
+                *stopped_until.lock().expect("lock") = back.last().copied();
+            }
         }
         // Time to recover, then the writers stop.
         tokio::time::sleep(Duration::from_secs(10)).await;
         stop.store(true, Ordering::Release);
         back
     };
-    let (back, wa, wb) = tokio::join!(
+    let readiness = async {
+        let mut seen = Vec::new();
+        while !stop.load(Ordering::Acquire) {
+            let (status, answer) = http_request(c.authority(), "GET", "/readyz", &[], b"").await;
+            seen.push((Instant::now(), status, answer));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        seen
+    };
+    let (back, wa, wb, ready) = tokio::join!(
         outages,
         keep_writing(&a, 'a', &stop),
-        keep_writing(&b, 'b', &stop)
+        keep_writing(&b, 'b', &stop),
+        readiness
+    );
+
+    // While PostgreSQL is stopped, the server reports itself not ready, saying why; once it is
+    // back, ready again.
+    let (from, until) = (
+        stopped_at.lock().expect("lock").expect("stopped"),
+        stopped_until.lock().expect("lock").expect("back"),
+    );
+    let during: Vec<&(Instant, u16, String)> = ready
+        .iter()
+        .filter(|(at, _, _)| *at > from && *at < until)
+        .collect();
+    let unready: Vec<&String> = during
+        .iter()
+        .filter(|(_, status, _)| *status == 503)
+        .map(|(_, _, answer)| answer)
+        .collect();
+    assert!(
+        !unready.is_empty(),
+        "not one of {} probes during the outage answered 503",
+        during.len()
+    );
+    for answer in &unready {
+        assert!(
+            answer.contains(r#""ready":false"#) && answer.contains("unavailable"),
+            "{answer}"
+        );
+        // No one needs a token to ask: the database's address stays in the server's log.
+        assert!(
+            !answer.contains("postgres://") && !answer.contains("127.0.0.1"),
+            "{answer}"
+        );
+    }
+    let (_, status, answer) = ready.last().expect("probes");
+    assert_eq!(*status, 200, "ready again after the outage: {answer}");
+    report!(
+        "readiness during the outage: {} of {} probes 503: {}",
+        unready.len(),
+        during.len(),
+        unready[0].lines().last().unwrap_or_default()
     );
 
     for (letter, w) in [('a', &wa), ('b', &wb)] {
@@ -777,6 +841,7 @@ async fn writes_survive_a_database_restart() {
     }
     a.stop().await;
     b.stop().await;
+    c.stop().await;
 }
 
 /// One JSON-RPC request of the 2026-07-28 era over HTTP with no session, as a load balancer
