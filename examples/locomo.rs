@@ -9,6 +9,8 @@
 //! The data (CC BY-NC 4.0, not shipped here) is `locomo10.json` of the LoCoMo release
 //! (github.com/snap-research/locomo). Run:
 //! `cargo run --release --example locomo -- path/to/locomo10.json [--weights TEXT:VECTOR]…`
+//! (`--db postgres://…` stores the memories in that empty PostgreSQL database instead of a
+//! scratch SQLite file: the same ranking, read over the network)
 //! Each `--weights` adds a hybrid row with those fusion weights; `--embedder` picks the embedding
 //! provider as the server's flag does (the transformer, `minilm:DIR`, in builds with
 //! `--features minilm`). `data/locomo/sample.json` is a
@@ -50,7 +52,7 @@ macro_rules! say {
     }};
 }
 
-const USAGE: &str = "usage: locomo PATH/TO/locomo10.json [--weights TEXT:VECTOR]... [--mess] [--consolidate] [--embedder builtin|static:DIR|minilm:DIR]";
+const USAGE: &str = "usage: locomo PATH/TO/locomo10.json [--weights TEXT:VECTOR]... [--mess] [--consolidate] [--embedder builtin|static:DIR|minilm:DIR] [--db postgres://…]";
 /// Question categories scored (5, adversarial, has no evidence to find).
 const CATEGORIES: [u64; 4] = [1, 2, 3, 4];
 const K: usize = 10;
@@ -67,6 +69,8 @@ struct Args {
     consolidate: bool,
     /// The embedding provider (`None`: the built-in model).
     embedder: Option<EmbedderSpec>,
+    /// An empty PostgreSQL database to store the memories in (`None`: a scratch SQLite file).
+    db: Option<String>,
 }
 
 /// One question to score: its conversation's namespace, its text, its evidence turn ids.
@@ -127,6 +131,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut weights = Vec::new();
     let (mut mess, mut consolidate) = (false, false);
     let mut embedder = None;
+    let mut db = None;
     let mut args = args.into_iter();
     while let Some(a) = args.next() {
         if a == "--mess" {
@@ -145,6 +150,12 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             embedder = Some(EmbedderSpec::local(&v).ok_or_else(|| {
                 format!("--embedder {v:?}: give builtin, static:DIR or minilm:DIR")
             })?);
+        } else if a == "--db" {
+            let v = args
+                .next()
+                .filter(|v| v.starts_with("postgres://") || v.starts_with("postgresql://"))
+                .ok_or("--db needs an empty PostgreSQL database's URL (postgres://…)")?;
+            db = Some(v);
         } else if a.starts_with('-') {
             return Err(format!("unknown option {a}"));
         } else if path.replace(PathBuf::from(&a)).is_some() {
@@ -158,6 +169,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
         mess,
         consolidate,
         embedder,
+        db,
     })
 }
 
@@ -190,7 +202,7 @@ fn setups(extra: &[(f32, f32)]) -> Vec<Setup> {
 }
 
 fn run(args: &Args) -> anyhow::Result<()> {
-    let corpus = load(&args.path, args.embedder.as_ref())?;
+    let corpus = load(&args.path, args.embedder.as_ref(), args.db.as_deref())?;
     let embedder = corpus
         .engine
         .embedder()
@@ -282,12 +294,19 @@ fn r10_by_category(
 /// Imports every conversation of a LoCoMo file into a fresh database, one namespace each
 /// (`locomo-<sample_id>`), through the engine's import of format `locomo`; collects the
 /// questions; embeds everything before any query is timed.
-fn load(path: &Path, embedder: Option<&EmbedderSpec>) -> anyhow::Result<Corpus> {
+fn load(path: &Path, embedder: Option<&EmbedderSpec>, db: Option<&str>) -> anyhow::Result<Corpus> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let data: Vec<Value> = serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a JSON array of LoCoMo samples", path.display()))?;
     let dir = tempfile::tempdir()?;
-    let mut config = Config::for_db(dir.path().join("locomo.db"));
+    let mut config = match db {
+        Some(url) => {
+            let mut c = Config::for_postgres(url.to_owned(), dir.path().join("index"));
+            c.index_dir_per_database = false;
+            c
+        }
+        None => Config::for_db(dir.path().join("locomo.db")),
+    };
     if let Some(e) = embedder {
         config.embedder = e.clone();
     }
@@ -748,8 +767,12 @@ mod tests {
                 mess: false,
                 consolidate: false,
                 embedder: None,
+                db: None,
             })
         );
+        let p = args(&["f.json", "--db", "postgres://u@h/m"]).unwrap();
+        assert_eq!(p.db.as_deref(), Some("postgres://u@h/m"));
+        assert!(args(&["f.json", "--db", "m.db"]).is_err());
         let m = args(&["f.json", "--embedder", "minilm:models/x"]).unwrap();
         assert_eq!(m.embedder, Some(EmbedderSpec::MiniLm("models/x".into())));
         assert!(args(&["f.json", "--embedder", "gpt"]).is_err());
@@ -781,7 +804,7 @@ mod tests {
 
     #[test]
     fn the_sample_is_imported_by_the_reader_and_scored() {
-        let corpus = load(&sample(), None).expect("load the sample");
+        let corpus = load(&sample(), None, None).expect("load the sample");
         assert_eq!(
             (corpus.conversations, corpus.sessions, corpus.turns),
             (2, 3, 15)
