@@ -74,6 +74,14 @@ struct TextSide {
     head: Option<i64>,
 }
 
+/// What the vector half of a recall found, with its hits' rows when it read them (their keys:
+/// a key without a row is not live).
+struct VectorSide {
+    hits: Vec<(MemoryKey, f32)>,
+    sync: VectorSync,
+    read: Option<(Vec<MemoryKey>, HashMap<MemoryKey, Memory>)>,
+}
+
 /// The relation graph of one recall: synced once, when first needed, to the change-log head
 /// the text search was made at (or to the head read then, without one).
 struct RecallGraph {
@@ -184,7 +192,22 @@ impl Engine {
         let text_now = q.mode == RecallMode::Hybrid || !want_vector;
         let (vector_found, text_found) = std::thread::scope(|scope| {
             let vector = want_vector.then(|| {
-                let search = || self.vector_candidates(q, depth);
+                // On a database server, a recall that expands also reads the vector hits' rows
+                // here, beside the text half's reads, rather than after both: expanding reads
+                // the page's rows anyway, and one round trip less on the calling thread is what
+                // counts. Without expanding, most of those rows are never needed (see `Bar`).
+                let prefetch = self.store.is_postgres() && q.expand > 0;
+                let search = move || -> Result<VectorSide> {
+                    let (hits, sync) = self.vector_candidates(q, depth)?;
+                    let mut read = None;
+                    if prefetch && !hits.is_empty() {
+                        let mut keys: Vec<MemoryKey> = hits.iter().map(|h| h.0).collect();
+                        keys.sort_unstable();
+                        let rows = self.load_rows(&keys, q.include_archived)?;
+                        read = Some((keys, rows));
+                    }
+                    Ok(VectorSide { hits, sync, read })
+                };
                 if text_now {
                     std::thread::Builder::new()
                         .name("mnemograph-recall".into())
@@ -206,10 +229,12 @@ impl Engine {
             (vector, text)
         });
         let mut vector_hits = Vec::new();
+        let mut vector_read = None;
         if let Some(found) = vector_found {
             match found {
-                Ok((hits, sync)) => {
+                Ok(VectorSide { hits, sync, read }) => {
                     vector_hits = hits;
+                    vector_read = read;
                     match sync {
                         VectorSync::Behind(n) => warnings.push(format!(
                             "the vector index is catching up ({n} changes behind); newer memories are found by text only for now"
@@ -249,6 +274,13 @@ impl Engine {
                 "the text index is catching up ({unseen} recent changes not searchable by words yet)"
             ));
         }
+        let mut vector_keys: HashSet<MemoryKey> = HashSet::new();
+        if let Some((keys, read)) = vector_read {
+            vector_keys.extend(keys);
+            for (k, m) in read {
+                rows.entry(k).or_insert(m);
+            }
+        }
 
         let mut cands: HashMap<MemoryKey, Candidate> = HashMap::new();
         for (i, (k, s)) in text_hits.iter().enumerate() {
@@ -284,8 +316,8 @@ impl Engine {
         let text_keys: HashSet<MemoryKey> = text_hits.iter().map(|h| h.0).collect();
         let (mut missing, mut skipped) = (Vec::new(), Vec::new());
         for (k, c) in &cands {
-            if text_keys.contains(k) {
-                // Read by the text half (absent: not live).
+            if text_keys.contains(k) || vector_keys.contains(k) {
+                // Read by the text or the vector half (absent: not live).
             } else if bar.may_reach(c, &scoring) {
                 missing.push(*k);
             } else {
