@@ -183,7 +183,7 @@ impl TextIndex {
     pub fn open(dir: &Path, writer_bytes: usize) -> Result<(TextIndex, OpenState)> {
         std::fs::create_dir_all(dir)?;
         let (schema, _) = schema();
-        let state;
+        let mut state;
         let index = match Self::open_existing(dir, &schema) {
             Ok(Some(index)) => {
                 state = OpenState::Existing;
@@ -191,7 +191,16 @@ impl TextIndex {
             }
             Ok(None) => {
                 state = OpenState::Created;
-                Index::create_in_dir(dir, schema.clone())?
+                match Index::create_in_dir(dir, schema.clone()) {
+                    Ok(index) => index,
+                    // Another process made it since the look (two servers started at once on a
+                    // new database): that one is used.
+                    Err(tantivy::TantivyError::IndexAlreadyExists) => {
+                        state = OpenState::Existing;
+                        Index::open_in_dir(dir)?
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             Err(reason) => {
                 tracing::warn!(dir = %dir.display(), %reason, "text index unusable; rebuilding it from the database");
