@@ -61,8 +61,7 @@ impl Engine {
     /// change-log entries a search still cannot see (0 but for a long backlog that another
     /// process is indexing, or an import of this process that the background job indexes).
     pub(crate) fn prepare_text_read(&self) -> Result<i64> {
-        let (head, _) = self.text_positions()?;
-        self.prepare_text_read_at(head)
+        Ok(self.prepare_text_read_with_head()?.0)
     }
 
     /// [`Engine::prepare_text_read`] for a change-log head the caller read (after its call
