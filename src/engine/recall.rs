@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::engine::graph::GraphView;
-use crate::engine::vectors::VectorSync;
+use crate::engine::vectors::{Nearest, VectorSync};
 use crate::engine::{Engine, snippet};
 use crate::error::{Error, Result};
 use crate::index::vector::Scope;
@@ -79,6 +79,7 @@ struct TextSide {
 struct VectorSide {
     hits: Vec<(MemoryKey, f32)>,
     sync: VectorSync,
+    fell_back: Option<String>,
     read: Option<(Vec<MemoryKey>, HashMap<MemoryKey, Memory>)>,
 }
 
@@ -198,7 +199,11 @@ impl Engine {
                 // counts. Without expanding, most of those rows are never needed (see `Bar`).
                 let prefetch = self.store.is_postgres() && q.expand > 0;
                 let search = move || -> Result<VectorSide> {
-                    let (hits, sync) = self.vector_candidates(q, depth)?;
+                    let Nearest {
+                        hits,
+                        sync,
+                        fell_back,
+                    } = self.vector_candidates(q, depth)?;
                     let mut read = None;
                     if prefetch && !hits.is_empty() {
                         let mut keys: Vec<MemoryKey> = hits.iter().map(|h| h.0).collect();
@@ -206,7 +211,12 @@ impl Engine {
                         let rows = self.load_rows(&keys, q.include_archived)?;
                         read = Some((keys, rows));
                     }
-                    Ok(VectorSide { hits, sync, read })
+                    Ok(VectorSide {
+                        hits,
+                        sync,
+                        fell_back,
+                        read,
+                    })
                 };
                 if text_now {
                     std::thread::Builder::new()
@@ -232,9 +242,19 @@ impl Engine {
         let mut vector_read = None;
         if let Some(found) = vector_found {
             match found {
-                Ok(VectorSide { hits, sync, read }) => {
+                Ok(VectorSide {
+                    hits,
+                    sync,
+                    fell_back,
+                    read,
+                }) => {
                     vector_hits = hits;
                     vector_read = read;
+                    if let Some(why) = fell_back {
+                        warnings.push(format!(
+                            "the vector index's graph failed ({why}); vector hits came from an exact scan"
+                        ));
+                    }
                     match sync {
                         VectorSync::Behind(n) => warnings.push(format!(
                             "the vector index is catching up ({n} changes behind); newer memories are found by text only for now"
@@ -533,11 +553,7 @@ impl Engine {
 
     /// The `depth` nearest memories by vector, scoped to the query's namespaces (exactly when
     /// they are small); other filters are applied by the caller.
-    fn vector_candidates(
-        &self,
-        q: &RecallQuery,
-        depth: usize,
-    ) -> Result<(Vec<(MemoryKey, f32)>, VectorSync)> {
+    fn vector_candidates(&self, q: &RecallQuery, depth: usize) -> Result<Nearest> {
         let filtered = !q.kinds.is_empty()
             || !q.tags.is_empty()
             || q.since.is_some()

@@ -57,6 +57,14 @@ pub(crate) struct VectorOverlay {
     items: HashMap<u64, (i64, Option<Vec<f32>>)>,
 }
 
+/// What a vector search found: the nearest memories, how current the index was, and why the
+/// search scanned instead of using the graph when it had to.
+pub(crate) struct Nearest {
+    pub hits: Vec<(MemoryKey, f32)>,
+    pub sync: VectorSync,
+    pub fell_back: Option<String>,
+}
+
 /// How far the vector index is behind after a sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum VectorSync {
@@ -186,6 +194,12 @@ impl Engine {
         });
         self.drop_flat();
         Ok(true)
+    }
+
+    /// Vector searches of this process whose graph failed and that were answered by an exact
+    /// scan instead.
+    pub fn vector_graph_failures(&self) -> u64 {
+        crate::index::vector::graph_failures()
     }
 
     /// Change-log entries the vector index has not applied yet (0 without an embedder).
@@ -432,12 +446,7 @@ impl Engine {
     /// Memories changed after what the index applied are scored from the overlay (see
     /// [`Engine::prepare_vector_read`]), so the read waits neither for the background job nor
     /// for another process.
-    pub(crate) fn vector_search(
-        &self,
-        query: &str,
-        k: usize,
-        scope: Scope<'_>,
-    ) -> Result<(Vec<(MemoryKey, f32)>, VectorSync)> {
+    pub(crate) fn vector_search(&self, query: &str, k: usize, scope: Scope<'_>) -> Result<Nearest> {
         let Some(e) = self.embedder.clone() else {
             return Err(Error::Embed {
                 provider: "none".into(),
@@ -450,7 +459,13 @@ impl Engine {
         } else {
             match self.flat_for_read()? {
                 Some(f) => Some(f),
-                None => return Ok((Vec::new(), VectorSync::Loading)),
+                None => {
+                    return Ok(Nearest {
+                        hits: Vec::new(),
+                        sync: VectorSync::Loading,
+                        fell_back: None,
+                    });
+                }
             }
         };
         let q = e.embed(&[query])?;
@@ -470,15 +485,15 @@ impl Engine {
         // Overlaid memories the index also holds are dropped from its answer: ask for that many
         // more. Only those: a new memory is not in the index, and asking for more than needed
         // can turn a graph search into a scan of every vector.
-        let found = match &flat {
-            Some(f) => f.search(&q[0], k + n_over, scope),
+        let (found, fell_back) = match &flat {
+            Some(f) => (f.search(&q[0], k + n_over, scope), None),
             None => self.with_vector_index(|ix| {
                 let shadowed = overlay
                     .items
                     .keys()
                     .filter(|&&key| ix.contains(key))
                     .count();
-                ix.search(&q[0], k + shadowed, scope)
+                ix.search_noting(&q[0], k + shadowed, scope)
             })?,
         };
         let mut hits: Vec<(MemoryKey, f32)> = found
@@ -497,7 +512,11 @@ impl Engine {
             hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         }
         hits.truncate(k);
-        Ok((hits, sync))
+        Ok(Nearest {
+            hits,
+            sync,
+            fell_back,
+        })
     }
 
     /// Makes the memories changed after what the vector index applied searchable for a read. In a

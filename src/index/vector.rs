@@ -31,7 +31,7 @@ use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -50,6 +50,20 @@ use staged::Staged;
 /// questions, recall@10 was 0.84 with 64, 0.91 with 128, 0.95 with 256 and 0.966 with 384
 /// (0.36 ms a search), counting a hit that ties the exact 10th as found.
 const EF_SEARCH_MIN: usize = 384;
+
+/// Graph searches of this process that failed and were answered by an exact scan instead.
+static GRAPH_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Why the search running on this thread fell back to an exact scan, if it did.
+    static FELL_BACK: std::cell::Cell<Option<String>> = const { std::cell::Cell::new(None) };
+}
+
+/// Graph searches of this process that failed and were answered by an exact scan (for metrics:
+/// each one is a search that cost a scan of every vector in scope).
+pub fn graph_failures() -> u64 {
+    GRAPH_FAILURES.load(AtomicOrdering::Relaxed)
+}
 /// Vectors an index holds before it fixes its centre (see [`State::centre`]).
 const CENTRE_AFTER: usize = 1_024;
 /// The graph is searched toward `q − α·c` for this α (see [`State::centre`]). A stored vector
@@ -747,7 +761,16 @@ impl State {
         let Some(ef) = self.graph_plan(k, accept) else {
             return scan();
         };
-        let hits = self.graph_search(query, k, ef, accept);
+        let hits = match self.graph_search(query, k, ef, accept) {
+            Ok(hits) => hits,
+            Err(e) => {
+                // Never "nothing near": the exact scan answers, and the caller hears of it.
+                tracing::warn!(error = %e, "vector graph search failed; answering by an exact scan");
+                GRAPH_FAILURES.fetch_add(1, AtomicOrdering::Relaxed);
+                FELL_BACK.with(|f| f.set(Some(e)));
+                return scan();
+            }
+        };
         if hits.len() >= k {
             return self.with_staged(query, k, accept, hits);
         }
@@ -805,10 +828,10 @@ impl State {
         k: usize,
         ef: usize,
         accept: Option<&(dyn Fn(u64) -> bool + Sync)>,
-    ) -> Vec<Hit> {
+    ) -> std::result::Result<Vec<Hit>, String> {
         let mut top = TopK::new(k);
         let mut buf = vec![0.0; self.dim];
-        for slot in self.graph.search(&query.toward, ef) {
+        for slot in self.graph.search(&query.toward, ef)? {
             if self.is_live(slot as usize)
                 && accept.is_none_or(|accept| accept(self.keys[slot as usize]))
                 && let Some(hit) = self.score(query, slot, &mut buf)
@@ -816,7 +839,7 @@ impl State {
                 top.push(hit);
             }
         }
-        top.into_sorted()
+        Ok(top.into_sorted())
     }
 
     /// Share of all slots (dead ones included) that are live and accepted, estimated from
@@ -1226,6 +1249,23 @@ impl VectorIndex {
     /// scanned instead, exactly. `Keys` always scans those keys' vectors. A query of the wrong
     /// length, non-finite or zero finds nothing.
     pub fn search(&self, query: &[f32], k: usize, scope: Scope<'_>) -> Vec<(u64, f32)> {
+        self.search_noting(query, k, scope).0
+    }
+
+    /// [`VectorIndex::search`], and why it answered by an exact scan instead of the graph it
+    /// should have used (the graph failed: logged and counted in [`graph_failures`]).
+    pub fn search_noting(
+        &self,
+        query: &[f32],
+        k: usize,
+        scope: Scope<'_>,
+    ) -> (Vec<(u64, f32)>, Option<String>) {
+        FELL_BACK.with(|f| f.set(None));
+        let hits = self.search_hits(query, k, scope);
+        (hits, FELL_BACK.with(std::cell::Cell::take))
+    }
+
+    fn search_hits(&self, query: &[f32], k: usize, scope: Scope<'_>) -> Vec<(u64, f32)> {
         let Some(query) = self.query_vector(query) else {
             return Vec::new();
         };
@@ -2156,6 +2196,52 @@ mod tests {
         while index.index_staged(4_096).unwrap() > 0 {}
         let r = recall(&index, &queries, 10, Scope::All);
         assert!(r >= 0.95, "recall@10 once in the graph: {r}");
+    }
+
+    /// A loaded index served as many concurrent searches as its graph admits: usearch had
+    /// contexts for the core count only, the searches beyond failed, and each failure was
+    /// answered by scanning every vector.
+    #[test]
+    fn a_loaded_index_serves_more_concurrent_searches_than_cores_from_its_graph() {
+        let dim = 48;
+        let clusters = Clusters::new(70, 40, dim);
+        let points = clusters.points(71, 4_000);
+        let dir = tempfile::tempdir().unwrap();
+        build(&points, dim).dump(dir.path()).unwrap();
+        let (loaded, state) = VectorIndex::load(dir.path(), MODEL, dim).unwrap();
+        assert_eq!(state, LoadState::Loaded);
+        let loaded = Arc::new(loaded);
+        let queries = Arc::new(clusters.points(72, 64));
+        let threads = 64;
+        let start = Arc::new(std::sync::Barrier::new(threads));
+        let searchers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (index, queries, start) = (loaded.clone(), queries.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    let mut fell_back = Vec::new();
+                    for n in 0..40 {
+                        let (hits, why) =
+                            index.search_noting(&queries[(t + n) % queries.len()], 10, Scope::All);
+                        assert_eq!(hits.len(), 10);
+                        fell_back.extend(why);
+                    }
+                    fell_back
+                })
+            })
+            .collect();
+        let fell_back: Vec<String> = searchers
+            .into_iter()
+            .flat_map(|s| s.join().unwrap())
+            .collect();
+        assert!(
+            fell_back.is_empty(),
+            "{} of {} searches fell back to a scan: {:?}",
+            fell_back.len(),
+            threads * 40,
+            fell_back.first()
+        );
+        assert!(recall(&loaded, &queries, 10, Scope::All) >= 0.95);
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! memory contents, tokens or subjects.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 use crate::engine::Engine;
@@ -44,6 +44,8 @@ pub struct Metrics {
     tasks: IntGaugeVec,
     lag: IntGaugeVec,
     db_bytes: IntGauge,
+    database_up: IntGauge,
+    graph_failures: IntCounter,
 }
 
 fn internal(e: prometheus::Error) -> Error {
@@ -87,8 +89,20 @@ impl Metrics {
             "Size of the database file and its write-ahead log.",
         )
         .map_err(internal)?;
+        let database_up = IntGauge::new(
+            "database_up",
+            "1 when the memory database answered the last scrape, else 0 (the reason is in the log).",
+        )
+        .map_err(internal)?;
+        let graph_failures = IntCounter::new(
+            "vector_graph_failures_total",
+            "Vector searches whose graph search failed and were answered by an exact scan.",
+        )
+        .map_err(internal)?;
         for c in [
             Box::new(calls.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(database_up.clone()),
+            Box::new(graph_failures.clone()),
             Box::new(seconds.clone()),
             Box::new(tasks.clone()),
             Box::new(lag.clone()),
@@ -108,6 +122,8 @@ impl Metrics {
             tasks,
             lag,
             db_bytes,
+            database_up,
+            graph_failures,
         })
     }
 
@@ -123,15 +139,31 @@ impl Metrics {
         self.seconds.with_label_values(&[tool]).observe(seconds);
     }
 
-    /// The text exposition, with the gauges read from `engine` now (blocking: SQL).
+    /// The text exposition, with the gauges read from `engine` now (blocking: SQL). While the
+    /// database does not answer, its gauges are left out and `database_up` is 0; the error,
+    /// which may name the database's address and user, goes to the log only.
     pub fn render(&self, engine: &Engine) -> Result<String> {
+        let failures = engine.vector_graph_failures();
+        self.graph_failures
+            .inc_by(failures.saturating_sub(self.graph_failures.get()));
         self.tasks.reset();
-        for (status, n) in engine.task_counts()? {
-            self.tasks.with_label_values(&[status.as_str()]).set(n);
+        self.lag.reset();
+        let read = engine.task_counts().and_then(|counts| {
+            for (status, n) in counts {
+                self.tasks.with_label_values(&[status.as_str()]).set(n);
+            }
+            let (text, vector) = index_lags(engine)?;
+            self.lag.with_label_values(&["text"]).set(text);
+            self.lag.with_label_values(&["vector"]).set(vector);
+            Ok(())
+        });
+        match read {
+            Ok(()) => self.database_up.set(1),
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics: the database's gauges could not be read");
+                self.database_up.set(0);
+            }
         }
-        let (text, vector) = index_lags(engine)?;
-        self.lag.with_label_values(&["text"]).set(text);
-        self.lag.with_label_values(&["vector"]).set(vector);
         let db = &engine.config().db_path;
         let mut wal = db.as_os_str().to_owned();
         wal.push("-wal");

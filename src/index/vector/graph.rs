@@ -108,9 +108,14 @@ impl Graph {
                 index.dimensions()
             ));
         }
-        let mut graph = Graph::with_index(index, dim, CONTEXTS);
-        let size = graph.len();
-        graph.reserve(size)?;
+        let graph = Graph::with_index(index, dim, CONTEXTS);
+        // A loaded graph has room for its points but contexts for as many threads as the
+        // machine has cores: reserve one per permit, or a search beyond the core count fails.
+        let target = graph.len().max(MIN_CAPACITY);
+        graph
+            .index
+            .reserve_capacity_and_threads(target, graph.contexts)
+            .map_err(|e| format!("vector graph: cannot reserve {target} points: {e}"))?;
         Ok(graph)
     }
 
@@ -155,13 +160,13 @@ impl Graph {
     }
 
     /// Up to `count` slots nearest to `query`, nearest first, found with a candidate list of at
-    /// least `count`.
-    pub(super) fn search(&self, query: &[f32], count: usize) -> Vec<u32> {
+    /// least `count`; an error of the graph is returned, never taken for "nothing near".
+    pub(super) fn search(&self, query: &[f32], count: usize) -> Result<Vec<u32>, String> {
         let _permit = self.permits.take();
-        match self.index.search(query, count) {
-            Ok(found) => found.keys.iter().map(|&k| k as u32).collect(),
-            Err(_) => Vec::new(),
-        }
+        self.index
+            .search(query, count)
+            .map(|found| found.keys.iter().map(|&k| k as u32).collect())
+            .map_err(|e| format!("vector graph: search: {e}"))
     }
 
     /// The stored vector of `slot` (rounded to half precision), into `out`; false when the
@@ -226,7 +231,7 @@ mod tests {
         let mut out = [0.0; 4];
         assert!(graph.vector(3, &mut out));
         assert_eq!(out, [0.0, 1.0, 0.0, 0.0]);
-        assert_eq!(graph.search(&[0.0, 1.0, 0.0, 0.0], 5), vec![3]);
+        assert_eq!(graph.search(&[0.0, 1.0, 0.0, 0.0], 5).unwrap(), vec![3]);
     }
 
     /// Many more callers than contexts: each waits for one instead of failing (usearch fails a
@@ -251,7 +256,11 @@ mod tests {
             .map(|t| {
                 let graph = graph.clone();
                 std::thread::spawn(move || {
-                    (0..200).all(|n| graph.search(&vector(t * 200 + n), 10).len() == 10)
+                    (0..200).all(|n| {
+                        graph
+                            .search(&vector(t * 200 + n), 10)
+                            .is_ok_and(|found| found.len() == 10)
+                    })
                 })
             })
             .collect();
