@@ -206,6 +206,9 @@ pub struct TaskRow {
     pub input_requests: Option<serde_json::Value>,
     /// Every answer the client gave, by key (kept for a re-run after a restart).
     pub input_responses: Option<serde_json::Value>,
+    /// The rights of the call that started it (scope and namespaces): only callers with the
+    /// same or wider rights see it. `None` in rows written before grants were kept.
+    pub grant: Option<serde_json::Value>,
 }
 
 /// One consolidation run as stored.
@@ -261,6 +264,18 @@ pub struct HistoryEntry {
 pub enum MemoryRef {
     Id(String),
     Name { namespace: String, name: String },
+}
+
+impl std::fmt::Display for MemoryRef {
+    /// As messages name it: the id, or the name with its namespace.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MemoryRef::Id(id) => f.write_str(id),
+            MemoryRef::Name { namespace, name } => {
+                write!(f, "{name:?} in namespace {namespace:?}")
+            }
+        }
+    }
 }
 
 /// Which namespaces a read looks in.

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::model::{MemoryKey, NamespaceScope};
+use crate::model::NamespaceScope;
 use crate::store::memories;
 
 /// Which namespaces a caller may use.
@@ -125,6 +125,94 @@ impl Access {
     }
 }
 
+/// What a caller may do; each scope includes the ones below it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    /// Recall, get, walk, export, task status.
+    Read,
+    /// Also remember, relate, update, forget, restore, import.
+    Write,
+    /// Also consolidation runs.
+    Admin,
+}
+
+impl Scope {
+    /// The scope a name (`read`, `write`, `admin`) stands for.
+    pub fn parse(s: &str) -> Option<Scope> {
+        match s {
+            "read" => Some(Scope::Read),
+            "write" => Some(Scope::Write),
+            "admin" => Some(Scope::Admin),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Write => "write",
+            Scope::Admin => "admin",
+        }
+    }
+}
+
+/// The rights a call was made with: its scope and namespaces. A task keeps the grant that
+/// started it, and is seen only by callers whose grant covers it, so a token limited to one
+/// namespace never reads what the same subject started with a wider token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub scope: Scope,
+    pub access: Access,
+}
+
+impl Grant {
+    /// Every right: the local user on stdio, the server's own schedule, an operator.
+    pub fn full() -> Grant {
+        Grant {
+            scope: Scope::Admin,
+            access: Access::All,
+        }
+    }
+
+    /// True when this grant allows all that `other` does: the same or a wider scope, and
+    /// every namespace of `other`.
+    pub fn covers(&self, other: &Grant) -> bool {
+        self.scope >= other.scope
+            && match (&self.access, &other.access) {
+                (Access::All, _) => true,
+                (Access::Only(_), Access::All) => false,
+                (Access::Only(_), Access::Only(theirs)) => {
+                    theirs.iter().all(|ns| self.access.allows(ns))
+                }
+            }
+    }
+
+    /// The form a task row keeps.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({"scope": self.scope.name(), "namespaces": self.access.to_json()})
+    }
+
+    /// Reads what [`Grant::to_json`] wrote. A row without a grant (written before grants were
+    /// kept) or with one that does not read counts as [`Grant::full`]: only a caller with
+    /// every right sees it.
+    pub fn from_json(v: Option<&Value>) -> Grant {
+        let Some(Value::Object(o)) = v else {
+            return Grant::full();
+        };
+        match o
+            .get("scope")
+            .and_then(Value::as_str)
+            .and_then(Scope::parse)
+        {
+            Some(scope) => Grant {
+                scope,
+                access: Access::from_json(o.get("namespaces")),
+            },
+            None => Grant::full(),
+        }
+    }
+}
+
 /// The memories a limited caller's walk may step on (`None`: every one).
 pub(crate) type Within = Option<Arc<HashSet<i64>>>;
 
@@ -139,23 +227,6 @@ impl Engine {
                 Ok(Some(Arc::new(keys.into_iter().map(|k| k.0).collect())))
             }
         }
-    }
-
-    /// An error when a memory of `keys` lies outside `access`; `field` names the argument.
-    pub(crate) fn check_keys(
-        &self,
-        access: &Access,
-        field: &str,
-        keys: &[MemoryKey],
-    ) -> Result<()> {
-        if access.is_all() || keys.is_empty() {
-            return Ok(());
-        }
-        let rows = self.store.read(|c| memories::by_keys(c, keys))?;
-        for m in rows {
-            access.check(field, &m.namespace)?;
-        }
-        Ok(())
     }
 }
 
@@ -190,6 +261,44 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_grant_covers_the_same_or_narrower_rights_only() {
+        let grant = |scope, ns: &[&str]| Grant {
+            scope,
+            access: if ns == ["*"] {
+                Access::All
+            } else {
+                Access::only(ns.iter().map(|n| (*n).to_owned()))
+            },
+        };
+        let wide = grant(Scope::Admin, &["*"]);
+        let a_read = grant(Scope::Read, &["a"]);
+        let ab_write = grant(Scope::Write, &["a", "b"]);
+        assert!(wide.covers(&a_read) && wide.covers(&ab_write) && wide.covers(&wide));
+        assert!(ab_write.covers(&a_read) && a_read.covers(&a_read));
+        assert!(!a_read.covers(&wide), "fewer namespaces");
+        assert!(
+            !a_read.covers(&ab_write),
+            "fewer namespaces and a lower scope"
+        );
+        assert!(
+            !grant(Scope::Read, &["a", "b"]).covers(&ab_write),
+            "a lower scope"
+        );
+        assert!(
+            !grant(Scope::Admin, &["a", "b"]).covers(&wide),
+            "every namespace"
+        );
+        for g in [&wide, &a_read, &ab_write] {
+            assert_eq!(&Grant::from_json(Some(&g.to_json())), g);
+        }
+        assert_eq!(Grant::from_json(None), Grant::full(), "rows of before");
+        assert_eq!(
+            Grant::from_json(Some(&serde_json::json!({"scope": "root"}))),
+            Grant::full()
+        );
+    }
+
     use crate::config::Config;
     use crate::engine::traverse::{Progressing, Shape, TraverseRequest};
     use crate::engine::{Link, RelateItem, RememberItem};
@@ -219,6 +328,16 @@ mod tests {
             Err(e @ Error::Forbidden { .. }) => e.to_string(),
             other => panic!("expected a refusal, got {other:?}"),
         }
+    }
+
+    /// The answer to a reference to `id`, a memory outside the caller's namespaces, must be
+    /// the answer to a memory that exists nowhere (`nowhere` is the same call for one).
+    fn hidden<T: std::fmt::Debug>(r: Result<T>, id: &str, nowhere: Result<T>) {
+        let (Err(e @ Error::NotFound { .. }), Err(n @ Error::NotFound { .. })) = (&r, &nowhere)
+        else {
+            panic!("expected not found for both, got {r:?} and {nowhere:?}");
+        };
+        assert_eq!(e.to_string().replace(id, "m_nowhere"), n.to_string());
     }
 
     /// A chain work:a → home:b → work:c, and a caller limited to `work`.
@@ -267,8 +386,19 @@ mod tests {
                 &work,
             )
             .unwrap();
+        let nowhere = e
+            .remember_in(
+                &[
+                    note("home", "golf", vec![]),
+                    note("work", "hotel", link("m_nowhere")),
+                ],
+                &work,
+            )
+            .unwrap()
+            .pop()
+            .unwrap();
         assert!(rs.pop().unwrap().is_ok());
-        assert!(forbidden(rs.pop().unwrap()).contains("links[0].to"));
+        hidden(rs.pop().unwrap(), &b, nowhere);
         assert!(forbidden(rs.pop().unwrap()).contains("\"home\""));
         let rel = |to: &str| RelateItem {
             from: a.clone(),
@@ -278,15 +408,29 @@ mod tests {
             metadata: None,
             namespace: None,
         };
-        let mut rs = e.relate_in(&[rel(&b), rel(&c)], &work).unwrap();
+        let mut rs = e.relate_in(&[rel(&c), rel(&b)], &work).unwrap();
+        let nowhere = e
+            .relate_in(&[rel(&c), rel("m_nowhere")], &work)
+            .unwrap()
+            .pop()
+            .unwrap();
+        hidden(rs.pop().unwrap(), &b, nowhere);
         assert!(rs.pop().unwrap().is_ok());
-        forbidden(rs.pop().unwrap());
         let patch = crate::model::MemoryPatch {
             importance: Some(0.9),
             ..Default::default()
         };
-        forbidden(e.update_in(&MemoryRef::Id(b.clone()), &patch, "t", &work));
-        forbidden(e.forget_or_restore_in(&[MemoryRef::Id(b.clone())], &[], "t", true, &work));
+        let nowhere = MemoryRef::Id("m_nowhere".into());
+        hidden(
+            e.update_in(&MemoryRef::Id(b.clone()), &patch, "t", &work),
+            &b,
+            e.update_in(&nowhere, &patch, "t", &work),
+        );
+        hidden(
+            e.forget_or_restore_in(&[MemoryRef::Id(b.clone())], &[], "t", true, &work),
+            &b,
+            e.forget_or_restore_in(std::slice::from_ref(&nowhere), &[], "t", true, &work),
+        );
         assert!(
             e.get(&[MemoryRef::Id(b.clone())], false).unwrap()[0]
                 .memory
@@ -295,7 +439,28 @@ mod tests {
         );
 
         // Reads: a foreign memory is an error; relations to it are left out.
-        forbidden(e.get_in(&[MemoryRef::Id(b.clone())], false, &work));
+        hidden(
+            e.get_in(&[MemoryRef::Id(b.clone())], false, &work),
+            &b,
+            e.get_in(std::slice::from_ref(&nowhere), false, &work),
+        );
+        // By name in a namespace it may not read: as a name that exists nowhere.
+        let named = |name: &str| MemoryRef::Name {
+            namespace: "home".into(),
+            name: name.into(),
+        };
+        e.remember(&[RememberItem {
+            name: Some("dentist".into()),
+            ..note("home", "the dentist", vec![])
+        }])
+        .unwrap()[0]
+            .as_ref()
+            .unwrap();
+        hidden(
+            e.get_in(&[named("dentist")], false, &work),
+            "dentist",
+            e.get_in(&[named("m_nowhere")], false, &work),
+        );
         let got = e.get_in(&[MemoryRef::Id(a.clone())], false, &work).unwrap();
         assert!(got[0].relations.iter().all(|r| r.to != b && r.from != b));
         assert!(!got[0].relations.is_empty());
@@ -342,7 +507,11 @@ mod tests {
             !limited.nodes.iter().any(|n| n.memory.id == d),
             "d lies behind b"
         );
-        forbidden(e.traverse(&walk(&work, &b), &ctl));
+        hidden(
+            e.traverse(&walk(&work, &b), &ctl),
+            &b,
+            e.traverse(&walk(&work, "m_nowhere"), &ctl),
+        );
         let spec = |access: &Access| crate::engine::traverse::PathRequest {
             direction: Direction::Both,
             kinds: vec![],
@@ -384,17 +553,24 @@ mod tests {
         let report = import(&work, None).unwrap();
         assert_eq!((report.memories_added, report.errors), (1, 2), "{report:?}");
         assert!(
-            report
-                .first_errors
-                .iter()
-                .all(|e| e.contains("not allowed"))
+            report.first_errors[0].contains("line 2")
+                && report.first_errors[0].contains("not allowed"),
+            "a record for another namespace: {:?}",
+            report.first_errors
+        );
+        assert!(
+            report.first_errors[1].contains("line 3")
+                && report.first_errors[1].contains("not found"),
+            "a relation to a memory outside: {:?}",
+            report.first_errors
         );
         forbidden(import(&work, Some("home")));
         assert_eq!(
             e.stats_in(&Access::only(["home".to_owned()]))
                 .unwrap()
                 .memories,
-            1
+            2,
+            "bravo and the dentist, nothing imported"
         );
     }
 }

@@ -31,7 +31,7 @@ use crate::model::{MemoryKey, Millis};
 use crate::store::Store;
 
 pub use crate::store::tasks::Answered;
-pub use access::Access;
+pub use access::{Access, Grant, Scope};
 pub use estimate::Estimate;
 pub use export::{ExportOutput, ExportRequest, ExportTarget, OutFormat};
 pub use graph::GraphStats;

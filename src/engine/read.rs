@@ -1,7 +1,7 @@
 //! Reads: recall (ranked text search with filters and paging), get (with relations and history),
 //! stats and doctor.
 
-use crate::engine::write::lookup;
+use crate::engine::write::lookup_in;
 use crate::engine::{Access, Engine};
 use crate::error::{Error, Result};
 use crate::model::{HistoryEntry, Memory, MemoryRef, Relation, Stats, now_millis};
@@ -118,15 +118,14 @@ impl Engine {
         let details = self.store.read(|c| {
             let mut out = Vec::with_capacity(refs.len());
             for (i, r) in refs.iter().enumerate() {
-                let memory = lookup(c, r, true)?.ok_or_else(|| {
-                    let id = match r {
-                        MemoryRef::Id(id) => id.clone(),
-                        MemoryRef::Name { namespace, name } => format!("{name:?} in namespace {namespace:?}"),
-                    };
-                    Error::not_found("memory", id, format!("check entry {i}: use an id from remember/recall, or a name with its namespace"))
-                })?;
+                let missing = || {
+                    Error::not_found("memory", r.to_string(), format!("check entry {i}: use an id from remember/recall, or a name with its namespace"))
+                };
+                let memory = lookup_in(c, r, true, access)?.ok_or_else(missing)?;
                 let (memory, merged) = survivor_of(c, memory)?;
-                access.check(&format!("ids[{i}]"), &memory.namespace)?;
+                if !access.allows(&memory.namespace) {
+                    return Err(missing());
+                }
                 let mut relations = relations::around(c, memory.key, MAX_RELATIONS_PER_MEMORY)?;
                 if !access.is_all() {
                     let mut kept = Vec::with_capacity(relations.len());

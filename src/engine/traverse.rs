@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::engine::access::Within;
-use crate::engine::write::lookup;
+use crate::engine::write::lookup_in;
 use crate::engine::{Access, Engine, snippet};
 use crate::error::{Error, Result};
 use crate::graph::paths::{PathSpec, find_paths};
@@ -273,13 +273,11 @@ impl Engine {
                     .iter()
                     .enumerate()
                     .map(|(i, r)| {
-                        lookup(c, r, false)?.map(|m| m.key).ok_or_else(|| {
+                        // A seed outside the caller's namespaces does not exist for it.
+                        lookup_in(c, r, false, &req.access)?.map(|m| m.key).ok_or_else(|| {
                             Error::not_found(
                                 "memory",
-                                match r {
-                                    MemoryRef::Id(id) => id.clone(),
-                                    MemoryRef::Name { namespace, name } => format!("{name:?} in namespace {namespace:?}"),
-                                },
+                                r.to_string(),
                                 format!("check seed {i}: use an id from remember/recall, or a name with its namespace"),
                             )
                         })
@@ -356,9 +354,7 @@ impl Engine {
     /// Cheap checks of a traversal request (bounds, seeds exist) before any work is planned.
     pub fn check_traverse(&self, req: &TraverseRequest) -> Result<Vec<MemoryKey>> {
         Self::validate_traverse(req)?;
-        let seeds = self.resolve_seeds(req)?;
-        self.check_keys(&req.access, "ids", &seeds)?;
-        Ok(seeds)
+        self.resolve_seeds(req)
     }
 
     /// Walks the graph from the seeds. Stops with [`Error::Cancelled`] when `ctl` says so.
@@ -617,12 +613,11 @@ impl Engine {
             ));
         }
         let (a, b) = self.store.read(|c| {
-            let a = lookup(c, from, false)?
-                .ok_or_else(|| Error::not_found("memory", format!("{from:?}"), "check `from`"))?;
-            let b = lookup(c, to, false)?
-                .ok_or_else(|| Error::not_found("memory", format!("{to:?}"), "check `to`"))?;
-            spec.access.check("from", &a.namespace)?;
-            spec.access.check("to", &b.namespace)?;
+            // An end outside the caller's namespaces does not exist for it.
+            let a = lookup_in(c, from, false, &spec.access)?
+                .ok_or_else(|| Error::not_found("memory", from.to_string(), "check `from`"))?;
+            let b = lookup_in(c, to, false, &spec.access)?
+                .ok_or_else(|| Error::not_found("memory", to.to_string(), "check `to`"))?;
             Ok((a, b))
         })?;
         let view = self.synced_graph_or_cancelled(|| ctl.is_cancelled())?;

@@ -70,6 +70,27 @@ pub enum RelationRef {
     },
 }
 
+impl std::fmt::Display for RelationRef {
+    /// As messages name it: the id, or its ends and kind.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RelationRef::Id(id) => f.write_str(id),
+            RelationRef::Ends {
+                from,
+                to,
+                kind,
+                namespace,
+            } => {
+                write!(f, "{from} -[{kind}]-> {to}")?;
+                match namespace {
+                    Some(ns) => write!(f, " in namespace {ns:?}"),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
 /// What `forget` or `restore` changed.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ForgetReport {
@@ -106,23 +127,25 @@ pub(crate) fn lookup(conn: &Db, r: &MemoryRef, include_forgotten: bool) -> Resul
     Ok(found.filter(|m| include_forgotten || m.deleted_at.is_none()))
 }
 
-fn describe(r: &MemoryRef) -> String {
-    match r {
-        MemoryRef::Id(id) => id.clone(),
-        MemoryRef::Name { namespace, name } => format!("{name:?} in namespace {namespace:?}"),
-    }
+/// [`lookup`] for a caller with `access`: a memory outside its namespaces does not exist for
+/// it, so that the answer does not tell whether one is there.
+pub(crate) fn lookup_in(
+    conn: &Db,
+    r: &MemoryRef,
+    include_forgotten: bool,
+    access: &Access,
+) -> Result<Option<Memory>> {
+    Ok(lookup(conn, r, include_forgotten)?.filter(|m| access.allows(&m.namespace)))
 }
 
 fn require(conn: &Db, field: &str, r: &MemoryRef, access: &Access) -> Result<Memory> {
-    let m = lookup(conn, r, false)?.ok_or_else(|| {
+    lookup_in(conn, r, false, access)?.ok_or_else(|| {
         Error::not_found(
             "memory",
-            describe(r),
+            r.to_string(),
             format!("check `{field}`: use an id returned by remember/recall, or a name in the right namespace"),
         )
-    })?;
-    access.check(field, &m.namespace)?;
-    Ok(m)
+    })
 }
 
 pub(crate) fn snapshot(m: &Memory) -> serde_json::Value {
@@ -438,10 +461,9 @@ impl Engine {
             let mut report = ForgetReport::default();
             for (i, r) in mems.iter().enumerate() {
                 let field = format!("ids[{i}]");
-                let m = lookup(tx, r, true)?.ok_or_else(|| {
-                    Error::not_found("memory", describe(r), format!("check `{field}`"))
+                let m = lookup_in(tx, r, true, access)?.ok_or_else(|| {
+                    Error::not_found("memory", r.to_string(), format!("check `{field}`"))
                 })?;
-                access.check(&field, &m.namespace)?;
                 if !forget && m.deleted_at.is_none() && m.archived_at.is_some() {
                     // Restoring an archived memory brings it back for good.
                     history::record(tx, Entity::Memory, m.key.0, op, actor, now, &snapshot(&m))?;
@@ -485,17 +507,22 @@ impl Engine {
             }
             for (i, r) in rels.iter().enumerate() {
                 let field = format!("relations[{i}]");
-                let (key, rel) = find_relation(tx, r)?.ok_or_else(|| {
+                let missing = || {
                     Error::not_found(
                         "relation",
-                        format!("{r:?}"),
+                        r.to_string(),
                         format!("check `{field}`: give a relation id or its from, to and kind"),
                     )
-                })?;
+                };
+                let (key, rel) = find_relation(tx, r)?.ok_or_else(missing)?;
                 if !access.is_all() {
+                    // A relation touching a memory outside the caller's namespaces does not
+                    // exist for it.
                     for end in [&rel.from, &rel.to] {
-                        if let Some(m) = memories::by_id(tx, end)? {
-                            access.check(&field, &m.namespace)?;
+                        if let Some(m) = memories::by_id(tx, end)?
+                            && !access.allows(&m.namespace)
+                        {
+                            return Err(missing());
                         }
                     }
                 }

@@ -10,38 +10,10 @@ use std::path::Path;
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
-use crate::engine::Access;
+use crate::engine::{Access, Grant};
 use crate::error::{Error, Result};
 
-/// What a token may do; each scope includes the ones below it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Scope {
-    /// Recall, get, walk, export, task status.
-    Read,
-    /// Also remember, relate, update, forget, restore, import.
-    Write,
-    /// Also consolidation runs.
-    Admin,
-}
-
-impl Scope {
-    fn parse(s: &str) -> Option<Scope> {
-        match s {
-            "read" => Some(Scope::Read),
-            "write" => Some(Scope::Write),
-            "admin" => Some(Scope::Admin),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Scope::Read => "read",
-            Scope::Write => "write",
-            Scope::Admin => "admin",
-        }
-    }
-}
+pub use crate::engine::Scope;
 
 /// Who a request acts for over HTTP: the owner of its tasks, and what it may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +22,16 @@ pub struct Caller {
     pub scope: Scope,
     /// The namespaces its tools may read and write.
     pub access: Access,
+}
+
+impl Caller {
+    /// What this caller's calls may do (kept with the tasks it starts).
+    pub fn grant(&self) -> Grant {
+        Grant {
+            scope: self.scope,
+            access: self.access.clone(),
+        }
+    }
 }
 
 /// The tokens a server admits, by the hash of each.

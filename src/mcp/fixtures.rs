@@ -324,7 +324,7 @@ fn text(s: impl Into<String>) -> Result<CallToolResponse, McpError> {
 /// Answers a fixture that does not run through the task runner; `None` for any other tool.
 pub(crate) async fn call(
     tasks: &Arc<Tasks>,
-    owner: String,
+    owner: crate::tasks::Requester,
     request: &CallToolRequestParams,
     ctx: &RequestContext<RoleServer>,
 ) -> Option<Result<CallToolResponse, McpError>> {

@@ -34,7 +34,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::tasks::{TaskConfig, Tasks};
+use crate::tasks::{Requester, TaskConfig, Tasks};
 
 const INSTRUCTIONS: &str = "Graph memory. `recall` before answering from memory; `remember` \
 facts worth keeping (one memory per fact, with a namespace per project or user); `relate` links \
@@ -94,8 +94,20 @@ impl MemoryServer {
         self
     }
 
-    /// Who a request acts for: tasks are visible only to their owner. Over HTTP with tokens,
-    /// the token's subject.
+    /// Who a request acts for, and with what rights: tasks are visible only to their owner
+    /// with rights that cover the task's. Over HTTP with tokens, the token's subject and
+    /// grant; otherwise every right.
+    fn requester(&self, ctx: &RequestContext<RoleServer>) -> Requester {
+        match caller(ctx) {
+            Some(c) => Requester {
+                owner: c.subject.clone(),
+                grant: c.grant(),
+            },
+            None => Requester::full(self.owner(ctx)),
+        }
+    }
+
+    /// The owner tasks are kept under: over HTTP with tokens, the token's subject.
     fn owner(&self, ctx: &RequestContext<RoleServer>) -> String {
         if let Some(c) = caller(ctx) {
             return c.subject.clone();
@@ -124,7 +136,7 @@ impl MemoryServer {
     ) -> std::result::Result<CallToolResponse, McpError> {
         #[cfg(feature = "conformance")]
         if let Some(answer) =
-            fixtures::call(&self.tasks, self.owner(&context), &request, &context).await
+            fixtures::call(&self.tasks, self.requester(&context), &request, &context).await
         {
             return answer;
         }
@@ -149,7 +161,7 @@ impl MemoryServer {
         }
         let who = Self::acting(&context);
         if name == "tasks" {
-            task_api::list(&self.tasks, self.owner(&context), args).await
+            task_api::list(&self.tasks, self.requester(&context), args).await
         } else if name == "consolidate"
             && !curation::is_run(&serde_json::Value::Object(args.clone()))
         {
@@ -159,7 +171,7 @@ impl MemoryServer {
         } else if work::is_long(name, &serde_json::Value::Object(args.clone())) {
             task_api::call_long(
                 &self.tasks,
-                self.owner(&context),
+                self.requester(&context),
                 name,
                 args,
                 &context,
@@ -228,10 +240,10 @@ impl ServerHandler for MemoryServer {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<GetTaskResult, McpError> {
-        let owner = self.owner(&context);
+        let who = self.requester(&context);
         guard::caught(
             "tasks/get",
-            task_api::get(&self.tasks, owner, request.task_id),
+            task_api::get(&self.tasks, who, request.task_id),
         )
         .await
     }
@@ -241,10 +253,10 @@ impl ServerHandler for MemoryServer {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<(), McpError> {
-        let owner = self.owner(&context);
+        let who = self.requester(&context);
         guard::caught(
             "tasks/update",
-            task_api::update(&self.tasks, owner, request.task_id, request.input_responses),
+            task_api::update(&self.tasks, who, request.task_id, request.input_responses),
         )
         .await
     }
@@ -254,10 +266,10 @@ impl ServerHandler for MemoryServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<(), McpError> {
-        let owner = self.owner(&context);
+        let who = self.requester(&context);
         guard::caught(
             "tasks/cancel",
-            task_api::cancel(&self.tasks, owner, request.task_id),
+            task_api::cancel(&self.tasks, who, request.task_id),
         )
         .await
     }

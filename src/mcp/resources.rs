@@ -38,8 +38,9 @@ pub(super) async fn read(
         return Err(not_found());
     };
     let (namespace, id) = (namespace.to_owned(), id.to_owned());
-    if let Err(e) = access.check("uri", &namespace) {
-        return Err(errors::request_error(e));
+    if !access.allows(&namespace) {
+        // A memory outside the caller's namespaces does not exist for it.
+        return Err(not_found());
     }
     let engine = Arc::clone(engine);
     let wanted = id.clone();

@@ -17,7 +17,7 @@ use crate::mcp::errors::{bad_arguments, request_error, tool_answer, worker_faile
 use crate::mcp::work;
 use crate::model::{TaskRow, TaskState, format_time};
 use crate::tasks::{
-    Answer, Capability, TaskView, Tasks, decide, short_id, status_message, work_done,
+    Answer, Capability, Requester, TaskView, Tasks, decide, short_id, status_message, work_done,
 };
 
 /// `_meta` key of the decision on a tool result or task handle.
@@ -86,7 +86,7 @@ fn object(v: Value) -> JsonObject {
 /// The answer of a long tool: inline, or a task handle, as the decision says.
 pub(crate) async fn call_long(
     tasks: &Arc<Tasks>,
-    owner: String,
+    owner: Requester,
     tool: &str,
     args: JsonObject,
     ctx: &RequestContext<RoleServer>,
@@ -122,7 +122,7 @@ pub(crate) async fn call_long(
         if let Value::Object(o) = &mut args {
             o.remove("_scheduled");
         }
-        args["_by"] = json!(owner);
+        args["_by"] = json!(owner.owner);
         if cap != Capability::Tasks {
             args["_inline"] = json!(true);
         }
@@ -215,7 +215,7 @@ fn not_found(id: &str) -> McpError {
 /// `tasks/get`.
 pub(crate) async fn get(
     tasks: &Arc<Tasks>,
-    owner: String,
+    owner: Requester,
     id: String,
 ) -> Result<rmcp::model::GetTaskResult, McpError> {
     let t = Arc::clone(tasks);
@@ -294,7 +294,11 @@ fn input_requests(row: &TaskRow) -> InputRequests {
 }
 
 /// `tasks/cancel`.
-pub(crate) async fn cancel(tasks: &Arc<Tasks>, owner: String, id: String) -> Result<(), McpError> {
+pub(crate) async fn cancel(
+    tasks: &Arc<Tasks>,
+    owner: Requester,
+    id: String,
+) -> Result<(), McpError> {
     let t = Arc::clone(tasks);
     let id2 = id.clone();
     let found = tokio::task::spawn_blocking(move || t.cancel(Some(&owner), &id2))
@@ -308,7 +312,7 @@ pub(crate) async fn cancel(tasks: &Arc<Tasks>, owner: String, id: String) -> Res
 /// are answered; answers to requests it does not wait for are ignored.
 pub(crate) async fn update(
     tasks: &Arc<Tasks>,
-    owner: String,
+    owner: Requester,
     id: String,
     responses: InputResponses,
 ) -> Result<(), McpError> {
@@ -326,7 +330,7 @@ pub(crate) async fn update(
 /// (owner `scheduler`: background work on the memory the caller uses, shown with its progress).
 pub(crate) async fn list(
     tasks: &Arc<Tasks>,
-    owner: String,
+    owner: Requester,
     args: JsonObject,
 ) -> Result<CallToolResponse, McpError> {
     let p: crate::mcp::dto::TasksParams =
@@ -342,28 +346,18 @@ pub(crate) async fn list(
         return tool_answer(e).map(CallToolResponse::Complete);
     }
     let t = Arc::clone(tasks);
-    let caller = owner.clone();
-    let listed = tokio::task::spawn_blocking(move || {
-        let mut views = t.list(Some(&caller), limit as usize)?;
-        if caller != crate::tasks::schedule::OWNER {
-            views.extend(t.list(Some(crate::tasks::schedule::OWNER), limit as usize)?);
-            views.sort_by(|a, b| {
-                b.row
-                    .created_at
-                    .cmp(&a.row.created_at)
-                    .then(a.row.id.cmp(&b.row.id))
-            });
-            views.truncate(limit as usize);
-        }
-        Ok::<_, crate::error::Error>(views)
-    })
-    .await
-    .map_err(|e| worker_failed("tools/call", e))?;
+    let who = owner.clone();
+    let listed = tokio::task::spawn_blocking(move || t.list_for(&who, limit as usize))
+        .await
+        .map_err(|e| worker_failed("tools/call", e))?;
     let views = match listed {
         Ok(v) => v,
         Err(e) => return tool_answer(e).map(CallToolResponse::Complete),
     };
-    let out: Vec<_> = views.iter().map(|v| work::task_out(v, &owner)).collect();
+    let out: Vec<_> = views
+        .iter()
+        .map(|v| work::task_out(v, &owner.owner))
+        .collect();
     Ok(CallToolResponse::Complete(CallToolResult::structured(
         json!({ "tasks": out }),
     )))

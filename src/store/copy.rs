@@ -146,6 +146,7 @@ pub const TABLES: &[Table] = &[
             "cancel_requested",
             "input_requests",
             "input_responses",
+            "access_grant",
         ],
         key: &["id"],
         keep_existing: true,

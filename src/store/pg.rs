@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 
 /// Version of the PostgreSQL schema this build writes (numbered on its own: the SQLite
 /// schema's history of small steps starts here as one).
-pub(crate) const PG_SCHEMA_VERSION: i64 = 1;
+pub(crate) const PG_SCHEMA_VERSION: i64 = 2;
 
 /// How long connecting may take when the URL does not say (`connect_timeout`).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -327,7 +327,10 @@ CREATE TABLE leases (
 "#;
 
 /// The migrations, in order: step `i` brings version `i` to `i + 1`.
-const STEPS: [&str; PG_SCHEMA_VERSION as usize] = [V1];
+/// Version 2: a task keeps the rights of the call that started it (SQLite's version 9).
+const V2: &str = "ALTER TABLE tasks ADD COLUMN access_grant TEXT";
+
+const STEPS: [&str; PG_SCHEMA_VERSION as usize] = [V1, V2];
 
 /// Brings the database up to [`PG_SCHEMA_VERSION`], one version per transaction. Instances
 /// starting together take turns on the `meta` row that holds the version (the first creates

@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::error::{Error, Result};
 
 /// Version this build writes.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 /// Oldest version this build can migrate from (0 is an empty file).
 pub const OLDEST_SUPPORTED_SCHEMA: i64 = 0;
 
@@ -183,6 +183,12 @@ ALTER TABLE tasks ADD COLUMN input_requests TEXT;
 ALTER TABLE tasks ADD COLUMN input_responses TEXT;
 "#;
 
+/// Version 9: a task keeps the rights (scope and namespaces) of the call that started it, so
+/// that a caller with narrower rights of the same subject does not see it.
+const V9: &str = r#"
+ALTER TABLE tasks ADD COLUMN access_grant TEXT;
+"#;
+
 /// Brings the database up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -200,7 +206,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
             reason: format!("version {version} is too old to migrate"),
         });
     }
-    let steps: [&str; 8] = [V1, V2, V3, V4, V5, V6, V7, V8];
+    let steps: [&str; 9] = [V1, V2, V3, V4, V5, V6, V7, V8, V9];
     for (i, sql) in steps.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         // Another process may have migrated while we waited for the lock.

@@ -8,7 +8,7 @@ use crate::model::{Millis, TaskRow, TaskState};
 
 const COLS: &str = "id, owner, tool, arguments, status, status_message, progress, result, error, \
     created_at, updated_at, ttl_ms, poll_interval_ms, checkpoint, boot_id, heartbeat_at, cancel_requested, \
-    input_requests, input_responses";
+    input_requests, input_responses, access_grant";
 
 /// The statuses of a task whose work has not ended.
 const LIVE: &str = "status IN ('working', 'input_required')";
@@ -38,6 +38,7 @@ fn from_row(r: &Row<'_>) -> Result<TaskRow> {
         cancel_requested: r.get(16)?,
         input_requests: json(r.get(17)?),
         input_responses: json(r.get(18)?),
+        grant: json(r.get(19)?),
     })
 }
 
@@ -48,7 +49,7 @@ fn text(v: &Option<serde_json::Value>) -> Option<String> {
 pub fn insert(db: &Db, t: &TaskRow) -> Result<()> {
     db.execute(
         &format!(
-            "INSERT INTO tasks ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
+            "INSERT INTO tasks ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
         ),
         args![
         t.id,
@@ -70,6 +71,7 @@ pub fn insert(db: &Db, t: &TaskRow) -> Result<()> {
         t.cancel_requested,
         text(&t.input_requests),
         text(&t.input_responses),
+        text(&t.grant),
         ],
     )?;
     Ok(())

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::engine::Engine;
 use crate::engine::traverse::{Control, Progressing, WorkKind, WorkProgress};
+use crate::engine::{Engine, Grant};
 use crate::error::{Error, Result};
 use crate::model::{Millis, TaskRow, TaskState, now_millis};
 
@@ -409,6 +409,31 @@ impl TaskView {
     }
 }
 
+/// Who asks for a task: the owner tasks are kept under (a token's subject over HTTP, the
+/// client on stdio) and the rights of the call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requester {
+    pub owner: String,
+    pub grant: Grant,
+}
+
+impl Requester {
+    /// `owner` with every right (stdio, the schedule, tests).
+    pub fn full(owner: impl Into<String>) -> Requester {
+        Requester {
+            owner: owner.into(),
+            grant: Grant::full(),
+        }
+    }
+
+    /// True when this requester may see `row`: its owner, with rights that cover the task's
+    /// (a token limited to some namespaces does not see a task its subject started with a
+    /// wider one; such a task does not exist for it).
+    pub fn sees(&self, row: &TaskRow) -> bool {
+        row.owner == self.owner && self.grant.covers(&Grant::from_json(row.grant.as_ref()))
+    }
+}
+
 fn random_task_id() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the operating system provides randomness");
@@ -453,7 +478,7 @@ impl Tasks {
     #[allow(clippy::too_many_arguments)]
     pub async fn run(
         self: &Arc<Self>,
-        owner: &str,
+        owner: &Requester,
         tool: &str,
         args: Value,
         plan: Plan,
@@ -518,7 +543,7 @@ impl Tasks {
         let now = now_millis();
         let row = TaskRow {
             id: random_task_id(),
-            owner: owner.to_owned(),
+            owner: owner.owner.clone(),
             tool: tool.to_owned(),
             arguments: args,
             status: TaskState::Working,
@@ -536,6 +561,7 @@ impl Tasks {
             cancel_requested: false,
             input_requests: None,
             input_responses: None,
+            grant: Some(owner.grant.to_json()),
         };
         let engine = Arc::clone(&self.engine);
         let inserted = row.clone();
@@ -711,12 +737,13 @@ impl Tasks {
         }
     }
 
-    /// The task `id` if `owner` may see it. Unknown and foreign ids look the same: `None`.
-    pub fn get(&self, owner: &str, id: &str) -> Result<Option<TaskView>> {
+    /// The task `id` if `who` may see it: its owner, with rights that cover the task's.
+    /// Unknown and foreign ids look the same: `None`.
+    pub fn get(&self, who: &Requester, id: &str) -> Result<Option<TaskView>> {
         let Some(row) = self.engine.task_get(id)? else {
             return Ok(None);
         };
-        if row.owner != owner || self.expired(&row, now_millis()) {
+        if !who.sees(&row) || self.expired(&row, now_millis()) {
             return Ok(None);
         }
         let progress = self
@@ -731,13 +758,13 @@ impl Tasks {
         row.status.is_terminal() && row.ttl_ms.is_some_and(|ttl| row.created_at + ttl < now)
     }
 
-    /// Asks a task to stop; `false` when `owner` has no such task. Cancelling a finished task is
-    /// acknowledged and changes nothing.
-    pub fn cancel(&self, owner: Option<&str>, id: &str) -> Result<bool> {
+    /// Asks a task to stop; `false` when `who` may not see such a task (`None`: an operator,
+    /// who may stop any). Cancelling a finished task is acknowledged and changes nothing.
+    pub fn cancel(&self, who: Option<&Requester>, id: &str) -> Result<bool> {
         let Some(row) = self.engine.task_get(id)? else {
             return Ok(false);
         };
-        if owner.is_some_and(|o| o != row.owner) {
+        if who.is_some_and(|w| !w.sees(&row)) {
             return Ok(false);
         }
         if row.status.is_terminal() {
@@ -751,19 +778,19 @@ impl Tasks {
         Ok(true)
     }
 
-    /// Hands the client's answers to task `id` (`tasks/update`); `false` when `owner` has no
-    /// such task. Answers to requests the task does not wait for are ignored, and so is an
+    /// Hands the client's answers to task `id` (`tasks/update`); `false` when `who` may not
+    /// see such a task. Answers to requests the task does not wait for are ignored, and so is an
     /// update of a task that waits for nothing.
     pub fn update(
         &self,
-        owner: &str,
+        who: &Requester,
         id: &str,
         responses: &serde_json::Map<String, Value>,
     ) -> Result<bool> {
         let Some(row) = self.engine.task_get(id)? else {
             return Ok(false);
         };
-        if row.owner != owner || self.expired(&row, now_millis()) {
+        if !who.sees(&row) || self.expired(&row, now_millis()) {
             return Ok(false);
         }
         let outcome = self.engine.task_answer_input(
@@ -793,7 +820,35 @@ impl Tasks {
         Ok(true)
     }
 
-    /// The newest tasks of `owner` (all owners for `None`).
+    /// The newest tasks `who` may see (at most `limit`): its own, and the server's scheduled
+    /// runs when its rights cover them.
+    pub fn list_for(&self, who: &Requester, limit: usize) -> Result<Vec<TaskView>> {
+        // Rows of the owner started with wider rights are left out after the query: ask for
+        // more than the page.
+        let fetch = limit.saturating_mul(4).min(1_000);
+        let mut views: Vec<TaskView> = self
+            .list(Some(&who.owner), fetch)?
+            .into_iter()
+            .filter(|v| who.sees(&v.row))
+            .collect();
+        if who.owner != schedule::OWNER {
+            views.extend(
+                self.list(Some(schedule::OWNER), limit)?
+                    .into_iter()
+                    .filter(|v| who.grant.covers(&Grant::from_json(v.row.grant.as_ref()))),
+            );
+        }
+        views.sort_by(|a, b| {
+            b.row
+                .created_at
+                .cmp(&a.row.created_at)
+                .then(a.row.id.cmp(&b.row.id))
+        });
+        views.truncate(limit);
+        Ok(views)
+    }
+
+    /// The newest tasks of `owner` (all owners for `None`), for an operator.
     pub fn list(&self, owner: Option<&str>, limit: usize) -> Result<Vec<TaskView>> {
         let now = now_millis();
         let rows = self.engine.task_list(owner, limit)?;
@@ -1041,6 +1096,7 @@ mod tests {
             cancel_requested: false,
             input_requests: None,
             input_responses: None,
+            grant: None,
         }
     }
 
@@ -1104,7 +1160,7 @@ mod tests {
     async fn start_task(tasks: &Arc<Tasks>, tool: &str, args: Value) -> Box<TaskRow> {
         let answer = tasks
             .run(
-                "me",
+                &Requester::full("me"),
                 tool,
                 args,
                 Plan::Task,
@@ -1138,7 +1194,7 @@ mod tests {
             let row = start_task(&tasks, tool, json!({})).await;
             let first = row.status_message.clone().unwrap_or_default();
             assert!(first.starts_with(wording), "{tool}: {first}");
-            let view = tasks.get("me", &row.id).unwrap().unwrap();
+            let view = tasks.get(&Requester::full("me"), &row.id).unwrap().unwrap();
             let live = view.status_message().unwrap_or_default();
             assert!(live.starts_with(wording), "{tool}: {live}");
             assert_eq!(
@@ -1148,7 +1204,7 @@ mod tests {
                     ..WorkProgress::default()
                 })
             );
-            assert!(tasks.cancel(Some("me"), &row.id).unwrap());
+            assert!(tasks.cancel(Some(&Requester::full("me")), &row.id).unwrap());
         }
     }
 
@@ -1195,7 +1251,7 @@ mod tests {
     /// Polls task `id` until `done` holds for it (5 s at most).
     async fn until(tasks: &Arc<Tasks>, id: &str, done: impl Fn(&TaskRow) -> bool) -> TaskRow {
         for _ in 0..500 {
-            let row = tasks.get("me", id).unwrap().unwrap().row;
+            let row = tasks.get(&Requester::full("me"), id).unwrap().unwrap().row;
             if done(&row) {
                 return row;
             }
@@ -1228,16 +1284,24 @@ mod tests {
         // Another owner cannot answer, nor see that the task exists.
         assert!(
             !tasks
-                .update("someone else", &id, &answers(&[("a", json!(1))]))
+                .update(
+                    &Requester::full("someone else"),
+                    &id,
+                    &answers(&[("a", json!(1))])
+                )
                 .unwrap()
         );
         // A partial answer (with a key nobody asked for) leaves the other request pending.
         assert!(
             tasks
-                .update("me", &id, &answers(&[("a", json!(1)), ("zz", json!(0))]))
+                .update(
+                    &Requester::full("me"),
+                    &id,
+                    &answers(&[("a", json!(1)), ("zz", json!(0))])
+                )
                 .unwrap()
         );
-        let row = tasks.get("me", &id).unwrap().unwrap().row;
+        let row = tasks.get(&Requester::full("me"), &id).unwrap().unwrap().row;
         assert_eq!(row.status, TaskState::InputRequired);
         let left: Vec<_> = row
             .input_requests
@@ -1251,7 +1315,7 @@ mod tests {
 
         assert!(
             tasks
-                .update("me", &id, &answers(&[("b", json!(2))]))
+                .update(&Requester::full("me"), &id, &answers(&[("b", json!(2))]))
                 .unwrap()
         );
         // The second round asks again; its answer ends the work.
@@ -1265,7 +1329,7 @@ mod tests {
         assert_eq!(row.input_requests.unwrap().as_object().unwrap().len(), 1);
         assert!(
             tasks
-                .update("me", &id, &answers(&[("c", json!(3))]))
+                .update(&Requester::full("me"), &id, &answers(&[("c", json!(3))]))
                 .unwrap()
         );
         let row = until(&tasks, &id, |r| r.status.is_terminal()).await;
@@ -1275,11 +1339,16 @@ mod tests {
         // An update of a finished task is acknowledged and changes nothing.
         assert!(
             tasks
-                .update("me", &id, &answers(&[("c", json!(4))]))
+                .update(&Requester::full("me"), &id, &answers(&[("c", json!(4))]))
                 .unwrap()
         );
         assert_eq!(
-            tasks.get("me", &id).unwrap().unwrap().row.result,
+            tasks
+                .get(&Requester::full("me"), &id)
+                .unwrap()
+                .unwrap()
+                .row
+                .result,
             row.result
         );
     }
@@ -1290,7 +1359,7 @@ mod tests {
         let tasks = asker(&dir);
         let id = start(&tasks, json!({"ask": [["a"]]})).await;
         until(&tasks, &id, |r| r.status == TaskState::InputRequired).await;
-        assert!(tasks.cancel(Some("me"), &id).unwrap());
+        assert!(tasks.cancel(Some(&Requester::full("me")), &id).unwrap());
         let row = until(&tasks, &id, |r| r.status.is_terminal()).await;
         assert_eq!(row.status, TaskState::Cancelled);
         assert_eq!(row.input_requests, None);
@@ -1302,7 +1371,7 @@ mod tests {
         let tasks = asker(&dir);
         let answer = tasks
             .run(
-                "me",
+                &Requester::full("me"),
                 "ask",
                 json!({"ask": [["a"]]}),
                 Plan::Inline,
@@ -1331,7 +1400,11 @@ mod tests {
         row.input_requests = Some(json!({"a": {}, "b": {}}));
         tasks.engine().task_insert(&row).unwrap();
         let answered = answers(&[("a", json!("yes")), ("b", json!("no"))]);
-        assert!(tasks.update("me", "orphan", &answered).unwrap());
+        assert!(
+            tasks
+                .update(&Requester::full("me"), "orphan", &answered)
+                .unwrap()
+        );
         assert_eq!(
             tasks.engine().task_get("orphan").unwrap().unwrap().status,
             TaskState::Working

@@ -134,7 +134,7 @@ impl Tasks {
     async fn run_once(self: &Arc<Self>, schedule: &Schedule) {
         let answer = self
             .run(
-                OWNER,
+                &super::Requester::full(OWNER),
                 &schedule.tool,
                 schedule.args.clone(),
                 Plan::Task,

@@ -108,6 +108,7 @@ fn working_row(id: &str, heartbeat_age_ms: i64) -> TaskRow {
         cancel_requested: false,
         input_requests: None,
         input_responses: None,
+        grant: None,
     }
 }
 

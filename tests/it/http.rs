@@ -293,6 +293,22 @@ async fn bearer_tokens_admit_their_subjects_with_their_scopes() {
     );
 }
 
+/// A call naming `id`, a memory outside the caller's namespaces, must be answered as the same
+/// call naming a memory that exists nowhere (`nowhere`): no answer tells that it exists.
+fn hidden(
+    res: Result<serde_json::Value, CallError>,
+    id: &str,
+    nowhere: Result<serde_json::Value, CallError>,
+) {
+    match (res, nowhere) {
+        (Err(CallError::Tool(m)), Err(CallError::Tool(n))) => {
+            assert!(n.contains("not found"), "{n}");
+            assert_eq!(m.replace(id, "m_nowhere"), n);
+        }
+        other => panic!("expected two tool errors, got {other:?}"),
+    }
+}
+
 /// The tool error of a call that must be refused for reaching outside the caller's namespaces.
 fn refused(res: Result<serde_json::Value, CallError>, what: &str) -> String {
     match res {
@@ -351,10 +367,12 @@ async fn a_token_for_some_namespaces_reads_and_writes_those_only() {
             .await,
         "recall in home",
     );
-    refused(
+    hidden(
         c.call("get", json!({"ids": [h]})).await,
-        "get of a home memory",
+        h,
+        c.call("get", json!({"ids": ["m_nowhere"]})).await,
     );
+
     let got = c.ok("get", json!({"ids": [w]})).await;
     assert_eq!(
         got["memories"][0]["relations"].as_array().map(Vec::len),
@@ -369,9 +387,10 @@ async fn a_token_for_some_namespaces_reads_and_writes_those_only() {
         .filter_map(|n| n["id"].as_str())
         .collect();
     assert_eq!(reached, vec![w.as_str()], "w2 lies behind h: {walk}");
-    refused(
+    hidden(
         c.call("traverse", json!({"ids": [h]})).await,
-        "a walk from home",
+        h,
+        c.call("traverse", json!({"ids": ["m_nowhere"]})).await,
     );
     let exported = c.ok("export", json!({})).await;
     let data = exported["data"].as_str().unwrap();
@@ -385,9 +404,15 @@ async fn a_token_for_some_namespaces_reads_and_writes_those_only() {
     );
     let stats = c.ok("stats", json!({})).await;
     assert_eq!(stats["memories"], 2, "{stats}");
-    match c.read_resource(&format!("memory://home/{h}")).await {
-        Err(e) => assert!(e.to_string().contains("not allowed"), "{e}"),
-        Ok(r) => panic!("a home memory was read as a resource: {r:?}"),
+    match (
+        c.read_resource(&format!("memory://home/{h}")).await,
+        c.read_resource("memory://home/m_nowhere").await,
+    ) {
+        (Err(e), Err(n)) => assert_eq!(
+            e.to_string().replace(h.as_str(), "m_nowhere"),
+            n.to_string()
+        ),
+        other => panic!("a home memory was read as a resource: {other:?}"),
     }
     assert!(
         c.read_resource(&format!("memory://office/{w}"))
@@ -404,21 +429,29 @@ async fn a_token_for_some_namespaces_reads_and_writes_those_only() {
         .await,
         "remember into home",
     );
-    refused(
+    hidden(
         c.call("update", json!({"id": h, "importance": 0.9})).await,
-        "update of a home memory",
+        h,
+        c.call("update", json!({"id": "m_nowhere", "importance": 0.9}))
+            .await,
     );
-    refused(
+    hidden(
         c.call("forget", json!({"ids": [h]})).await,
-        "forget of a home memory",
+        h,
+        c.call("forget", json!({"ids": ["m_nowhere"]})).await,
     );
-    refused(
+    hidden(
         c.call(
             "relate",
             json!({"relations": [{"from": w, "to": h, "kind": "x"}]}),
         )
         .await,
-        "relate to home",
+        h,
+        c.call(
+            "relate",
+            json!({"relations": [{"from": w, "to": "m_nowhere", "kind": "x"}]}),
+        )
+        .await,
     );
     let d = Server::attach(&http.url, era, Some(&dana), &log).await;
     refused(

@@ -2,6 +2,7 @@
 //! talks MCP to it over stdio (or Streamable HTTP), in both protocol eras (2025-11-25 `initialize`, 2026-07-28
 //! `server/discover`).
 
+mod access;
 mod background;
 mod bad_input;
 mod cli;

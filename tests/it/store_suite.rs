@@ -410,6 +410,7 @@ fn task(id: &str, owner: &str, boot: &str, now: i64) -> TaskRow {
         cancel_requested: false,
         input_requests: None,
         input_responses: None,
+        grant: None,
     }
 }
 

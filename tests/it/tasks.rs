@@ -268,7 +268,7 @@ async fn http_client(url: &str, pid: u32, modern: bool, name: &str) -> Client {
 }
 
 /// Like [`http_client`], sending `token` as the bearer token.
-async fn http_client_with(
+pub(crate) async fn http_client_with(
     url: &str,
     pid: u32,
     modern: bool,
@@ -327,7 +327,7 @@ impl Client {
     }
 }
 
-fn rpc_code(e: &ServiceError) -> Option<i32> {
+pub(crate) fn rpc_code(e: &ServiceError) -> Option<i32> {
     match e {
         ServiceError::McpError(e) => Some(e.code.0),
         _ => None,

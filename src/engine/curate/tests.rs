@@ -689,6 +689,7 @@ fn a_task_stopped_before_its_first_batch_resumes_under_the_same_run() {
         cancel_requested: false,
         input_requests: None,
         input_responses: None,
+        grant: None,
     };
     e.store
         .write(|tx| crate::store::tasks::insert(tx, &task))

@@ -2,7 +2,7 @@
 //! (new, already there, to merge), then written in one transaction, each record in a savepoint
 //! so a bad one leaves nothing half-written. Also the read-only twin a dry run uses.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::engine::write::{
     DEFAULT_WEIGHT, RememberItem, existing_identity, same_memory, snapshot,
@@ -114,16 +114,32 @@ fn foreign_identity(rec: &MemoryRecord) -> bool {
     rec.ext.is_some() && rec.id.is_none()
 }
 
-/// Where a relation end points: the memory a source id became, a stored id, or a name.
-fn resolve(c: &Db, ns: &str, r: &Ref) -> Result<Option<MemoryKey>> {
+/// Where a relation end points: the memory a source id became, a stored id, or a name in
+/// `ns`. Source ids and stored ids are looked up in the namespaces the import writes to only
+/// (`ns` first, then `written`): a record whose id was taken by a memory of another namespace
+/// got a new id, and its relations follow it there, never to the memory that holds the id.
+fn resolve(c: &Db, ns: &str, written: &BTreeSet<String>, r: &Ref) -> Result<Option<MemoryKey>> {
     let live = |m: Option<Memory>| m.filter(|m| m.deleted_at.is_none()).map(|m| m.key);
+    let within = |m: &Memory| m.namespace == ns || written.contains(&m.namespace);
+    let by_source_id = |e: &str| -> Result<Option<MemoryKey>> {
+        for n in std::iter::once(ns).chain(written.iter().map(String::as_str).filter(|n| *n != ns))
+        {
+            if let Some(k) = import_keys::get(c, n, e)? {
+                return Ok(Some(k));
+            }
+        }
+        Ok(None)
+    };
     Ok(match r {
-        Ref::Ext(e) => match import_keys::get(c, ns, e)? {
+        Ref::Ext(e) => match by_source_id(e)? {
             Some(k) => Some(k),
-            None if e.starts_with("m_") => live(memories::by_id(c, e)?),
+            None if e.starts_with("m_") => live(memories::by_id(c, e)?.filter(within)),
             None => None,
         },
-        Ref::Id(id) => live(memories::by_id(c, id)?),
+        Ref::Id(id) => match by_source_id(id)? {
+            Some(k) => Some(k),
+            None => live(memories::by_id(c, id)?.filter(within)),
+        },
         Ref::Name(n) => live(memories::by_name(c, ns, n, false)?),
     })
 }
@@ -248,6 +264,7 @@ impl Engine {
         items: &[Item],
         vectors: &HashMap<usize, Vec<f32>>,
         req: &super::ImportRequest,
+        written: &BTreeSet<String>,
         now: Millis,
     ) -> Result<Counts> {
         let namespace = req.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
@@ -299,14 +316,15 @@ impl Engine {
                             valid_until: None,
                         };
                         let res = store::in_savepoint(tx, || {
-                            self.apply_relation(tx, &new.namespace, Some(src), &r, now, access)
+                            let at = (new.namespace.as_str(), written);
+                            self.apply_relation(tx, at, Some(src), &r, now, access)
                         });
                         tally(&mut counts, *line, res);
                     }
                 }
                 Item::Relation { line, rec } => {
                     let res = store::in_savepoint(tx, || {
-                        self.apply_relation(tx, namespace, None, rec, now, access)
+                        self.apply_relation(tx, (namespace, written), None, rec, now, access)
                     });
                     tally(&mut counts, *line, res);
                 }
@@ -416,28 +434,27 @@ impl Engine {
     fn apply_relation(
         &self,
         tx: &Db,
-        namespace: &str,
+        (namespace, written): (&str, &BTreeSet<String>),
         from: Option<MemoryKey>,
         rec: &RelationRecord,
         now: Millis,
         access: &Access,
     ) -> Result<bool> {
-        let missing = |end: &str, r: &Ref| {
-            Error::not_found(
-                "memory",
-                format!("{end} {}", describe(r)),
-                "import the memory before the relations that use it (same source, earlier), or create it first",
-            )
-        };
+        let missing = |end: &str, r: &Ref| unresolved(&format!("{end} {}", describe(r)), written);
         let src = match from {
             Some(k) => k,
-            None => resolve(tx, namespace, &rec.from)?.ok_or_else(|| missing("from", &rec.from))?,
+            None => resolve(tx, namespace, written, &rec.from)?
+                .ok_or_else(|| missing("from", &rec.from))?,
         };
-        let dst = resolve(tx, namespace, &rec.to)?.ok_or_else(|| missing("to", &rec.to))?;
+        let dst =
+            resolve(tx, namespace, written, &rec.to)?.ok_or_else(|| missing("to", &rec.to))?;
         if !access.is_all() {
-            for (end, key) in [("from", src), ("to", dst)] {
-                if let Some(m) = memories::by_key(tx, key)? {
-                    access.check(end, &m.namespace)?;
+            // An end outside the importer's namespaces does not exist for it.
+            for (end, key, r) in [("from", src, &rec.from), ("to", dst, &rec.to)] {
+                if let Some(m) = memories::by_key(tx, key)?
+                    && !access.allows(&m.namespace)
+                {
+                    return Err(missing(end, r));
                 }
             }
         }
@@ -477,6 +494,7 @@ impl Engine {
         &self,
         items: &[Item],
         namespace: &str,
+        written: &BTreeSet<String>,
         seen: &mut HashSet<String>,
     ) -> Result<Counts> {
         // One snapshot, not a read: it records what it saw in `seen`, so it is never run twice.
@@ -527,23 +545,23 @@ impl Engine {
                             }
                         }
                         for link in &rec.links {
-                            let ok =
-                                resolve(c, ns, &link.to)?.is_some() || known(seen, ns, &link.to);
-                            tally(&mut counts, *line, dry_relation(ok, &link.to));
+                            let ok = resolve(c, ns, written, &link.to)?.is_some()
+                                || known(seen, ns, &link.to);
+                            tally(&mut counts, *line, dry_relation(ok, &link.to, written));
                         }
                     }
                     Item::Relation { line, rec } => {
-                        let from = resolve(c, namespace, &rec.from)?;
-                        let to = resolve(c, namespace, &rec.to)?;
+                        let from = resolve(c, namespace, written, &rec.from)?;
+                        let to = resolve(c, namespace, written, &rec.to)?;
                         let res = match (from, to) {
                             (Some(s), Some(d)) => {
                                 Ok(relations::find(c, s, d, &rec.kind)?.is_none())
                             }
                             (f, _) if f.is_none() && !known(seen, namespace, &rec.from) => {
-                                dry_relation(false, &rec.from)
+                                dry_relation(false, &rec.from, written)
                             }
                             (_, t) if t.is_none() && !known(seen, namespace, &rec.to) => {
-                                dry_relation(false, &rec.to)
+                                dry_relation(false, &rec.to, written)
                             }
                             _ => Ok(true),
                         };
@@ -571,16 +589,28 @@ fn tally(counts: &mut Counts, line: u64, res: Result<bool>) {
     }
 }
 
-fn dry_relation(resolvable: bool, r: &Ref) -> Result<bool> {
+fn dry_relation(resolvable: bool, r: &Ref, written: &BTreeSet<String>) -> Result<bool> {
     if resolvable {
         Ok(true)
     } else {
-        Err(Error::not_found(
-            "memory",
-            describe(r),
-            "import the memory before the relations that use it (same source, earlier), or create it first",
-        ))
+        Err(unresolved(&describe(r), written))
     }
+}
+
+/// The error of a relation end that names no memory of the namespaces the import writes to.
+fn unresolved(end: &str, written: &BTreeSet<String>) -> Error {
+    let namespaces = written
+        .iter()
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Error::not_found(
+        "memory",
+        end.to_owned(),
+        format!(
+            "import the memory before the relations that use it (same source, earlier), or create it first; ids are looked up in the namespaces this import writes to ({namespaces})"
+        ),
+    )
 }
 
 fn known(seen: &HashSet<String>, ns: &str, r: &Ref) -> bool {

@@ -7,7 +7,7 @@
 mod apply;
 pub mod source;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
 
 use serde::{Deserialize, Serialize};
@@ -90,6 +90,9 @@ struct Checkpoint {
     /// Names and sizes of the source's files: a resume skips `items` only from the same files.
     #[serde(default)]
     source: String,
+    /// The namespaces the records consumed so far write to (see [`Run::written`]).
+    #[serde(default)]
+    namespaces: Vec<String>,
 }
 
 /// What a checkpoint was taken over: the files of the source in order, with their sizes.
@@ -124,6 +127,11 @@ struct Run<'a> {
     multi_file: bool,
     dry_seen: HashSet<String>,
     source_print: String,
+    /// The namespaces this import writes to: the one it was given (or the default) and those
+    /// of its memory records so far. Relation ends given by id are looked up in these only,
+    /// so a relation never attaches to a memory of another namespace that happens to hold
+    /// the id a record of the file had to give up.
+    written: BTreeSet<String>,
 }
 
 impl Engine {
@@ -174,6 +182,10 @@ impl Engine {
             multi_file: files.len() > 1,
             dry_seen: HashSet::new(),
             source_print: String::new(),
+            written: BTreeSet::from([req
+                .namespace
+                .clone()
+                .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned())]),
         };
         let source_print = fingerprint(&files);
         match resume {
@@ -183,6 +195,7 @@ impl Engine {
                     "import resumes after its last committed batch"
                 );
                 run.skip = cp.items;
+                run.written.extend(cp.namespaces);
                 run.report = cp.report;
                 run.report.resumed_after = cp.items;
             }
@@ -433,22 +446,31 @@ impl Run<'_> {
             .collect();
         let engine = self.engine;
         let ns = self.req.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        for it in &items {
+            if let Item::Memory { new, .. } = it
+                && !self.written.contains(&new.namespace)
+            {
+                self.written.insert(new.namespace.clone());
+            }
+        }
         let place = self.place();
         if self.req.dry_run {
-            let counts = engine.dry_batch(&items, ns, &mut self.dry_seen)?;
+            let counts = engine.dry_batch(&items, ns, &self.written, &mut self.dry_seen)?;
             self.report.add(&counts, place);
         } else {
             let vectors = self.embed_new(&items);
+            let written = &self.written;
             let now = now_millis();
             let task = self.ctl.task_id();
             let mut report = self.report.clone();
             let checkpoint = engine.store.write(|tx| {
-                let counts = engine.apply_batch(tx, &items, &vectors, self.req, now)?;
+                let counts = engine.apply_batch(tx, &items, &vectors, self.req, written, now)?;
                 report.add(&counts, place);
                 let cp = serde_json::to_value(Checkpoint {
                     items: self.items,
                     report: report.clone(),
                     source: self.source_print.clone(),
+                    namespaces: written.iter().cloned().collect(),
                 })?;
                 if let Some(id) = &task {
                     tasks::set_checkpoint(tx, id, &cp)?;

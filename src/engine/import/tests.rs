@@ -238,6 +238,7 @@ fn a_stopped_import_resumes_from_its_checkpoint_and_ends_like_an_uninterrupted_o
         cancel_requested: false,
         input_requests: None,
         input_responses: None,
+        grant: None,
     };
     e.task_insert(&row).unwrap();
     let first = Killer {
@@ -850,4 +851,74 @@ fn partial_files_of_dead_exports_are_removed_and_others_kept() {
     for (name, _, kept) in &files {
         assert_eq!(dir.path().join(name).exists(), *kept, "{name}");
     }
+}
+
+/// A record whose id is taken by a memory of another namespace gets a new id, and the file's
+/// relations follow it: they attached to the memory that held the id (a relation between two
+/// namespaces the file never named). An id that names no memory of the namespaces the import
+/// writes to is a counted bad record, never a silent link elsewhere.
+#[test]
+fn relations_of_an_import_follow_its_own_memories_and_stay_in_its_namespaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_in(dir.path(), "m.db");
+    let taken = "{\"type\":\"memory\",\"id\":\"m_shared\",\"namespace\":\"other\",\"content\":\"the other namespace's memory\"}\n\
+                 {\"type\":\"memory\",\"id\":\"m_only_other\",\"namespace\":\"other\",\"content\":\"another of the other namespace\"}\n";
+    let report = e
+        .import(
+            &request(Source::Inline(taken.into())),
+            &Progressing::default(),
+        )
+        .unwrap();
+    assert_eq!(report.memories_added, 2, "{report:?}");
+    let file = "{\"type\":\"memory\",\"id\":\"m_shared\",\"namespace\":\"mine\",\"content\":\"the file's own memory\"}\n\
+                {\"type\":\"memory\",\"id\":\"m_two\",\"namespace\":\"mine\",\"content\":\"the file's second memory\"}\n\
+                {\"type\":\"relation\",\"from\":\"m_two\",\"to\":\"m_shared\",\"kind\":\"about\"}\n\
+                {\"type\":\"relation\",\"from\":\"m_two\",\"to\":\"m_only_other\",\"kind\":\"about\"}\n";
+    let report = e
+        .import(
+            &request(Source::Inline(file.into())),
+            &Progressing::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        (report.memories_added, report.relations_added, report.errors),
+        (2, 1, 1),
+        "{report:?}"
+    );
+    assert!(
+        report.first_errors[0].contains("line 4")
+            && report.first_errors[0].contains("m_only_other")
+            && report.first_errors[0].contains("\"mine\""),
+        "{:?}",
+        report.first_errors
+    );
+    let theirs = &e.get(&[MemoryRef::Id("m_shared".into())], false).unwrap()[0];
+    assert_eq!(theirs.memory.namespace, "other");
+    assert!(theirs.relations.is_empty(), "{:?}", theirs.relations);
+    let two = &e.get(&[MemoryRef::Id("m_two".into())], false).unwrap()[0];
+    assert_eq!(two.relations.len(), 1, "{:?}", two.relations);
+    let own = &e
+        .get(&[MemoryRef::Id(two.relations[0].to.clone())], false)
+        .unwrap()[0];
+    assert_eq!(
+        (own.memory.namespace.as_str(), own.memory.content.as_str()),
+        ("mine", "the file's own memory")
+    );
+    assert_ne!(own.memory.id, "m_shared");
+    // A dry run of the same file on a database as it was before says the same.
+    let fresh = engine_in(dir.path(), "dry.db");
+    fresh
+        .import(
+            &request(Source::Inline(taken.into())),
+            &Progressing::default(),
+        )
+        .unwrap();
+    let mut dry = request(Source::Inline(file.into()));
+    dry.dry_run = true;
+    let report = fresh.import(&dry, &Progressing::default()).unwrap();
+    assert_eq!(
+        (report.memories_added, report.relations_added, report.errors),
+        (2, 1, 1),
+        "{report:?}"
+    );
 }
