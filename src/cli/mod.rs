@@ -389,14 +389,8 @@ impl ServeArgs {
         };
         let tokens = match &self.tokens {
             Some(path) => {
-                let tokens = crate::mcp::auth::Tokens::load(path)?;
-                anyhow::ensure!(
-                    !tokens.is_empty(),
-                    "{} holds no tokens: add one with `mnemograph token add SUBJECT --tokens {}`",
-                    path.display(),
-                    path.display()
-                );
-                tracing::info!(tokens = tokens.len(), file = %path.display(), "bearer tokens required");
+                let tokens = crate::mcp::auth::TokenFile::open(path)?;
+                tracing::info!(tokens = tokens.len(), file = %path.display(), "bearer tokens required (the file is read again when it changes)");
                 Some(tokens)
             }
             None => None,
@@ -457,6 +451,22 @@ enum TokenAction {
         /// namespace when left out.
         #[arg(long, value_delimiter = ',')]
         namespaces: Option<Vec<String>>,
+    },
+    /// Remove tokens from the file: every token of a SUBJECT, the one whose hash starts with a
+    /// PREFIX as `token list` shows it (`sha256:` and 8 or more hex digits), or a token given
+    /// itself. A server serving the file stops admitting them within a few seconds.
+    Revoke {
+        /// A subject, a hash prefix (`sha256:1a2b3c4d…`) or the token.
+        which: String,
+        /// The tokens file.
+        #[arg(long)]
+        tokens: PathBuf,
+    },
+    /// The tokens of the file: subject, hash prefix, scope, namespaces (never a token).
+    List {
+        /// The tokens file.
+        #[arg(long)]
+        tokens: PathBuf,
     },
 }
 
@@ -762,6 +772,12 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             let (token, line) =
                 crate::mcp::auth::new_token(&subject, &scopes, namespaces.as_deref())?;
             if tokens.exists() {
+                // A token is never added to a file others can write or read.
+                if crate::mcp::auth::make_private(&tokens)
+                    .with_context(|| format!("cannot restrict {}", tokens.display()))?
+                {
+                    tracing::warn!(file = %tokens.display(), "the tokens file was open to others; it is now private to its owner (0600)");
+                }
                 // The file must stay one the server reads: check it before adding to it.
                 crate::mcp::auth::Tokens::load(&tokens)?;
             }
@@ -771,6 +787,8 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot write {}", tokens.display()))?;
             file.sync_all()
                 .with_context(|| format!("cannot write {}", tokens.display()))?;
+            crate::mcp::auth::make_private(&tokens)
+                .with_context(|| format!("cannot restrict {}", tokens.display()))?;
             let mut out = std::io::stdout().lock();
             writeln!(
                 out,
@@ -782,6 +800,49 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 ),
                 tokens.display()
             )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Token(TokenAction::Revoke { which, tokens }) => {
+            use std::io::Write;
+            let removed = crate::mcp::auth::revoke(&tokens, &which)?;
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "revoked {} token{} of {} in {}; a server serving the file stops admitting {} within a few seconds",
+                removed.len(),
+                if removed.len() == 1 { "" } else { "s" },
+                {
+                    let mut subjects = removed.clone();
+                    subjects.dedup();
+                    subjects.join(", ")
+                },
+                tokens.display(),
+                if removed.len() == 1 { "it" } else { "them" }
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Token(TokenAction::List { tokens }) => {
+            use std::io::Write;
+            let listed = crate::mcp::auth::list(&tokens)?;
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "{:<24}  {:<20}  {:<6}  namespaces",
+                "subject", "hash", "scope"
+            )?;
+            for t in listed {
+                let namespaces = match &t.access {
+                    crate::engine::Access::All => "*".to_owned(),
+                    crate::engine::Access::Only(list) => list.join(","),
+                };
+                writeln!(
+                    out,
+                    "{:<24}  {:<20}  {:<6}  {namespaces}",
+                    t.subject,
+                    t.hash_prefix,
+                    t.scope.name()
+                )?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { tasks } => {

@@ -5,7 +5,9 @@
 //! A line: `SUBJECT sha256:HEX scopes=read,write namespaces=*` (`#` starts a comment).
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
@@ -67,7 +69,7 @@ fn bearer(authorization: Option<&str>) -> std::result::Result<&str, Refusal> {
 /// (a token of the file is looked up first; a JWT goes to the authorisation server's keys).
 #[derive(Debug, Default)]
 pub struct Gate {
-    pub tokens: Option<Tokens>,
+    pub tokens: Option<TokenFile>,
     pub oauth: Option<crate::mcp::oauth::OAuth>,
 }
 
@@ -75,8 +77,8 @@ impl Gate {
     /// The caller of an `Authorization` header's value.
     pub async fn admit(&self, authorization: Option<&str>) -> std::result::Result<Caller, Refusal> {
         let token = bearer(authorization)?;
-        if let Some(tokens) = &self.tokens
-            && let Some(caller) = tokens.get(token)
+        if let Some(file) = &self.tokens
+            && let Some(caller) = file.current().get(token)
         {
             return Ok(caller.clone());
         }
@@ -89,23 +91,318 @@ impl Gate {
 
 const PREFIX: &str = "sha256:";
 
-impl Tokens {
-    /// Reads a tokens file.
-    pub fn load(path: &Path) -> Result<Tokens> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
+/// How often a served tokens file is looked at for changes.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// What tells a changed file from the one read: modification time, length, inode, and the
+/// status change time and mode (a `chmod` changes only those).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<SystemTime>,
+    len: u64,
+    inode: u64,
+    changed: (i64, i64),
+    mode: u32,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    let meta = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let (inode, changed, mode) = {
+        use std::os::unix::fs::MetadataExt;
+        (meta.ino(), (meta.ctime(), meta.ctime_nsec()), meta.mode())
+    };
+    #[cfg(not(unix))]
+    let (inode, changed, mode) = (0, (0, 0), 0);
+    Some(Stamp {
+        modified: meta.modified().ok(),
+        len: meta.len(),
+        inode,
+        changed,
+        mode,
+    })
+}
+
+/// The tokens file a server admits callers by, read again when it changes (looked at once a
+/// second, when a request comes): a line removed stops admitting its token without a restart.
+/// While the file is missing, unreadable, open to writing by others or malformed, no token of
+/// it is admitted (and the log says why): its lines are exactly what is admitted.
+#[derive(Debug)]
+pub struct TokenFile {
+    path: PathBuf,
+    state: Mutex<FileState>,
+}
+
+#[derive(Debug)]
+struct FileState {
+    tokens: Arc<Tokens>,
+    stamp: Option<Stamp>,
+    checked: Instant,
+}
+
+impl TokenFile {
+    /// Reads the file as `serve` needs it: private to its owner (see [`check_private`]), with
+    /// at least one token.
+    pub fn open(path: &Path) -> Result<TokenFile> {
+        let before = stamp(path);
+        let tokens = Tokens::load_served(path)?;
+        if tokens.is_empty() {
+            return Err(Error::invalid(
+                "tokens",
+                format!("{} holds no tokens", path.display()),
+                format!(
+                    "add one with `mnemograph token add SUBJECT --tokens {}`",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(TokenFile {
+            path: path.to_owned(),
+            state: Mutex::new(FileState {
+                tokens: Arc::new(tokens),
+                stamp: before,
+                checked: Instant::now(),
+            }),
+        })
+    }
+
+    /// Tokens in the file as read.
+    pub fn len(&self) -> usize {
+        self.current().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The tokens admitted now: the file is read again when it changed since it was last
+    /// looked at (at most once per [`RECHECK`]).
+    pub fn current(&self) -> Arc<Tokens> {
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if st.checked.elapsed() >= RECHECK {
+            st.checked = Instant::now();
+            let now = stamp(&self.path);
+            if now != st.stamp || now.is_none() {
+                let read = Tokens::load_served(&self.path);
+                // Unchanged content read again after a failure stays quiet.
+                let changed = now != st.stamp;
+                st.stamp = now;
+                match read {
+                    Ok(tokens) => {
+                        if changed {
+                            tracing::info!(file = %self.path.display(), tokens = tokens.len(), "tokens file read again");
+                        }
+                        st.tokens = Arc::new(tokens);
+                    }
+                    Err(e) => {
+                        if changed {
+                            tracing::error!(file = %self.path.display(), error = %e, "the tokens file cannot be used; no token of it is admitted until it is fixed");
+                        }
+                        st.tokens = Arc::new(Tokens::default());
+                    }
+                }
+            }
+        }
+        Arc::clone(&st.tokens)
+    }
+}
+
+/// An error when group or others may write the tokens file at `path`: whoever can write it can
+/// admit themselves with any rights.
+pub fn check_private(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(path).map_err(|e| {
             Error::invalid(
                 "tokens",
                 format!("cannot read {}: {e}", path.display()),
                 "create it with `mnemograph token add SUBJECT --tokens FILE`",
             )
         })?;
-        Tokens::parse(&text).map_err(|(line, reason)| {
-            Error::invalid(
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o022 != 0 {
+            return Err(Error::invalid(
                 "tokens",
-                format!("{} line {line}: {reason}", path.display()),
-                "each line is `SUBJECT sha256:HEX scopes=read,write namespaces=*`, as `mnemograph token add` writes it",
-            )
+                format!(
+                    "{} can be written by its group or others (mode {mode:03o}), so anyone who can write it can admit themselves",
+                    path.display()
+                ),
+                format!(
+                    "make it private to the server's user: `chmod 600 {}`",
+                    path.display()
+                ),
+            ));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
+/// Restricts the file at `path` to its owner (0600); true when it was more open before.
+pub fn make_private(path: &Path) -> std::io::Result<bool> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+            return Ok(true);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(false)
+}
+
+/// One line of a tokens file, as `token list` shows it (never the token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub subject: String,
+    /// `sha256:` and the first 12 hex digits of the token's hash.
+    pub hash_prefix: String,
+    pub scope: Scope,
+    pub access: Access,
+}
+
+/// The tokens of the file at `path`, one entry per line.
+pub fn list(path: &Path) -> Result<Vec<Listed>> {
+    let text = read(path)?;
+    let tokens = Tokens::parse(&text).map_err(|(line, reason)| bad_line(path, line, &reason))?;
+    let mut out: Vec<Listed> = tokens
+        .by_hash
+        .iter()
+        .map(|(hash, c)| Listed {
+            subject: c.subject.clone(),
+            hash_prefix: format!("{PREFIX}{}", &hex(hash)[..12]),
+            scope: c.scope,
+            access: c.access.clone(),
         })
+        .collect();
+    out.sort_by(|a, b| {
+        a.subject
+            .cmp(&b.subject)
+            .then(a.hash_prefix.cmp(&b.hash_prefix))
+    });
+    Ok(out)
+}
+
+/// Removes from the file at `path` the lines of `which`: a subject (all its tokens), a hash
+/// prefix as `token list` shows it (`sha256:` and at least 8 hex digits; it must match one
+/// line), or a token itself. The file is written anew beside and renamed into place, private
+/// to its owner. Returns the subjects of the lines removed; an error when none matched.
+pub fn revoke(path: &Path, which: &str) -> Result<Vec<String>> {
+    let text = read(path)?;
+    Tokens::parse(&text).map_err(|(line, reason)| bad_line(path, line, &reason))?;
+    let which = which.trim();
+    let by_token = (!which.starts_with(PREFIX)).then(|| hex(&digest(which)));
+    let prefix = which.strip_prefix(PREFIX).map(str::to_ascii_lowercase);
+    if let Some(p) = &prefix
+        && (p.len() < 8 || !p.bytes().all(|b| b.is_ascii_hexdigit()))
+    {
+        return Err(Error::invalid(
+            "token",
+            format!("{which:?} is not `sha256:` and at least 8 hex digits"),
+            "give a subject, a hash prefix as `mnemograph token list` shows it, or the token",
+        ));
+    }
+    let mut kept = String::with_capacity(text.len());
+    let mut removed = Vec::new();
+    for raw in text.lines() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        let mut fields = line.split_whitespace();
+        let (subject, hash) = (
+            fields.next(),
+            fields.next().and_then(|h| h.strip_prefix(PREFIX)),
+        );
+        let matched = match (subject, hash) {
+            (Some(subject), Some(hash)) => {
+                subject == which
+                    || prefix
+                        .as_ref()
+                        .is_some_and(|p| hash.starts_with(p.as_str()))
+                    || by_token.as_ref().is_some_and(|t| t == hash)
+            }
+            _ => false,
+        };
+        if matched {
+            removed.push(subject.unwrap_or_default().to_owned());
+        } else {
+            kept.push_str(raw);
+            kept.push('\n');
+        }
+    }
+    if removed.is_empty() {
+        return Err(Error::not_found(
+            "token",
+            which.to_owned(),
+            "give a subject or a hash prefix as `mnemograph token list` shows it",
+        ));
+    }
+    if prefix.is_some() && removed.len() > 1 {
+        return Err(Error::invalid(
+            "token",
+            format!("{which:?} matches {} lines", removed.len()),
+            "give more digits of the hash, or the subject to revoke all of its tokens",
+        ));
+    }
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+    let temp = path.with_extension("revoking");
+    {
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).write(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        let mut out = options.open(&temp)?;
+        std::io::Write::write_all(&mut out, kept.as_bytes())?;
+        out.sync_all()?;
+    }
+    make_private(&temp)?;
+    std::fs::rename(&temp, path)?;
+    if let Some(d) = dir.and_then(|d| std::fs::File::open(d).ok()) {
+        let _ = d.sync_all();
+    }
+    Ok(removed)
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| {
+        Error::invalid(
+            "tokens",
+            format!("cannot read {}: {e}", path.display()),
+            "create it with `mnemograph token add SUBJECT --tokens FILE`",
+        )
+    })
+}
+
+fn bad_line(path: &Path, line: usize, reason: &str) -> Error {
+    Error::invalid(
+        "tokens",
+        format!("{} line {line}: {reason}", path.display()),
+        "each line is `SUBJECT sha256:HEX scopes=read,write namespaces=*`, as `mnemograph token add` writes it",
+    )
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Tokens {
+    /// Reads a tokens file.
+    pub fn load(path: &Path) -> Result<Tokens> {
+        let text = read(path)?;
+        Tokens::parse(&text).map_err(|(line, reason)| bad_line(path, line, &reason))
+    }
+
+    /// Reads a tokens file a server admits callers by: it must be private (see
+    /// [`check_private`]).
+    fn load_served(path: &Path) -> Result<Tokens> {
+        check_private(path)?;
+        Tokens::load(path)
     }
 
     /// The tokens of a file's text; a bad line is `(its number, what is wrong)`.
@@ -279,7 +576,7 @@ pub fn new_token(
         "mgt_{}",
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
     );
-    let hex: String = digest(&token).iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hex(&digest(&token));
     let line = format!(
         "{subject} {PREFIX}{hex} scopes={} namespaces={namespaces}",
         list.join(",")

@@ -106,3 +106,166 @@ async fn a_narrow_token_does_not_see_the_tasks_its_subject_started_with_a_wider_
     w.stop().await;
     http.stop().await;
 }
+
+/// The status of a `tools/list` sent with `token`.
+async fn status_with(at: &str, token: &str) -> u16 {
+    let auth = format!("Bearer {token}");
+    let mut headers = crate::http::MCP_HEADERS.to_vec();
+    headers.push(("Authorization", &auth));
+    crate::support::http_request(at, "POST", "/mcp", &headers, &crate::http::tools_list())
+        .await
+        .0
+}
+
+/// Waits up to `limit` for `token`'s requests to get `want`; the time it took.
+async fn until_status(
+    at: &str,
+    token: &str,
+    want: u16,
+    limit: std::time::Duration,
+) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    loop {
+        let got = status_with(at, token).await;
+        if got == want {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "still {got} after {limit:?}, expected {want} for {}…",
+            &token[..8]
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(unix)]
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .expect("the file is there")
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+#[cfg(unix)]
+fn set_mode(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// The tokens file: never left open by `token add`, refused by `serve` when others can write
+/// it, and read again on change, so a removed line (by `token revoke` or by hand) stops
+/// admitting its token within seconds, without a restart.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tokens_file_is_private_and_a_removed_line_revokes_its_token_without_a_restart() {
+    use crate::support::BIN;
+    let db = TestDb::new();
+    let file = db.path.with_file_name("tokens");
+    let alice = add_token(&file, "alice", "read");
+    set_mode(&file, 0o644);
+    let bob = add_token(&file, "bob", "read,write");
+    assert_eq!(mode(&file), 0o600, "token add leaves the file private");
+    let carol = add_token(&file, "carol", "read");
+    let dave = add_token(&file, "dave", "read");
+
+    // A file others can write is refused, with what to do.
+    set_mode(&file, 0o664);
+    let refused = std::process::Command::new(BIN)
+        .args(["serve", "--db"])
+        .arg(&db.path)
+        .args(["--http", "127.0.0.1:0", "--tokens"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(said.contains("chmod 600") && said.contains("664"), "{said}");
+    set_mode(&file, 0o600);
+
+    let listed = std::process::Command::new(BIN)
+        .args(["token", "list", "--tokens"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(
+        listed.contains("alice") && listed.contains("sha256:"),
+        "{listed}"
+    );
+    for t in [&alice, &bob, &carol, &dave] {
+        assert!(!listed.contains(t.as_str()), "no token is listed");
+    }
+
+    let log = db.path.with_file_name("revoke.log");
+    let http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
+    let at = http.authority().to_owned();
+    for t in [&alice, &bob, &carol, &dave] {
+        assert_eq!(status_with(&at, t).await, 200);
+    }
+    let limit = std::time::Duration::from_secs(5);
+
+    // By subject.
+    let out = std::process::Command::new(BIN)
+        .args(["token", "revoke", "alice", "--tokens"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    until_status(&at, &alice, 401, limit).await;
+    assert_eq!(mode(&file), 0o600, "revoke keeps the file private");
+    // By hash prefix, as `token list` shows it.
+    let bob_hash = listed
+        .lines()
+        .find(|l| l.starts_with("bob"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .to_owned();
+    let out = std::process::Command::new(BIN)
+        .args(["token", "revoke", &bob_hash, "--tokens"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    until_status(&at, &bob, 401, limit).await;
+    // By hand: the line taken out of the file in place.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let kept: String = text
+        .lines()
+        .filter(|l| !l.starts_with("carol "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&file, kept).unwrap();
+    until_status(&at, &carol, 401, limit).await;
+    assert_eq!(
+        status_with(&at, &dave).await,
+        200,
+        "the others stay admitted"
+    );
+    // Revoking what is not there says so.
+    let out = std::process::Command::new(BIN)
+        .args(["token", "revoke", "nobody", "--tokens"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
+    // A file others can write while served admits nobody until fixed.
+    set_mode(&file, 0o666);
+    until_status(&at, &dave, 401, limit).await;
+    set_mode(&file, 0o600);
+    until_status(&at, &dave, 200, limit).await;
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("chmod 600"), "the log says why: {logged}");
+    http.stop().await;
+}
