@@ -124,17 +124,18 @@ impl Error {
             Some(format!(
                 "the memory database file is damaged or is not a mnemograph database ({self}): run `mnemograph doctor` to check it, and restore it from a backup if it reports damage"
             ))
-        } else if let Error::Unavailable(reason) = self {
-            Some(format!(
-                "the memory database is unavailable ({reason}): try again in a moment; the server connects again by itself once the database is back"
-            ))
+        } else if let Error::Unavailable(_) = self {
+            // The reason names the database's address and user: it goes to the log, not to
+            // clients.
+            Some(
+                "the memory database is unavailable: try again in a moment; the server connects again by itself once the database is back (its log says why)".to_owned(),
+            )
         } else if let Error::Postgres(e) = self
             && pg_connection_lost(e)
         {
-            Some(format!(
-                "the memory database is unavailable: the connection to it was lost ({}); try again in a moment, the server connects again by itself (a write cut off this way may or may not have been stored)",
-                pg_reason(e)
-            ))
+            Some(
+                "the memory database is unavailable: the connection to it was lost; try again in a moment, the server connects again by itself (a write cut off this way may or may not have been stored; the server's log says why)".to_owned(),
+            )
         } else if self.is_text_index_stopped() {
             Some(format!(
                 "the text index stopped after a write to it failed, most often because the disk was full ({self}): free disk space, then try again (the index takes a new writer and catches up from the database by itself); memories can still be read by id with `get`"
@@ -277,9 +278,10 @@ mod tests {
         assert!(e.is_database_unavailable() && !e.is_user_error());
         let advice = e.advice().expect("advice for an unreachable database");
         assert!(advice.contains("database is unavailable"), "{advice}");
+        assert!(advice.contains("try again"), "{advice}");
         assert!(
-            advice.contains("db.example") && advice.contains("try again"),
-            "{advice}"
+            !advice.contains("db.example") && !advice.contains("postgres://"),
+            "where the database is and who connects to it stay in the log: {advice}"
         );
         assert!(!Error::Internal("boom".into()).is_database_unavailable());
     }

@@ -812,6 +812,17 @@ async fn writes_survive_a_database_restart() {
                  {message}\n{}",
                 errors_logged(&scratch.log_text(&letter.to_string()))
             );
+            // Where the database is and who connects to it stay in the server's log.
+            let parsed = url.trim_start_matches("postgres://");
+            let (who, rest) = parsed.split_once('@').unwrap_or(("", parsed));
+            let (host_port, database) = rest.split_once('/').unwrap_or((rest, ""));
+            let database = database.split('?').next().unwrap_or(database);
+            for secret in [who, host_port, database, "postgres://"] {
+                assert!(
+                    secret.is_empty() || !message.contains(secret),
+                    "server {letter}: a client is told {secret:?}: {message}"
+                );
+            }
         }
         // After each outage, calls succeed again within seconds.
         for (i, &at) in back.iter().enumerate() {
