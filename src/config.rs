@@ -282,6 +282,15 @@ impl Config {
         cfg
     }
 
+    /// The database as logs name it: the file's path, or the PostgreSQL URL without its
+    /// password.
+    pub fn database_label(&self) -> String {
+        match &self.postgres {
+            Some(url) => redact(url),
+            None => self.db_path.display().to_string(),
+        }
+    }
+
     /// The folder of the database file.
     pub fn db_dir(&self) -> PathBuf {
         match self.db_path.parent() {
@@ -327,6 +336,22 @@ impl Config {
     /// Folder of the tantivy index.
     pub fn text_index_dir(&self) -> PathBuf {
         self.index_dir.join("text")
+    }
+}
+
+/// `url` with its password replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{path}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
     }
 }
 

@@ -102,6 +102,9 @@ pub struct MemoryPatch {
     /// `Some(None)` clears the bound.
     pub valid_from: Option<Option<Millis>>,
     pub valid_until: Option<Option<Millis>>,
+    /// A condition, not a change: the update is refused unless the memory is at this version
+    /// (the one its writer read), so two writers never silently overwrite each other.
+    pub if_version: Option<i64>,
 }
 
 /// A directed, typed, weighted edge between two memories.

@@ -696,7 +696,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
     let cfg = config(&args)?;
     let open = |cfg: Config| -> anyhow::Result<Engine> {
-        let path = cfg.db_path.display().to_string();
+        let path = cfg.database_label();
         Engine::open(cfg).with_context(|| format!("cannot open the memory database {path}"))
     };
     // No command means `serve`, with its flags' environment variables and defaults.
@@ -719,7 +719,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                     .spawn(move || engine.clean_stale_exports());
             }
             tracing::info!(
-                db = %engine.config().db_path.display(),
+                db = %engine.config().database_label(),
                 open_ms = started.elapsed().as_secs_f64() * 1e3,
                 transport = if http.is_some() { "http" } else { "stdio" },
                 "engine open"

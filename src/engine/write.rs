@@ -356,7 +356,11 @@ impl Engine {
         if let Some(m) = &patch.metadata {
             validate::metadata("metadata", m, limits)?;
         }
-        if *patch == MemoryPatch::default() {
+        if (MemoryPatch {
+            if_version: None,
+            ..patch.clone()
+        }) == MemoryPatch::default()
+        {
             return Err(Error::invalid(
                 "update",
                 "changes nothing",
@@ -366,6 +370,26 @@ impl Engine {
         let now = now_millis();
         let updated = self.store.write(|tx| {
             let old = require(tx, "id", target, access)?;
+            if let Some(expected) = patch.if_version
+                && expected != old.version
+            {
+                let by = history::of(tx, Entity::Memory, old.key.0, 1)?
+                    .pop()
+                    .map(|h| h.actor);
+                return Err(Error::Conflict {
+                    reason: format!(
+                        "{} is at version {}, not {expected}: it changed after it was read ({}at {})",
+                        old.id,
+                        old.version,
+                        by.map_or_else(String::new, |a| format!("by {a} ")),
+                        crate::model::format_time(old.updated_at)
+                    ),
+                    hint: format!(
+                        "get it again, apply your change to what it says now, and update with if_version {}",
+                        old.version
+                    ),
+                });
+            }
             let mut m = old.clone();
             if let Some(c) = &patch.content {
                 m.content = c.clone();

@@ -245,6 +245,7 @@ pub(super) fn update_target(p: &dto::UpdateParams) -> Result<(MemoryRef, MemoryP
         metadata: p.metadata.clone(),
         valid_from: time("valid_from", p.valid_from.as_deref())?.map(Some),
         valid_until: time("valid_until", p.valid_until.as_deref())?.map(Some),
+        if_version: p.if_version,
     };
     Ok((target, patch))
 }

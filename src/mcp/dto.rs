@@ -4,6 +4,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// A JSON object, as schemas name free-form metadata.
+type JsonObject = serde_json::Map<String, serde_json::Value>;
+
 /// A link from a new memory to an existing one.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -33,6 +36,7 @@ pub struct MemoryInput {
     /// Default "default".
     pub namespace: Option<String>,
     /// Any JSON object.
+    #[schemars(with = "Option<JsonObject>")]
     pub metadata: Option<serde_json::Value>,
     /// RFC 3339.
     pub valid_from: Option<String>,
@@ -62,6 +66,7 @@ pub struct RelationInput {
     /// 0–1, default 1.
     pub weight: Option<f64>,
     /// Any JSON object.
+    #[schemars(with = "Option<JsonObject>")]
     pub metadata: Option<serde_json::Value>,
     /// For names; default "default".
     pub namespace: Option<String>,
@@ -93,7 +98,7 @@ pub struct RecallParams {
     pub until: Option<String>,
     /// 0–1.
     pub min_importance: Option<f64>,
-    /// 1–100, default 10.
+    /// 1–100, default 10 (~60 tokens a snippet hit).
     pub limit: Option<u32>,
     /// next_cursor of the previous page.
     pub cursor: Option<String>,
@@ -137,11 +142,12 @@ pub struct GetParams {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateParams {
-    /// Id (or name).
+    /// The memory: id, or name (in `namespace`).
     pub id: Option<String>,
-    /// Name (instead of id).
+    /// A name instead of `id` (accepted; the schema names one identifier).
+    #[schemars(skip)]
     pub name: Option<String>,
-    /// Where the name resolves.
+    /// Where a name resolves.
     pub namespace: Option<String>,
     /// New text.
     pub content: Option<String>,
@@ -152,23 +158,27 @@ pub struct UpdateParams {
     /// 0–1.
     pub importance: Option<f64>,
     /// Replaces the metadata.
+    #[schemars(with = "Option<JsonObject>")]
     pub metadata: Option<serde_json::Value>,
     /// RFC 3339.
     pub valid_from: Option<String>,
     /// RFC 3339.
     pub valid_until: Option<String>,
+    /// Refuse unless at this version (as read); else a conflict.
+    pub if_version: Option<i64>,
 }
 
-/// A relation by id, or by from, to and kind. The fields carry no schema descriptions: their
-/// names say it, and the `relations` field of `forget` and `restore` explains them once each.
+/// A relation by id, or by from, to and kind.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RelationRefInput {
-    // The relation's id.
+    /// Relation id.
     pub id: Option<String>,
-    // Source and target: ids or names.
+    /// Id or name.
     pub from: Option<String>,
+    /// Id or name.
     pub to: Option<String>,
+    /// With from and to.
     pub kind: Option<String>,
 }
 
@@ -181,7 +191,7 @@ pub struct ForgetParams {
     pub names: Option<Vec<String>>,
     /// For names; default "default".
     pub namespace: Option<String>,
-    /// Relations by id, or by from and to (ids or names) and kind.
+    /// Relations: by id, or by from, to and kind.
     pub relations: Option<Vec<RelationRefInput>>,
 }
 
@@ -397,7 +407,7 @@ pub struct TraverseParams {
     pub ids: Option<Vec<String>>,
     /// Seed names.
     pub names: Option<Vec<String>>,
-    /// Seeds from this query's top hits.
+    /// Seeds: this query's top hits.
     pub query: Option<String>,
     /// For names and the query.
     pub namespace: Option<String>,
@@ -405,22 +415,22 @@ pub struct TraverseParams {
     pub depth: Option<u8>,
     /// Default both.
     pub direction: Option<DirectionInput>,
-    /// Relation kinds to follow (default all).
+    /// Relation kinds to follow.
     pub kinds: Option<Vec<String>>,
     /// Skip weaker relations (0–1).
     pub min_weight: Option<f64>,
     /// RFC 3339: relations valid then.
     pub valid_at: Option<String>,
-    /// Node budget (default 10000).
+    /// Node budget (default and, without tasks, most 10000).
     pub max_nodes: Option<u64>,
     /// nodes (default), paths or subgraph.
     #[serde(rename = "return")]
     pub return_: Option<ReturnInput>,
-    /// Rank nodes by relevance to this text.
+    /// Rank nodes by this text.
     pub focus: Option<String>,
-    /// Most nodes listed, 1–1000 (default 50).
+    /// Most nodes listed, 1–1000 (default 50; ~70 tokens each).
     pub limit: Option<u32>,
-    /// Also list archived memories.
+    /// Also archived memories.
     pub include_archived: Option<bool>,
     /// Set by the server for clients without tasks, whose walks stop at the inline work limit.
     #[serde(default, rename = "_inline_limit")]
@@ -581,7 +591,7 @@ pub struct ExportParams {
     pub namespaces: Option<Vec<String>>,
     /// Only what this walk reaches.
     pub subgraph: Option<SubgraphInput>,
-    /// New file in the import roots (default: inline, ≤ 256 KiB).
+    /// New file in the import roots (default inline: ≤ 256 KiB, ~64k tokens).
     pub path: Option<String>,
     /// Include vectors (jsonl).
     pub vectors: Option<bool>,

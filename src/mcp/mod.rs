@@ -23,7 +23,7 @@ pub mod work;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
+    CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
     CompleteResult, ErrorCode, GetTaskParams, GetTaskResult, Implementation, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
@@ -39,6 +39,10 @@ use crate::tasks::{Requester, TaskConfig, Tasks};
 const INSTRUCTIONS: &str = "Graph memory. `recall` before answering from memory; `remember` \
 facts worth keeping (one memory per fact, with a namespace per project or user); `relate` links \
 them; `get` shows a memory with its relations. Memories are resources at memory://{namespace}/{id}.";
+
+/// How long hosts may keep the lists that change only with the binary (tools, resource
+/// templates), in milliseconds.
+const LIST_TTL_MS: u64 = 3_600_000;
 
 /// Largest incoming JSON-RPC message, in bytes.
 const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
@@ -208,7 +212,11 @@ impl ServerHandler for MemoryServer {
         let mut all = tools::all();
         #[cfg(feature = "conformance")]
         all.extend(fixtures::tools());
-        Ok(ListToolsResult::with_all_items(all))
+        // The list is the same for every caller and changes only with the binary: hosts may
+        // keep it (SEP-2549) instead of asking before every call.
+        Ok(ListToolsResult::with_all_items(all)
+            .with_ttl_ms(LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Public))
     }
 
     #[tracing::instrument(skip_all, fields(tool = %request.name))]
@@ -295,9 +303,11 @@ impl ServerHandler for MemoryServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> std::result::Result<ListResourceTemplatesResult, McpError> {
-        Ok(ListResourceTemplatesResult::with_all_items(vec![
-            resources::template(),
-        ]))
+        Ok(
+            ListResourceTemplatesResult::with_all_items(vec![resources::template()])
+                .with_ttl_ms(LIST_TTL_MS)
+                .with_cache_scope(CacheScope::Public),
+        )
     }
 
     async fn list_resources(

@@ -227,7 +227,7 @@ pub fn all() -> Vec<Tool> {
         ),
         tool::<dto::TasksParams>(
             "tasks",
-            "Your recent tasks with status and progress.",
+            "Your recent tasks with status and progress; a result comes from tasks/get with its taskId.",
             Hints(true, false, true),
         ),
         tool::<dto::StatsParams>(

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::Db;
 use super::sql::{Conn, PgConn};
+use crate::config::redact;
 use crate::error::{Error, Result};
 
 /// Version of the PostgreSQL schema this build writes (numbered on its own: the SQLite
@@ -164,22 +165,6 @@ impl Listener {
             ));
         }
         Ok(came)
-    }
-}
-
-/// `url` with its password replaced by `***`.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{path}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
     }
 }
 

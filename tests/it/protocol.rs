@@ -163,6 +163,10 @@ async fn stdout_is_only_json_rpc_in_the_discover_era() {
     );
     check_answers(&by_id, &seeded);
     assert!(by_id[&6].get("error").is_some(), "{}", by_id[&6]);
+    // The tool list is the same for every caller and may be kept for an hour (SEP-2549).
+    let tools = &by_id[&2]["result"];
+    assert_eq!(tools["ttlMs"], 3_600_000, "{tools}");
+    assert_eq!(tools["cacheScope"], "public", "{tools}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -700,6 +700,16 @@ async fn writes_survive_a_database_restart() {
         // Asked only whether it is ready, as a load balancer does.
         HttpChild::spawn(&url, &c_args, &c_log,),
     );
+    // The start-up log names the database served (without a password), not a file.
+    let started = scratch.log_text("c");
+    let engine_open = started
+        .lines()
+        .find(|l| l.contains("engine open"))
+        .unwrap_or_default();
+    assert!(
+        engine_open.contains("db=postgres://") && !engine_open.contains(".db "),
+        "{engine_open}"
+    );
     let stop = AtomicBool::new(false);
     let (stopped_at, stopped_until) = (
         std::sync::Mutex::new(None::<Instant>),

@@ -489,3 +489,83 @@ async fn history_shows_previous_versions_in_the_public_shape() {
     );
     s.stop().await;
 }
+
+/// Two agents resuming one piece of work read the same memory, then both write it: with
+/// `if_version` the second write is refused with a conflict naming the newer version, so
+/// neither overwrites the other silently; without a condition both versions are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conditional_update_from_a_stale_read_is_a_conflict() {
+    let db = TestDb::new();
+    let (a, b) = (
+        db.serve(Era::Initialize).await,
+        db.serve(Era::Discover).await,
+    );
+    let ids = a
+        .remember(json!([{"content": "etl-42: step 1 of 3 done", "name": "job-etl-42"}]))
+        .await;
+    let id = &ids[0];
+    let read_a = a.ok("get", json!({"ids": [id]})).await;
+    let read_b = b.ok("get", json!({"ids": [id]})).await;
+    let version = read_a["memories"][0]["version"].as_i64().expect("version");
+    assert_eq!(read_b["memories"][0]["version"], version);
+
+    let first = a
+        .ok(
+            "update",
+            json!({"id": id, "content": "etl-42: step 2 of 3 done", "if_version": version}),
+        )
+        .await;
+    assert_eq!(first["version"], version + 1, "{first}");
+    match b
+        .call(
+            "update",
+            json!({"id": id, "content": "etl-42: step 2 failed", "if_version": version}),
+        )
+        .await
+    {
+        Err(crate::support::CallError::Tool(m)) => {
+            assert!(
+                m.contains("conflict")
+                    && m.contains(&format!("at version {}", version + 1))
+                    && m.contains(&format!("if_version {}", version + 1)),
+                "{m}"
+            );
+        }
+        other => panic!("a write from a stale read went through: {other:?}"),
+    }
+    let now = b.ok("get", json!({"ids": [id], "history": true})).await;
+    assert_eq!(
+        now["memories"][0]["content"], "etl-42: step 2 of 3 done",
+        "{now}"
+    );
+    // Read again, the write goes through; without a condition it always does, and history
+    // keeps every version.
+    b.ok(
+        "update",
+        json!({"id": id, "content": "etl-42: step 2 failed, retrying", "if_version": version + 1}),
+    )
+    .await;
+    a.ok(
+        "update",
+        json!({"id": id, "content": "etl-42: step 3 of 3 done"}),
+    )
+    .await;
+    let got = a.ok("get", json!({"ids": [id], "history": true})).await;
+    let previous: Vec<&str> = got["memories"][0]["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter_map(|h| h["previous"]["content"].as_str())
+        .collect();
+    assert_eq!(
+        previous,
+        [
+            "etl-42: step 2 failed, retrying",
+            "etl-42: step 2 of 3 done",
+            "etl-42: step 1 of 3 done"
+        ],
+        "{got}"
+    );
+    a.stop().await;
+    b.stop().await;
+}
