@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
@@ -178,7 +178,7 @@ impl TokenFile {
     /// The tokens admitted now: the file is read again when it changed since it was last
     /// looked at (at most once per [`RECHECK`]).
     pub fn current(&self) -> Arc<Tokens> {
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut st = crate::lock::lock(&self.state);
         if st.checked.elapsed() >= RECHECK {
             st.checked = Instant::now();
             let now = stamp(&self.path);

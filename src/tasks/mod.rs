@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::engine::traverse::{Control, Progressing, WorkKind, WorkProgress};
 use crate::engine::{Engine, Grant};
 use crate::error::{Error, Result};
+use crate::lock::lock;
 use crate::model::{Millis, TaskRow, TaskState, now_millis};
 
 pub use policy::{Capability, Plan, decide};
@@ -190,6 +191,9 @@ struct Live {
     may_wait: bool,
     /// Wakes work waiting for input when this process records an answer to it.
     answered: (Mutex<()>, Condvar),
+    /// When this process asked the work to stop, and the work done by then: how promptly it
+    /// stopped is told in the task's final progress.
+    stop_asked: Mutex<Option<(std::time::Instant, u64)>>,
 }
 
 impl Live {
@@ -210,25 +214,34 @@ impl Live {
             checkpoint: Mutex::new(None),
             may_wait: true,
             answered: (Mutex::new(()), Condvar::new()),
+            stop_asked: Mutex::new(None),
         }
+    }
+
+    /// Asks the work to stop (the first request is the one timed).
+    fn stop(&self) {
+        lock(&self.stop_asked)
+            .get_or_insert_with(|| (std::time::Instant::now(), work_done(&self.progress())));
+        self.ctl.cancelled.store(true, Ordering::Relaxed);
     }
 
     /// Wakes the work if it waits for input.
     fn nudge(&self) {
-        let _guard = self.answered.0.lock();
+        let _guard = lock(&self.answered.0);
         self.answered.1.notify_all();
     }
 
     /// Sleeps until nudged or `timeout` has passed.
     fn wait_nudge(&self, timeout: Duration) {
-        if let Ok(guard) = self.answered.0.lock() {
-            let _ = self.answered.1.wait_timeout(guard, timeout);
-        }
+        let guard = lock(&self.answered.0);
+        // A poisoned wait gives the guard back all the same: nothing to recover.
+        let _ = self.answered.1.wait_timeout(guard, timeout);
     }
 
     fn progress(&self) -> WorkProgress {
         let mut p = self.ctl.snapshot();
-        if let Ok(e) = self.extra.lock() {
+        {
+            let e = lock(&self.extra);
             p.done = e.done;
             p.total = e.total;
             p.kind = e.kind;
@@ -287,7 +300,8 @@ fn json_object(v: Option<Value>) -> serde_json::Map<String, Value> {
 impl Control for LiveControl {
     fn report(&self, p: &WorkProgress) {
         self.live.ctl.report(p);
-        if let Ok(mut e) = self.live.extra.lock() {
+        {
+            let mut e = lock(&self.live.extra);
             e.done = p.done;
             e.total = p.total;
             e.kind = p.kind;
@@ -311,7 +325,8 @@ impl Control for LiveControl {
     }
 
     fn checkpointed(&self, checkpoint: &Value) {
-        if let Ok(mut c) = self.live.checkpoint.lock() {
+        {
+            let mut c = lock(&self.live.checkpoint);
             *c = Some(checkpoint.clone());
         }
     }
@@ -531,7 +546,7 @@ impl Tasks {
                 // (never a value already sent: progress must grow with each notification).
                 if let Some(f) = &on_progress {
                     let p = live.progress();
-                    let last = sent.lock().ok().and_then(|s| *s);
+                    let last = *lock(&sent);
                     if last.is_none_or(|last| work_done(&p) > last) {
                         f(p);
                     }
@@ -555,7 +570,7 @@ impl Tasks {
             updated_at: now,
             ttl_ms: Some(self.ttl(ttl_ms) as i64),
             poll_interval_ms: Some(self.cfg.poll_interval_ms as i64),
-            checkpoint: live.checkpoint.lock().ok().and_then(|c| c.clone()),
+            checkpoint: lock(&live.checkpoint).clone(),
             boot_id: self.boot_id.clone(),
             heartbeat_at: now,
             cancel_requested: false,
@@ -606,10 +621,7 @@ impl Tasks {
         live: Arc<Live>,
         mut handle: tokio::task::JoinHandle<Result<Value>>,
     ) {
-        self.live
-            .lock()
-            .expect("live task map")
-            .insert(id.clone(), Arc::clone(&live));
+        lock(&self.live).insert(id.clone(), Arc::clone(&live));
         // Work registered after `shutdown` went through the map is stopped like the rest (its
         // row is left for the next process).
         if self.is_shutting_down() {
@@ -629,7 +641,7 @@ impl Tasks {
                             engine.task_heartbeat(&id2, &boot, &status_message(&p), &progress_json(&p), None, now_millis())
                         }).await;
                         match flatten(beat) {
-                            Ok(Some(true)) | Ok(None) => live.ctl.cancelled.store(true, Ordering::Relaxed),
+                            Ok(Some(true)) | Ok(None) => live.stop(),
                             Ok(Some(false)) => {}
                             Err(e) => tracing::warn!(task = short_id(&id), error = %e, "task heartbeat failed"),
                         }
@@ -637,7 +649,7 @@ impl Tasks {
                 }
             };
             me.finish(&id, &live, outcome).await;
-            me.live.lock().expect("live task map").remove(&id);
+            lock(&me.live).remove(&id);
         });
     }
 
@@ -648,14 +660,15 @@ impl Tasks {
 
     /// Whether task `id` runs in this process (its work has not ended yet).
     pub fn runs_here(&self, id: &str) -> bool {
-        self.live.lock().is_ok_and(|m| m.contains_key(id))
+        lock(&self.live).contains_key(id)
     }
 
     /// Stops all running work of this process without ending its tasks: their rows stay
     /// `working`, and the next process on the database adopts them once the heartbeat is stale.
     pub fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
-        if let Ok(live) = self.live.lock() {
+        {
+            let live = lock(&self.live);
             for l in live.values() {
                 l.ctl.cancelled.store(true, Ordering::Relaxed);
             }
@@ -706,7 +719,26 @@ impl Tasks {
         };
         let engine = Arc::clone(&self.engine);
         let (id2, boot) = (id.to_owned(), self.boot_id.clone());
-        let prog = progress_json(&p);
+        let mut prog = progress_json(&p);
+        if status == TaskState::Cancelled
+            && let Some((asked, done_then)) = *lock(&live.stop_asked)
+            && let Value::Object(o) = &mut prog
+        {
+            // How promptly the work stopped once this process asked: the time, and the work
+            // (nodes visited, items done) it did meanwhile, which does not depend on the load.
+            let after_ms = asked.elapsed().as_secs_f64() * 1e3;
+            let work_after = work_done(&p).saturating_sub(done_then);
+            tracing::info!(
+                task = short_id(id),
+                after_ms,
+                work_after,
+                "task stopped after its cancellation"
+            );
+            o.insert(
+                "stopped".into(),
+                serde_json::json!({"afterMs": (after_ms * 10.0).round() / 10.0, "workAfter": work_after}),
+            );
+        }
         let res = tokio::task::spawn_blocking(move || {
             engine.task_finish(
                 &id2,
@@ -746,11 +778,7 @@ impl Tasks {
         if !who.sees(&row) || self.expired(&row, now_millis()) {
             return Ok(None);
         }
-        let progress = self
-            .live
-            .lock()
-            .ok()
-            .and_then(|m| m.get(id).map(|l| l.progress()));
+        let progress = lock(&self.live).get(id).map(|l| l.progress());
         Ok(Some(TaskView { row, progress }))
     }
 
@@ -770,8 +798,8 @@ impl Tasks {
         if row.status.is_terminal() {
             return Ok(true);
         }
-        if let Some(live) = self.live.lock().ok().and_then(|m| m.get(id).cloned()) {
-            live.ctl.cancelled.store(true, Ordering::Relaxed);
+        if let Some(live) = lock(&self.live).get(id).cloned() {
+            live.stop();
         }
         self.engine.task_request_cancel(id, now_millis())?;
         tracing::info!(task = short_id(id), "task cancellation requested");
@@ -806,7 +834,7 @@ impl Tasks {
                     still_pending = left,
                     "task input answered"
                 );
-                if let Some(live) = self.live.lock().ok().and_then(|m| m.get(id).cloned()) {
+                if let Some(live) = lock(&self.live).get(id).cloned() {
                     live.nudge();
                 }
             }
@@ -852,10 +880,7 @@ impl Tasks {
     pub fn list(&self, owner: Option<&str>, limit: usize) -> Result<Vec<TaskView>> {
         let now = now_millis();
         let rows = self.engine.task_list(owner, limit)?;
-        let live = self
-            .live
-            .lock()
-            .map_err(|_| Error::Internal("live task map poisoned".into()))?;
+        let live = lock(&self.live);
         Ok(rows
             .into_iter()
             .filter(|r| !self.expired(r, now))
@@ -1020,9 +1045,7 @@ fn spawn_forwarder(
             let p = live.progress();
             if work_done(&p) > last {
                 last = work_done(&p);
-                if let Ok(mut s) = sent.lock() {
-                    *s = Some(last);
-                }
+                *lock(&sent) = Some(last);
                 f(p);
             }
         }

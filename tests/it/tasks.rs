@@ -709,6 +709,22 @@ async fn cancel_stops_a_task_promptly() {
         .expect("cancel");
     // Cancelled long before the walk would end; generous for a loaded machine.
     wait_cancelled(&c, &id, asked, Duration::from_secs(5)).await;
+    // The server's own account of how promptly the work stopped: the work done after the
+    // request (nodes visited, memories scored), which does not depend on the machine's load, is
+    // within one cancellation check (2,048 nodes, or a batch of 512 scored memories, and the
+    // progress counted at those checks); the time, within the "milliseconds" the README
+    // promises, with room for a loaded machine.
+    let done = c.get(&id).await.expect("tasks/get");
+    let stopped = done
+        .meta
+        .as_ref()
+        .and_then(|m| m.0.get("mnemograph/progress"))
+        .map(|p| p["stopped"].clone())
+        .expect("the progress says how the work stopped");
+    let work_after = stopped["workAfter"].as_u64().expect("workAfter");
+    let after_ms = stopped["afterMs"].as_f64().expect("afterMs");
+    assert!(work_after <= 2 * 2_048 + 512, "{stopped}");
+    assert!(after_ms < 1_000.0, "{stopped}");
     // Cancelling a finished task is acknowledged.
     c.service
         .cancel_task(CancelTaskParams::new(id))
