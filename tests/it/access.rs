@@ -269,3 +269,49 @@ async fn the_tokens_file_is_private_and_a_removed_line_revokes_its_token_without
     assert!(logged.contains("chmod 600"), "the log says why: {logged}");
     http.stop().await;
 }
+
+/// An import file whose memory's id is taken by a memory of another namespace: the file's
+/// memory gets a new id and the file's relation follows it, never to the other namespace's
+/// memory; a relation to an id that only another namespace holds is a counted bad record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_never_links_to_another_namespace_through_a_taken_id() {
+    let db = TestDb::new();
+    let s = db.serve(crate::support::Era::Discover).await;
+    let line = |v: Value| format!("{v}\n");
+    let theirs = line(
+        json!({"type": "memory", "id": "m_taken", "namespace": "theirs", "content": "their memory"}),
+    ) + &line(
+        json!({"type": "memory", "id": "m_theirs_only", "namespace": "theirs", "content": "their other memory"}),
+    );
+    s.ok("import", json!({"source": {"text": theirs}})).await;
+    let file = line(
+        json!({"type": "memory", "id": "m_taken", "namespace": "mine", "content": "my memory"}),
+    ) + &line(
+        json!({"type": "memory", "id": "m_mine", "namespace": "mine", "content": "my second memory"}),
+    ) + &line(
+        json!({"type": "relation", "from": "m_mine", "to": "m_taken", "kind": "about"}),
+    ) + &line(
+        json!({"type": "relation", "from": "m_mine", "to": "m_theirs_only", "kind": "about"}),
+    );
+    let report = s.ok("import", json!({"source": {"text": file}})).await;
+    assert_eq!(report["memories_added"], 2, "{report}");
+    assert_eq!(report["relations_added"], 1, "{report}");
+    assert_eq!(report["errors"], 1, "{report}");
+    let first = report["first_errors"][0].as_str().unwrap_or_default();
+    assert!(
+        first.contains("line 4") && first.contains("m_theirs_only"),
+        "{report}"
+    );
+    let got = s.ok("get", json!({"ids": ["m_taken", "m_mine"]})).await;
+    let taken = &got["memories"][0];
+    assert_eq!(taken["namespace"], "theirs", "{got}");
+    assert_eq!(taken["relations"], json!([]), "{got}");
+    let to = got["memories"][1]["relations"][0]["to"]
+        .as_str()
+        .expect("the file's relation")
+        .to_owned();
+    let own = s.ok("get", json!({"ids": [to]})).await;
+    assert_eq!(own["memories"][0]["content"], "my memory", "{own}");
+    assert_eq!(own["memories"][0]["namespace"], "mine", "{own}");
+    s.stop().await;
+}
