@@ -1,4 +1,4 @@
-//! The compact vector file (see [`crate::index::flat`]) from the engine's side: read by the first
+//! The compact vector file (see [`crate::index::vector::flat`]) from the engine's side: read by the first
 //! searches of a fresh process while the HNSW graph loads, written beside the index (also while
 //! vectors are staged, which the graph dump has to wait for) and at close, and by a command that
 //! wrote vectors without loading the index.
@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::index::flat::FlatVectors;
+use crate::index::vector::flat::FlatVectors;
 use crate::lock;
 use crate::store::{changes, vectors};
 

@@ -815,7 +815,9 @@ mod tests {
             .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert!(
-            files.iter().any(|f| f == crate::index::flat::FILE_NAME),
+            files
+                .iter()
+                .any(|f| f == crate::index::vector::flat::FILE_NAME),
             "{files:?}"
         );
         let e = Engine::open(cfg).unwrap();

@@ -18,8 +18,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::{Scope, ScopeFilter, best_of};
 use crate::error::{Error, Result};
-use crate::index::vector::{Scope, ScopeFilter, best_of};
 use crate::model::LogPosition;
 
 const MAGIC: &[u8; 8] = b"MGFLAT01";
