@@ -1,9 +1,10 @@
 //! MCP over Streamable HTTP: rmcp's server transport (a tower service) at `/mcp` on axum, both
 //! protocol eras (2025-11-25 sessions with `Mcp-Session-Id`, 2026-07-28 stateless requests that
 //! any instance can answer), beside `/healthz` (liveness), `/readyz` (the database answers,
-//! the indexes have caught up) and `/metrics` (Prometheus). rmcp checks `Host` and `Origin` (DNS rebinding:
-//! 403) and the body size (413); this module adds the listener, bearer tokens (401), a
-//! per-request timeout, a cap on requests in flight, request logs and the graceful shutdown.
+//! the indexes have caught up) and `/metrics` (Prometheus). rmcp checks `Origin` (403) for `/mcp`
+//! and the body size (413); this module checks `Host` on every endpoint (DNS rebinding: 403), and
+//! adds the listener, bearer tokens (401), a per-request timeout, a cap on requests in flight,
+//! request logs and the graceful shutdown.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -137,15 +138,17 @@ pub async fn serve_http(
         slots: Arc::new(Semaphore::new(http.max_in_flight.max(1))),
         timeout: http.request_timeout,
     });
+    // Route layers: they run for `/mcp` only, not for other paths nor for the fallback (an
+    // unknown path is 404 with or without a token).
     let mut app = axum::Router::new()
         .route_service(MCP_PATH, service)
-        .layer(axum::middleware::from_fn(session_ended))
-        .layer(axum::middleware::from_fn_with_state(admission, admit));
+        .route_layer(axum::middleware::from_fn(session_ended))
+        .route_layer(axum::middleware::from_fn_with_state(admission, admit));
     if let Some(gate) = http.auth.clone() {
-        app = app.layer(axum::middleware::from_fn_with_state(gate, authenticate));
+        app = app.route_layer(axum::middleware::from_fn_with_state(gate, authenticate));
     }
     if let Some(oauth) = http.auth.as_ref().and_then(|g| g.oauth.as_ref()) {
-        // RFC 9728: at the root, and with the resource's path inserted.
+        // RFC 9728: at the root, and with the resource's path inserted; never behind a token.
         let doc = oauth.metadata().to_string();
         let serve = move || {
             let doc = doc.clone();
@@ -158,10 +161,12 @@ pub async fn serve_http(
                 axum::routing::get(serve),
             );
     }
+    let hosts = Arc::new(allowed_hosts(&http, local));
     let app = app
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route("/readyz", axum::routing::get(ready).with_state(readiness))
         .route("/metrics", axum::routing::get(scraped).with_state(scrape))
+        .layer(axum::middleware::from_fn_with_state(hosts, check_host))
         .layer(axum::middleware::from_fn(log_request));
     tracing::info!(url = %format!("http://{local}{MCP_PATH}"), "serving MCP over HTTP");
 
@@ -211,13 +216,89 @@ fn transport_config(
                 .chain(http.allowed_origins.iter().cloned()),
         )
         .enforce_origin_validation();
-    if local.ip().is_loopback() || !http.allowed_hosts.is_empty() {
-        let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
-        hosts.extend(http.allowed_hosts.iter().cloned());
-        config.with_allowed_hosts(hosts)
-    } else {
+    let hosts = allowed_hosts(http, local);
+    if hosts.is_empty() {
         config.disable_allowed_hosts()
+    } else {
+        config.with_allowed_hosts(hosts)
     }
+}
+
+/// The `Host` values admitted (names or `name:port`): the loopback names and the ones asked
+/// for; empty (any host) on a non-loopback address when none was asked for.
+fn allowed_hosts(http: &HttpOptions, local: SocketAddr) -> Vec<String> {
+    if local.ip().is_loopback() || !http.allowed_hosts.is_empty() {
+        LOOPBACK_HOSTS
+            .iter()
+            .map(|h| (*h).to_owned())
+            .chain(http.allowed_hosts.iter().cloned())
+            .collect()
+    } else {
+        Vec::new()
+    }
+}
+
+/// A host and its port, as a `Host` header or an allowed entry names them (brackets of an IPv6
+/// address dropped, the name lower-cased).
+fn authority(value: &str) -> Option<(String, Option<u16>)> {
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    let a = value.parse::<axum::http::uri::Authority>().ok()?;
+    let host = a
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    Some((host, a.port_u16()))
+}
+
+/// Whether a `Host` header's value is admitted by `allowed` (an entry without a port admits
+/// every port); an empty list admits every host.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    if allowed.is_empty() {
+        return true;
+    }
+    let Some((name, port)) = authority(host) else {
+        return false;
+    };
+    allowed.iter().any(|entry| {
+        let (a_name, a_port) =
+            authority(entry).unwrap_or_else(|| (entry.trim().to_ascii_lowercase(), None));
+        a_name == name && a_port.is_none_or(|p| Some(p) == port)
+    })
+}
+
+/// Refuses a request whose `Host` is not admitted (403; 400 without a readable one), whatever
+/// its path: a page of another site that rebinds its name to this address reads no endpoint.
+async fn check_host(
+    State(hosts): State<Arc<Vec<String>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if !hosts.is_empty() {
+        let host = match request.headers().get(header::HOST) {
+            Some(v) => v.to_str().ok().map(str::to_owned),
+            None => request.uri().authority().map(|a| a.as_str().to_owned()),
+        };
+        let Some(host) = host else {
+            return (
+                StatusCode::BAD_REQUEST,
+                "Bad Request: missing or unreadable Host header\n",
+            )
+                .into_response();
+        };
+        if !host_allowed(&host, &hosts) {
+            tracing::warn!(host = %host.escape_debug(), "refused a request for another host (possible DNS rebinding)");
+            return (
+                StatusCode::FORBIDDEN,
+                "Forbidden: Host header is not allowed\n",
+            )
+                .into_response();
+        }
+    }
+    next.run(request).await
 }
 
 /// Changes the indexes may lag the database by and the server still be ready.
@@ -335,7 +416,17 @@ async fn authenticate(State(gate): State<Arc<Gate>>, mut request: Request, next:
                 Refusal::Missing => (
                     StatusCode::UNAUTHORIZED,
                     None,
-                    "this server needs a bearer token: send `Authorization: Bearer <token>` (an operator makes one with `mnemograph token add`, or get one from the authorisation server the protected-resource metadata names)\n",
+                    match (gate.tokens.is_some(), gate.oauth.is_some()) {
+                        (_, false) => {
+                            "this server needs a bearer token: send `Authorization: Bearer <token>` with a token its operator made with `mnemograph token add`\n"
+                        }
+                        (false, true) => {
+                            "this server needs a bearer token: send `Authorization: Bearer <token>` with an access token from the authorisation server its protected-resource metadata names\n"
+                        }
+                        (true, true) => {
+                            "this server needs a bearer token: send `Authorization: Bearer <token>` with an access token from the authorisation server its protected-resource metadata names, or a token its operator made with `mnemograph token add`\n"
+                        }
+                    },
                 ),
                 Refusal::Invalid => (
                     StatusCode::UNAUTHORIZED,
@@ -451,5 +542,40 @@ pub async fn termination() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_matched_by_name_and_by_port_when_one_is_given() {
+        let allowed: Vec<String> = ["localhost", "127.0.0.1", "::1", "Memory.Example.com:8443"]
+            .iter()
+            .map(|h| (*h).to_owned())
+            .collect();
+        for ok in [
+            "localhost",
+            "localhost:8080",
+            "127.0.0.1:1",
+            "[::1]:80",
+            "memory.example.com:8443",
+            "LOCALHOST",
+        ] {
+            assert!(host_allowed(ok, &allowed), "{ok}");
+        }
+        for bad in [
+            "attacker.example",
+            "memory.example.com",
+            "memory.example.com:80",
+            "127.0.0.2",
+            "",
+            "local host",
+            "localhost.attacker.example",
+        ] {
+            assert!(!host_allowed(bad, &allowed), "{bad}");
+        }
+        assert!(host_allowed("anything.example", &[]));
     }
 }

@@ -1,6 +1,7 @@
 //! `serve --http`: the core flows over Streamable HTTP in both eras, and what the HTTP layer
-//! refuses (foreign origins, oversized bodies, reachable addresses without authorisation,
-//! requests without a known bearer token, writes with a read-only token).
+//! refuses (foreign origins, and foreign hosts on every endpoint, oversized bodies, reachable
+//! addresses without authorisation, requests without a known bearer token, writes with a
+//! read-only token).
 
 use std::time::Duration;
 
@@ -537,5 +538,37 @@ async fn ending_a_session_is_answered_200() {
     after.extend(end);
     let (status, answer) = http_request(&at, "POST", "/mcp", &after, &list).await;
     assert_eq!(status, 404, "the session is gone: {answer}");
+    http.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_checks_the_host() {
+    let db = TestDb::new();
+    let log = db.path.with_file_name("hosts.log");
+    let http = HttpChild::spawn(&db.path, &["--allow-host", "memory.example.com"], &log).await;
+    let at = http.authority().to_owned();
+    let port = at.rsplit(':').next().unwrap().to_owned();
+    for path in ["/healthz", "/readyz", "/metrics", "/mcp", "/nowhere"] {
+        for host in [
+            "attacker.example",
+            "attacker.example:80",
+            "localhost.attacker.example",
+        ] {
+            let (status, answer) = http_request(&at, "GET", path, &[("Host", host)], b"").await;
+            assert_eq!(status, 403, "{path} for {host}: {answer}");
+        }
+        for host in [
+            format!("localhost:{port}"),
+            format!("127.0.0.1:{port}"),
+            format!("[::1]:{port}"),
+            "memory.example.com".to_owned(),
+        ] {
+            let (status, answer) =
+                http_request(&at, "GET", path, &[("Host", host.as_str())], b"").await;
+            assert_ne!(status, 403, "{path} for {host}: {answer}");
+        }
+    }
+    let (status, answer) = http_request(&at, "GET", "/healthz", &[], b"").await;
+    assert_eq!(status, 200, "{answer}");
     http.stop().await;
 }
