@@ -3,26 +3,27 @@
 //! any instance can answer), beside `/healthz` (liveness), `/readyz` (the database answers,
 //! the indexes have caught up) and `/metrics` (Prometheus). rmcp checks `Origin` (403) for `/mcp`
 //! and the body size (413); this module checks `Host` on every endpoint (DNS rebinding: 403), and
-//! adds the listener, bearer tokens (401), a per-request timeout, a cap on requests in flight,
-//! request logs and the graceful shutdown.
+//! adds the listener, bearer tokens (401), sessions that belong to the caller that opened them
+//! (404 for another's), a per-request timeout, a cap on requests in flight, request logs and the
+//! graceful shutdown.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::mcp::auth::{Gate, Refusal};
+use crate::mcp::auth::{Caller, Gate, Refusal};
 use crate::mcp::metrics::Metrics;
+use crate::mcp::sessions::{OwnedSessions, Owners, Whose};
 use crate::mcp::{MemoryServer, ServerOptions};
 
 /// Path of the MCP endpoint.
@@ -129,9 +130,11 @@ pub async fn serve_http(
         futures::future::Either::Right(std::future::pending::<()>())
     };
     let stopping = CancellationToken::new();
+    let sessions = Arc::new(OwnedSessions::default());
+    let owners = sessions.owners();
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
+        sessions,
         transport_config(&http, local, stopping.child_token()),
     );
     let admission = Arc::new(Admission {
@@ -143,7 +146,8 @@ pub async fn serve_http(
     let mut app = axum::Router::new()
         .route_service(MCP_PATH, service)
         .route_layer(axum::middleware::from_fn(session_ended))
-        .route_layer(axum::middleware::from_fn_with_state(admission, admit));
+        .route_layer(axum::middleware::from_fn_with_state(admission, admit))
+        .route_layer(axum::middleware::from_fn_with_state(owners, owned_session));
     if let Some(gate) = http.auth.clone() {
         app = app.route_layer(axum::middleware::from_fn_with_state(gate, authenticate));
     }
@@ -496,6 +500,35 @@ async fn session_ended(request: Request, next: Next) -> Response {
         *response.status_mut() = StatusCode::OK;
     }
     response
+}
+
+/// Answers a request naming a 2025-11-25 session another caller opened exactly as one naming an
+/// unknown session (404), before rmcp sees it: a session id that leaks does not let another
+/// token read its answers, send on it or end it. Ending an unknown session is 404 too (rmcp
+/// answers it as if it had ended one).
+async fn owned_session(
+    State(owners): State<Arc<Owners>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(id) = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+    {
+        let refused = match owners.whose(id, request.extensions().get::<Caller>()) {
+            Whose::Mine => false,
+            Whose::Another => {
+                tracing::info!("refused a request on a session another caller opened");
+                true
+            }
+            Whose::Unknown => request.method() == Method::DELETE,
+        };
+        if refused {
+            return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+        }
+    }
+    next.run(request).await
 }
 
 /// Admits an MCP request when a slot is free, and answers 504 when it outlasts the timeout.

@@ -14,6 +14,7 @@ pub mod http;
 pub mod metrics;
 pub mod oauth;
 mod resources;
+mod sessions;
 mod task_api;
 pub mod tools;
 pub mod transfer;

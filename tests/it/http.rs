@@ -1,7 +1,7 @@
 //! `serve --http`: the core flows over Streamable HTTP in both eras, and what the HTTP layer
 //! refuses (foreign origins, and foreign hosts on every endpoint, oversized bodies, reachable
 //! addresses without authorisation, requests without a known bearer token, writes with a
-//! read-only token).
+//! read-only token, another token's session).
 
 use std::time::Duration;
 
@@ -538,6 +538,106 @@ async fn ending_a_session_is_answered_200() {
     after.extend(end);
     let (status, answer) = http_request(&at, "POST", "/mcp", &after, &list).await;
     assert_eq!(status, 404, "the session is gone: {answer}");
+    http.stop().await;
+}
+
+/// The session id of an `initialize` answer.
+fn session_id_of(answer: &str) -> String {
+    answer
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("a session id in {answer}"))
+}
+
+/// The body of an answer of [`http_request`].
+fn body_of(answer: &str) -> &str {
+    answer.split_once("\r\n\r\n").map_or("", |(_, b)| b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_belongs_to_the_token_that_opened_it() {
+    let db = TestDb::new();
+    let file = db.path.with_file_name("tokens");
+    let alice = format!("Bearer {}", add_token(&file, "alice", "read"));
+    let bob = format!("Bearer {}", add_token(&file, "bob", "read"));
+    let log = db.path.with_file_name("sessions.log");
+    let http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
+    let at = http.authority().to_owned();
+    let init = serde_json::to_vec(&json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}
+    }))
+    .unwrap();
+    let post = |token: &str, session: &str| {
+        vec![
+            ("Content-Type", "application/json".to_owned()),
+            ("Accept", "application/json, text/event-stream".to_owned()),
+            ("MCP-Protocol-Version", "2025-11-25".to_owned()),
+            ("Authorization", token.to_owned()),
+            ("Mcp-Session-Id", session.to_owned()),
+        ]
+    };
+    let send = |method: &'static str, headers: Vec<(&'static str, String)>, body: Vec<u8>| {
+        let at = at.clone();
+        async move {
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            http_request(&at, method, "/mcp", &headers, &body).await
+        }
+    };
+    let mut opening = post(&alice, "");
+    opening.pop();
+    let (status, answer) = send("POST", opening, init).await;
+    assert_eq!(status, 200, "{answer}");
+    let session = session_id_of(&answer);
+    let initialized =
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .unwrap();
+    let (status, answer) = send("POST", post(&alice, &session), initialized.clone()).await;
+    assert_eq!(status, 202, "{answer}");
+
+    // Another token: every method on the session is answered as for a session that does not
+    // exist, and the session lives on.
+    let list =
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).unwrap();
+    for (method, body) in [
+        ("GET", Vec::new()),
+        ("POST", list.clone()),
+        ("POST", initialized.clone()),
+        ("DELETE", Vec::new()),
+    ] {
+        let mut headers = post(&bob, &session);
+        if method == "GET" {
+            headers[1].1 = "text/event-stream".to_owned();
+        }
+        let (theirs, foreign) = send(method, headers.clone(), body.clone()).await;
+        headers[4].1 = "no-such-session".to_owned();
+        let (unknown, missing) = send(method, headers, body).await;
+        assert_eq!(
+            theirs, 404,
+            "{method} on another token's session: {foreign}"
+        );
+        assert_eq!(unknown, 404, "{method} on no session: {missing}");
+        assert_eq!(body_of(&foreign), body_of(&missing), "{method}");
+    }
+    let (status, answer) = send("POST", post(&alice, &session), initialized.clone()).await;
+    assert_eq!(
+        status, 202,
+        "the session outlived the other token's DELETE: {answer}"
+    );
+    let (status, answer) = send("POST", post(&alice, &session), list).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("recall"), "{answer}");
+
+    let (status, answer) = send("DELETE", post(&alice, &session), Vec::new()).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, _) = send("POST", post(&alice, &session), initialized).await;
+    assert_eq!(status, 404, "the session is gone");
     http.stop().await;
 }
 
