@@ -366,7 +366,7 @@ struct ServeArgs {
         value_name = "HOST"
     )]
     allow_host: Vec<String>,
-    /// Largest HTTP request body, in bytes (413 beyond).
+    /// Largest HTTP request body, in bytes (413 beyond; at once when the declared length is).
     #[arg(long, env = "MNEMOGRAPH_HTTP_MAX_BODY", default_value_t = 32 * 1024 * 1024)]
     http_max_body: usize,
     /// Longest an HTTP request may take to be answered, in milliseconds (504 beyond).
@@ -375,6 +375,13 @@ struct ServeArgs {
     /// HTTP requests handled at once (503 beyond).
     #[arg(long, env = "MNEMOGRAPH_HTTP_MAX_IN_FLIGHT", default_value_t = 256)]
     http_max_in_flight: usize,
+    /// Longest an HTTP request body may take to arrive, in milliseconds (408 beyond).
+    #[arg(
+        long,
+        env = "MNEMOGRAPH_HTTP_BODY_TIMEOUT_MS",
+        default_value_t = 20_000
+    )]
+    http_body_timeout_ms: u64,
     /// How long HTTP requests in flight may finish after SIGTERM or SIGINT, in milliseconds.
     #[arg(long, env = "MNEMOGRAPH_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
     shutdown_grace_ms: u64,
@@ -434,6 +441,7 @@ impl ServeArgs {
             max_body_bytes: self.http_max_body,
             request_timeout: std::time::Duration::from_millis(self.http_timeout_ms),
             max_in_flight: self.http_max_in_flight,
+            body_timeout: std::time::Duration::from_millis(self.http_body_timeout_ms),
             grace: std::time::Duration::from_millis(self.shutdown_grace_ms),
             auth,
             with_stdio: self.stdio,

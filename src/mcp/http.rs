@@ -1,21 +1,25 @@
 //! MCP over Streamable HTTP: rmcp's server transport (a tower service) at `/mcp` on axum, both
 //! protocol eras (2025-11-25 sessions with `Mcp-Session-Id`, 2026-07-28 stateless requests that
 //! any instance can answer), beside `/healthz` (liveness), `/readyz` (the database answers,
-//! the indexes have caught up) and `/metrics` (Prometheus). rmcp checks `Origin` (403) for `/mcp`
-//! and the body size (413); this module checks `Host` on every endpoint (DNS rebinding: 403), and
-//! adds the listener, bearer tokens (401), sessions that belong to the caller that opened them
-//! (404 for another's), a per-request timeout, a cap on requests in flight, request logs and the
-//! graceful shutdown.
+//! the indexes have caught up) and `/metrics` (Prometheus). rmcp checks `Origin` (403) for `/mcp`;
+//! this module checks `Host` on every endpoint (DNS rebinding: 403), and adds the listener, bearer
+//! tokens (401), sessions that belong to the caller that opened them (404 for another's), a body
+//! read within a deadline (408) and refused by its declared length (413), JSON-RPC errors for
+//! bodies that are not JSON-RPC (400), a per-request timeout, a cap on requests in flight, request
+//! logs and the graceful shutdown.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -39,12 +43,14 @@ pub struct HttpOptions {
     /// `Host` values admitted besides the loopback names; empty on a non-loopback address admits
     /// any host.
     pub allowed_hosts: Vec<String>,
-    /// Largest request body (413 beyond).
+    /// Largest request body (413 beyond; before it is read when its declared length is over).
     pub max_body_bytes: usize,
     /// Longest a request may take to be answered (504 beyond); long work is a task instead.
     pub request_timeout: Duration,
     /// Requests handled at once (503 with `Retry-After` beyond).
     pub max_in_flight: usize,
+    /// Longest a request body may take to arrive (408).
+    pub body_timeout: Duration,
     /// How long requests in flight may finish after a shutdown signal.
     pub grace: Duration,
     /// How MCP requests are authorised: bearer tokens of a file and/or JWTs of an OAuth
@@ -65,6 +71,7 @@ impl HttpOptions {
             max_body_bytes: 32 * 1024 * 1024,
             request_timeout: Duration::from_secs(60),
             max_in_flight: 256,
+            body_timeout: Duration::from_secs(20),
             grace: Duration::from_secs(10),
             auth: None,
             with_stdio: false,
@@ -141,11 +148,16 @@ pub async fn serve_http(
         slots: Arc::new(Semaphore::new(http.max_in_flight.max(1))),
         timeout: http.request_timeout,
     });
+    let body = Arc::new(BodyLimits {
+        max_bytes: http.max_body_bytes,
+        timeout: http.body_timeout,
+    });
     // Route layers: they run for `/mcp` only, not for other paths nor for the fallback (an
     // unknown path is 404 with or without a token).
     let mut app = axum::Router::new()
         .route_service(MCP_PATH, service)
         .route_layer(axum::middleware::from_fn(session_ended))
+        .route_layer(axum::middleware::from_fn_with_state(body, read_body))
         .route_layer(axum::middleware::from_fn_with_state(admission, admit))
         .route_layer(axum::middleware::from_fn_with_state(owners, owned_session));
     if let Some(gate) = http.auth.clone() {
@@ -554,6 +566,165 @@ async fn admit(State(a): State<Arc<Admission>>, request: Request, next: Next) ->
     }
 }
 
+/// How a request body is read.
+struct BodyLimits {
+    max_bytes: usize,
+    timeout: Duration,
+}
+
+/// Why a body was not read.
+enum Unread {
+    TooLarge,
+    Failed(axum::Error),
+}
+
+/// Reads a POST body whole, within the body deadline (408) and the size limit (413: at once
+/// when its declared length is over, before any of it is read), before rmcp parses it; then
+/// answers a body rmcp could not take as a JSON-RPC message with a JSON-RPC error (400)
+/// instead of rmcp's plain-text 415.
+async fn read_body(
+    State(limits): State<Arc<BodyLimits>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_bytes as u64) {
+        return too_large(limits.max_bytes);
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match tokio::time::timeout(limits.timeout, collect(body, limits.max_bytes)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(Unread::TooLarge)) => return too_large(limits.max_bytes),
+        Ok(Err(Unread::Failed(e))) => {
+            tracing::debug!(error = %e, "a request body could not be read");
+            return (
+                StatusCode::BAD_REQUEST,
+                [(header::CONNECTION, "close")],
+                "the request body could not be read\n",
+            )
+                .into_response();
+        }
+        Err(_) => {
+            return (
+                StatusCode::REQUEST_TIMEOUT,
+                [(header::CONNECTION, "close")],
+                format!(
+                    "the request body did not arrive within {} ms\n",
+                    limits.timeout.as_millis()
+                ),
+            )
+                .into_response();
+        }
+    };
+    let json = is_json(&parts.headers);
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes.clone())))
+        .await;
+    // rmcp answers 415 both for a Content-Type that is not JSON (right, and kept) and for a
+    // JSON body it could not parse as a message (a JSON-RPC error here).
+    if json && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return not_json_rpc(&bytes);
+    }
+    response
+}
+
+fn too_large(max_bytes: usize) -> Response {
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        [(header::CONNECTION, "close")],
+        format!(
+            "Payload Too Large: request body exceeds {max_bytes} bytes; send less per call, or import a large data set from a file\n"
+        ),
+    )
+        .into_response()
+}
+
+/// A body's bytes, up to `max` of them.
+async fn collect(mut body: Body, max: usize) -> std::result::Result<Bytes, Unread> {
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut len = 0usize;
+    while let Some(frame) =
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
+    {
+        let Ok(data) = frame.map_err(Unread::Failed)?.into_data() else {
+            continue;
+        };
+        if data.len() > max.saturating_sub(len) {
+            return Err(Unread::TooLarge);
+        }
+        len += data.len();
+        chunks.push(data);
+    }
+    if chunks.len() <= 1 {
+        return Ok(chunks.pop().unwrap_or_default());
+    }
+    let mut whole = Vec::with_capacity(len);
+    for c in &chunks {
+        whole.extend_from_slice(c);
+    }
+    Ok(Bytes::from(whole))
+}
+
+/// Whether a request says its body is JSON (as rmcp reads `Content-Type`).
+fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        })
+}
+
+/// The JSON-RPC answer to a body that is not a JSON-RPC message: a parse error (-32700) when it
+/// is not JSON, an invalid request (-32600, with its id when it has a usable one) otherwise.
+fn not_json_rpc(body: &[u8]) -> Response {
+    let shape = r#"a request is {"jsonrpc": "2.0", "id": <string or integer>, "method": "…", "params": {…}}"#;
+    let (code, id, message) = match serde_json::from_slice::<Value>(body) {
+        Err(e) => (
+            -32700,
+            Value::Null,
+            format!(
+                "parse error: the body is not valid JSON ({e}); send one JSON-RPC message as UTF-8 JSON"
+            ),
+        ),
+        Ok(v) => {
+            let id = v
+                .get("id")
+                .filter(|id| id.is_string() || id.is_i64() || id.is_u64())
+                .cloned()
+                .unwrap_or(Value::Null);
+            let why = serde_json::from_slice::<ClientJsonRpcMessage>(body)
+                .err()
+                .map_or_else(String::new, |e| format!(" ({e})"));
+            let what = if v.is_array() {
+                "a batch (JSON array) is not accepted; send one message per request".to_owned()
+            } else {
+                format!("the body is JSON but not a JSON-RPC message{why}")
+            };
+            (-32600, id, format!("invalid request: {what}; {shape}"))
+        }
+    };
+    tracing::debug!(code, "answered a body that is not JSON-RPC");
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+            .to_string(),
+    )
+        .into_response()
+}
+
 /// Resolves on SIGINT or SIGTERM (Ctrl-C elsewhere).
 pub async fn termination() {
     #[cfg(unix)]
@@ -610,5 +781,35 @@ mod tests {
             assert!(!host_allowed(bad, &allowed), "{bad}");
         }
         assert!(host_allowed("anything.example", &[]));
+    }
+
+    #[tokio::test]
+    async fn bodies_that_are_not_json_rpc_get_json_rpc_errors() {
+        for (body, code, id) in [
+            (&b"not json"[..], -32700, Value::Null),
+            (br#"{"jsonrpc":"2.0","id":7,"#, -32700, Value::Null),
+            (br#"{"hello":"world"}"#, -32600, Value::Null),
+            (
+                br#"{"jsonrpc":"2.0","id":"x","params":{}}"#,
+                -32600,
+                json!("x"),
+            ),
+            (
+                br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+                -32600,
+                Value::Null,
+            ),
+            (br#"42"#, -32600, Value::Null),
+        ] {
+            let response = not_json_rpc(body);
+            assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+            let text = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            let v: Value = serde_json::from_slice(&text).unwrap();
+            assert_eq!(v["jsonrpc"], "2.0");
+            assert_eq!(v["error"]["code"], code, "{v}");
+            assert_eq!(v["id"], id, "{v}");
+        }
     }
 }

@@ -1,11 +1,14 @@
 //! `serve --http`: the core flows over Streamable HTTP in both eras, and what the HTTP layer
 //! refuses (foreign origins, and foreign hosts on every endpoint, oversized bodies, reachable
 //! addresses without authorisation, requests without a known bearer token, writes with a
-//! read-only token, another token's session).
+//! read-only token, another token's session, bodies that are not JSON-RPC, bodies that come too
+//! slowly or are declared too long).
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::support::{BIN, CallError, Era, HttpChild, Server, TestDb, Wire, hit_ids, http_request};
 
@@ -669,6 +672,115 @@ async fn every_endpoint_checks_the_host() {
         }
     }
     let (status, answer) = http_request(&at, "GET", "/healthz", &[], b"").await;
+    assert_eq!(status, 200, "{answer}");
+    http.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_that_are_not_json_rpc_get_json_rpc_errors() {
+    let db = TestDb::new();
+    let log = db.path.with_file_name("bodies.log");
+    let http = HttpChild::spawn(&db.path, &[], &log).await;
+    let at = http.authority().to_owned();
+    for (body, code, id) in [
+        (&b"this is not JSON"[..], -32700, Value::Null),
+        (
+            br#"{"jsonrpc": "2.0", "id": 4, "method": "tools/list""#,
+            -32700,
+            Value::Null,
+        ),
+        (br#"{"hello": "world"}"#, -32600, Value::Null),
+        (br#"{"jsonrpc": "2.0", "id": 3}"#, -32600, json!(3)),
+        (
+            br#"[{"jsonrpc": "2.0", "id": 5, "method": "tools/list"}]"#,
+            -32600,
+            Value::Null,
+        ),
+    ] {
+        let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, body).await;
+        let text = String::from_utf8_lossy(body);
+        assert_eq!(status, 400, "{text}: {answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{answer}"
+        );
+        let error: Value = serde_json::from_str(body_of(&answer))
+            .unwrap_or_else(|e| panic!("{text}: not JSON ({e}): {answer}"));
+        assert_eq!(error["jsonrpc"], "2.0", "{error}");
+        assert_eq!(error["id"], id, "{text}: {error}");
+        assert_eq!(error["error"]["code"], code, "{text}: {error}");
+        assert!(error["error"]["message"].is_string(), "{error}");
+    }
+    // A body that is not declared JSON is still 415, as rmcp answers it.
+    let mut headers = MCP_HEADERS.to_vec();
+    headers[0] = ("Content-Type", "text/plain");
+    let (status, answer) = http_request(&at, "POST", "/mcp", &headers, &tools_list()).await;
+    assert_eq!(status, 415, "{answer}");
+    let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, &tools_list()).await;
+    assert_eq!(status, 200, "{answer}");
+    http.stop().await;
+}
+
+/// Reads `stream` until the server closes it or `limit` passes: what came, and whether it closed.
+async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (String, bool) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return (String::from_utf8_lossy(&got).into_owned(), false),
+            Ok(Ok(0) | Err(_)) => return (String::from_utf8_lossy(&got).into_owned(), true),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// The head of a POST to `/mcp` of a 2026-07-28 client declaring `length` bytes of body.
+fn post_head(authority: &str, length: usize, token: Option<&str>) -> String {
+    let mut head =
+        format!("POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {length}\r\n");
+    for (k, v) in MCP_HEADERS {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    head.push_str("\r\n");
+    head
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_get_408_and_overlong_ones_413_unread() {
+    let db = TestDb::new();
+    let log = db.path.with_file_name("bodies.log");
+    let http = HttpChild::spawn(
+        &db.path,
+        &["--http-body-timeout-ms", "1000", "--http-max-body", "4096"],
+        &log,
+    )
+    .await;
+    let at = http.authority().to_owned();
+
+    // A body that does not arrive in time: 408, long before the request timeout (60 s).
+    let mut slow = TcpStream::connect(&at).await.unwrap();
+    slow.write_all(post_head(&at, 100, None).as_bytes())
+        .await
+        .unwrap();
+    slow.write_all(b"{\"jsonrpc\":").await.unwrap();
+    let (answer, _) = read_until_closed(&mut slow, Duration::from_secs(8)).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+
+    // A body declared longer than the limit: 413 before any of it is sent.
+    let mut long = TcpStream::connect(&at).await.unwrap();
+    long.write_all(post_head(&at, 1_000_000, None).as_bytes())
+        .await
+        .unwrap();
+    let (answer, _) = read_until_closed(&mut long, Duration::from_secs(8)).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer:?}");
+
+    let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, &tools_list()).await;
     assert_eq!(status, 200, "{answer}");
     http.stop().await;
 }
