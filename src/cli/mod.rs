@@ -375,6 +375,10 @@ struct ServeArgs {
     /// HTTP requests handled at once (503 beyond).
     #[arg(long, env = "MNEMOGRAPH_HTTP_MAX_IN_FLIGHT", default_value_t = 256)]
     http_max_in_flight: usize,
+    /// HTTP requests one caller (a token's subject; without tokens, a client address) may have
+    /// in flight (429 beyond; default: half of --http-max-in-flight).
+    #[arg(long, env = "MNEMOGRAPH_HTTP_MAX_IN_FLIGHT_PER_CALLER")]
+    http_max_in_flight_per_caller: Option<usize>,
     /// Longest an HTTP request body may take to arrive, in milliseconds (408 beyond).
     #[arg(
         long,
@@ -441,6 +445,7 @@ impl ServeArgs {
             max_body_bytes: self.http_max_body,
             request_timeout: std::time::Duration::from_millis(self.http_timeout_ms),
             max_in_flight: self.http_max_in_flight,
+            max_in_flight_per_caller: self.http_max_in_flight_per_caller,
             body_timeout: std::time::Duration::from_millis(self.http_body_timeout_ms),
             grace: std::time::Duration::from_millis(self.shutdown_grace_ms),
             auth,

@@ -5,22 +5,22 @@
 //! this module checks `Host` on every endpoint (DNS rebinding: 403), and adds the listener, bearer
 //! tokens (401), sessions that belong to the caller that opened them (404 for another's), a body
 //! read within a deadline (408) and refused by its declared length (413), JSON-RPC errors for
-//! bodies that are not JSON-RPC (400), a per-request timeout, a cap on requests in flight, request
-//! logs and the graceful shutdown.
+//! bodies that are not JSON-RPC (400), a per-request timeout, a cap on requests in flight with a
+//! share per caller (429), request logs and the graceful shutdown.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::Engine;
@@ -49,6 +49,9 @@ pub struct HttpOptions {
     pub request_timeout: Duration,
     /// Requests handled at once (503 with `Retry-After` beyond).
     pub max_in_flight: usize,
+    /// Requests one caller (a token's subject; without tokens, a client address) may have in
+    /// flight (429 with `Retry-After` beyond); `None`: half of `max_in_flight`.
+    pub max_in_flight_per_caller: Option<usize>,
     /// Longest a request body may take to arrive (408).
     pub body_timeout: Duration,
     /// How long requests in flight may finish after a shutdown signal.
@@ -71,6 +74,7 @@ impl HttpOptions {
             max_body_bytes: 32 * 1024 * 1024,
             request_timeout: Duration::from_secs(60),
             max_in_flight: 256,
+            max_in_flight_per_caller: None,
             body_timeout: Duration::from_secs(20),
             grace: Duration::from_secs(10),
             auth: None,
@@ -91,12 +95,6 @@ const LOOPBACK_ORIGINS: [&str; 6] = [
 
 /// Loopback names a `Host` header may carry.
 const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
-
-/// The limits every MCP request passes.
-struct Admission {
-    slots: Arc<Semaphore>,
-    timeout: Duration,
-}
 
 /// Serves MCP over HTTP until `shutdown` resolves; then stops accepting, lets requests in flight
 /// finish within the grace period, and stops the task runner (running task rows are left for
@@ -144,10 +142,7 @@ pub async fn serve_http(
         sessions,
         transport_config(&http, local, stopping.child_token()),
     );
-    let admission = Arc::new(Admission {
-        slots: Arc::new(Semaphore::new(http.max_in_flight.max(1))),
-        timeout: http.request_timeout,
-    });
+    let admission = Arc::new(Admission::new(&http));
     let body = Arc::new(BodyLimits {
         max_bytes: http.max_body_bytes,
         timeout: http.body_timeout,
@@ -543,15 +538,131 @@ async fn owned_session(
     next.run(request).await
 }
 
-/// Admits an MCP request when a slot is free, and answers 504 when it outlasts the timeout.
+/// Whom a share of the request slots is counted for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Who {
+    /// A token's subject (all its tokens together).
+    Subject(String),
+    /// A client address, on a server without tokens.
+    Address(IpAddr),
+}
+
+/// The limits every MCP request passes: slots in flight, a share of them per caller, the time
+/// to an answer.
+struct Admission {
+    max: usize,
+    per_caller: usize,
+    timeout: Duration,
+    held: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    total: usize,
+    by_caller: HashMap<Who, usize>,
+}
+
+/// Why a request got no slot.
+enum NoSlot {
+    /// Every slot is taken (503).
+    Full,
+    /// Its caller holds its share (429).
+    Share,
+}
+
+/// A slot held by a request, freed when dropped.
+struct Slot {
+    admission: Arc<Admission>,
+    who: Option<Who>,
+}
+
+impl Admission {
+    fn new(http: &HttpOptions) -> Admission {
+        let max = http.max_in_flight.max(1);
+        Admission {
+            max,
+            per_caller: http
+                .max_in_flight_per_caller
+                .unwrap_or(max / 2)
+                .clamp(1, max),
+            timeout: http.request_timeout,
+            held: Mutex::new(Held::default()),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        // Counters only: consistent whatever panicked while they were held.
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn enter(self: &Arc<Self>, who: Option<Who>) -> std::result::Result<Slot, NoSlot> {
+        let mut held = self.held();
+        if held.total >= self.max {
+            return Err(NoSlot::Full);
+        }
+        if let Some(w) = &who {
+            let mine = held.by_caller.entry(w.clone()).or_default();
+            if *mine >= self.per_caller {
+                return Err(NoSlot::Share);
+            }
+            *mine += 1;
+        }
+        held.total += 1;
+        Ok(Slot {
+            admission: Arc::clone(self),
+            who,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut held = self.admission.held();
+        held.total = held.total.saturating_sub(1);
+        if let Some(w) = &self.who
+            && let Some(mine) = held.by_caller.get_mut(w)
+        {
+            *mine = mine.saturating_sub(1);
+            if *mine == 0 {
+                held.by_caller.remove(w);
+            }
+        }
+    }
+}
+
+/// Admits an MCP request when a slot is free and its caller holds less than its share, and
+/// answers 504 when it outlasts the timeout.
 async fn admit(State(a): State<Arc<Admission>>, request: Request, next: Next) -> Response {
-    let Ok(_slot) = Arc::clone(&a.slots).try_acquire_owned() else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::RETRY_AFTER, "1")],
-            "too many requests in flight; retry in a second\n",
-        )
-            .into_response();
+    let who = match request.extensions().get::<Caller>() {
+        Some(c) => Some(Who::Subject(c.subject.clone())),
+        None => request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(peer)| Who::Address(peer.ip())),
+    };
+    let _slot = match a.enter(who) {
+        Ok(slot) => slot,
+        Err(NoSlot::Full) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "1")],
+                "too many requests in flight; retry in a second\n",
+            )
+                .into_response();
+        }
+        Err(NoSlot::Share) => {
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, "1")],
+                format!(
+                    "this caller has {} requests in flight, the most one caller may have at once; retry in a second\n",
+                    a.per_caller
+                ),
+            )
+                .into_response();
+        }
     };
     match tokio::time::timeout(a.timeout, next.run(request)).await {
         Ok(response) => response,
@@ -781,6 +892,31 @@ mod tests {
             assert!(!host_allowed(bad, &allowed), "{bad}");
         }
         assert!(host_allowed("anything.example", &[]));
+    }
+
+    #[test]
+    fn one_caller_holds_at_most_its_share_of_the_slots() {
+        let mut http = HttpOptions::new(SocketAddr::from(([127, 0, 0, 1], 0)));
+        http.max_in_flight = 4;
+        let a = Arc::new(Admission::new(&http));
+        assert_eq!(a.per_caller, 2);
+        let alice = || Some(Who::Subject("alice".into()));
+        let first = a.enter(alice()).ok().unwrap();
+        let _second = a.enter(alice()).ok().unwrap();
+        assert!(matches!(a.enter(alice()), Err(NoSlot::Share)));
+        let _bob = a.enter(Some(Who::Subject("bob".into()))).ok().unwrap();
+        let _anonymous = a.enter(None).ok().unwrap();
+        assert!(matches!(
+            a.enter(Some(Who::Subject("carol".into()))),
+            Err(NoSlot::Full)
+        ));
+        drop(first);
+        assert!(a.enter(alice()).is_ok());
+        http.max_in_flight_per_caller = Some(100);
+        assert_eq!(Admission::new(&http).per_caller, 4);
+        http.max_in_flight = 1;
+        http.max_in_flight_per_caller = None;
+        assert_eq!(Admission::new(&http).per_caller, 1);
     }
 
     #[tokio::test]

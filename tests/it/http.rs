@@ -2,9 +2,12 @@
 //! refuses (foreign origins, and foreign hosts on every endpoint, oversized bodies, reachable
 //! addresses without authorisation, requests without a known bearer token, writes with a
 //! read-only token, another token's session, bodies that are not JSON-RPC, bodies that come too
-//! slowly or are declared too long).
+//! slowly or are declared too long), and that one token's slow requests cannot take every request
+//! slot.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -782,5 +785,157 @@ async fn slow_bodies_get_408_and_overlong_ones_413_unread() {
 
     let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, &tools_list()).await;
     assert_eq!(status, 200, "{answer}");
+    http.stop().await;
+}
+
+/// Slow clients all at once: 300 connections sending a request head a byte at a time without a
+/// token, and 256 requests of one read token sending their bodies a byte at a time (each asks
+/// again a second after it is refused or cut). A second token's recalls still succeed, and
+/// `/healthz` answers throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_do_not_hold_the_server() {
+    let db = TestDb::new();
+    let file = db.path.with_file_name("tokens");
+    let writer = add_token(&file, "writer", "read,write");
+    let slow = add_token(&file, "slow", "read");
+    let steady = add_token(&file, "steady", "read");
+    let log = db.path.with_file_name("slow.log");
+    let http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
+    let at = http.authority().to_owned();
+    let w = Server::attach(&http.url, Era::Discover, Some(&writer), &log).await;
+    let memories: Vec<Value> = (0..50)
+        .map(|i| json!({"content": format!("The harbour crane {i} lifts containers at dawn")}))
+        .collect();
+    w.remember(Value::Array(memories)).await;
+    w.stop().await;
+
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let refused = Arc::new(AtomicUsize::new(0));
+    let mut attackers = Vec::new();
+    for i in 0..300 {
+        let at = at.clone();
+        attackers.push(tokio::spawn(async move {
+            loop {
+                let Ok(mut s) = TcpStream::connect(&at).await else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
+                let head = format!("GET /healthz HTTP/1.1\r\nHost: {at}\r\nX-Slow-{i}: ");
+                for b in head.bytes().chain(std::iter::repeat(b'a')) {
+                    if s.write_all(&[b]).await.is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }));
+    }
+    for _ in 0..256 {
+        let (at, slow, refused) = (at.clone(), slow.clone(), Arc::clone(&refused));
+        attackers.push(tokio::spawn(async move {
+            loop {
+                let Ok(s) = TcpStream::connect(&at).await else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
+                let (mut read, mut write) = s.into_split();
+                if write
+                    .write_all(post_head(&at, 100_000, Some(&slow)).as_bytes())
+                    .await
+                    .is_err()
+                {
+                    continue;
+                }
+                let trickle = async move {
+                    while write.write_all(b" ").await.is_ok() {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                };
+                let answer = async move {
+                    let mut buf = [0u8; 256];
+                    matches!(read.read(&mut buf).await, Ok(n) if n > 0 && buf.starts_with(b"HTTP/1.1 429"))
+                };
+                tokio::select! {
+                    () = trickle => {}
+                    too_many = answer => {
+                        if too_many {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                // As `Retry-After` asks.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }));
+    }
+    // Liveness answers throughout.
+    let probe = {
+        let (at, stop) = (at.clone(), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut worst = Duration::ZERO;
+            let mut probes = 0;
+            loop {
+                let started = Instant::now();
+                let answered = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    http_request(&at, "GET", "/healthz", &[], b""),
+                )
+                .await;
+                let (status, answer) = answered.expect("/healthz answered within 5 s");
+                assert_eq!(status, 200, "{answer}");
+                worst = worst.max(started.elapsed());
+                probes += 1;
+                tokio::select! {
+                    () = stop.notified() => return (probes, worst),
+                    () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                }
+            }
+        })
+    };
+    // The slow bodies have taken their token's share of the slots.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while refused.load(Ordering::Relaxed) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let s = Server::attach(&http.url, Era::Discover, Some(&steady), &log).await;
+    let started = Instant::now();
+    let mut recalls = 0;
+    let mut worst = Duration::ZERO;
+    // Past the header and body deadlines (10 s, 20 s), so cut clients come back meanwhile.
+    while started.elapsed() < Duration::from_secs(25) || recalls < 20 {
+        let t = Instant::now();
+        match s
+            .call_within(
+                "recall",
+                json!({"query": "harbour crane"}),
+                Duration::from_secs(20),
+            )
+            .await
+        {
+            Some(Ok(out)) => assert!(!hit_ids(&out).is_empty(), "{out}"),
+            other => panic!(
+                "recall {recalls} under slow clients: {other:?}\n{}",
+                s.log_tail()
+            ),
+        }
+        worst = worst.max(t.elapsed());
+        recalls += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.notify_one();
+    let (probes, worst_probe) = probe.await.expect("the /healthz probe");
+    for a in attackers {
+        a.abort();
+    }
+    assert!(
+        refused.load(Ordering::Relaxed) > 0,
+        "one token's slow bodies were never held to its share"
+    );
+    assert!(worst < Duration::from_secs(10), "slowest recall {worst:?}");
+    assert!(
+        probes > 10 && worst_probe < Duration::from_secs(5),
+        "{probes} probes, slowest {worst_probe:?}"
+    );
+    s.stop().await;
     http.stop().await;
 }
