@@ -2,11 +2,12 @@
 //! protocol eras (2025-11-25 sessions with `Mcp-Session-Id`, 2026-07-28 stateless requests that
 //! any instance can answer), beside `/healthz` (liveness), `/readyz` (the database answers,
 //! the indexes have caught up) and `/metrics` (Prometheus). rmcp checks `Origin` (403) for `/mcp`;
-//! this module checks `Host` on every endpoint (DNS rebinding: 403), and adds the listener, bearer
-//! tokens (401), sessions that belong to the caller that opened them (404 for another's), a body
-//! read within a deadline (408) and refused by its declared length (413), JSON-RPC errors for
-//! bodies that are not JSON-RPC (400), a per-request timeout, a cap on requests in flight with a
-//! share per caller (429), request logs and the graceful shutdown.
+//! this module checks `Host` on every endpoint (DNS rebinding: 403), and adds bearer tokens (401),
+//! sessions that belong to the caller that opened them (404 for another's), a body read within a
+//! deadline (408) and refused by its declared length (413), JSON-RPC errors for bodies that are
+//! not JSON-RPC (400), a per-request timeout (504), a cap on requests in flight (503) with a share
+//! per caller (429), request logs and the graceful shutdown; [`listener`](super::listener) holds
+//! connections to their deadlines and to a cap.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -26,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::mcp::auth::{Caller, Gate, Refusal};
+use crate::mcp::listener::{self, Limits};
 use crate::mcp::metrics::Metrics;
 use crate::mcp::sessions::{OwnedSessions, Owners, Whose};
 use crate::mcp::{MemoryServer, ServerOptions};
@@ -52,8 +54,15 @@ pub struct HttpOptions {
     /// Requests one caller (a token's subject; without tokens, a client address) may have in
     /// flight (429 with `Retry-After` beyond); `None`: half of `max_in_flight`.
     pub max_in_flight_per_caller: Option<usize>,
+    /// Connections open at once (503 and closed beyond); lowered to fit the open-files limit.
+    pub max_connections: usize,
+    /// Longest from a request's first byte to the end of its head (the connection is closed).
+    pub header_timeout: Duration,
     /// Longest a request body may take to arrive (408).
     pub body_timeout: Duration,
+    /// Longest a connection may sit without a request, before its first or between two (it is
+    /// closed).
+    pub idle_timeout: Duration,
     /// How long requests in flight may finish after a shutdown signal.
     pub grace: Duration,
     /// How MCP requests are authorised: bearer tokens of a file and/or JWTs of an OAuth
@@ -75,7 +84,10 @@ impl HttpOptions {
             request_timeout: Duration::from_secs(60),
             max_in_flight: 256,
             max_in_flight_per_caller: None,
+            max_connections: 1024,
+            header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(20),
+            idle_timeout: Duration::from_secs(30),
             grace: Duration::from_secs(10),
             auth: None,
             with_stdio: false,
@@ -105,15 +117,13 @@ pub async fn serve_http(
     http: HttpOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let listener = tokio::net::TcpListener::bind(http.addr)
-        .await
-        .map_err(|e| {
-            Error::invalid(
-                "http",
-                format!("cannot listen on {}: {e}", http.addr),
-                "give a free port, or an address of this machine",
-            )
-        })?;
+    let listener = listener::bind(http.addr).map_err(|e| {
+        Error::invalid(
+            "http",
+            format!("cannot listen on {}: {e}", http.addr),
+            "give a free port, or an address of this machine",
+        )
+    })?;
     let local = listener
         .local_addr()
         .map_err(|e| Error::Internal(format!("the listener has no address: {e}")))?;
@@ -179,11 +189,33 @@ pub async fn serve_http(
         .route("/metrics", axum::routing::get(scraped).with_state(scrape))
         .layer(axum::middleware::from_fn_with_state(hosts, check_host))
         .layer(axum::middleware::from_fn(log_request));
+    let open_files = crate::open_files::raise_to_hard_limit();
+    let limits = Limits {
+        max_connections: listener::connection_cap(http.max_connections, open_files),
+        header_timeout: http.header_timeout,
+        idle_timeout: http.idle_timeout,
+    };
+    if limits.max_connections < http.max_connections {
+        tracing::warn!(
+            asked = http.max_connections,
+            max_connections = limits.max_connections,
+            open_files,
+            "fewer open connections than asked: the open-files limit is lower"
+        );
+    }
     tracing::info!(url = %format!("http://{local}{MCP_PATH}"), "serving MCP over HTTP");
+    tracing::debug!(
+        max_connections = limits.max_connections,
+        header_timeout_ms = http.header_timeout.as_millis() as u64,
+        body_timeout_ms = http.body_timeout.as_millis() as u64,
+        idle_timeout_ms = http.idle_timeout.as_millis() as u64,
+        max_in_flight = http.max_in_flight,
+        "HTTP limits"
+    );
 
     let (signalled, mut on_signal) = tokio::sync::watch::channel(false);
     let stop = stopping.clone();
-    let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let serving = listener::serve(listener, app, limits, async move {
         tokio::select! {
             () = shutdown => {}
             () = stdio_ended => {}
@@ -195,7 +227,7 @@ pub async fn serve_http(
     });
     let grace = http.grace;
     let outcome = tokio::select! {
-        served = serving => served.map_err(|e| Error::Internal(format!("the HTTP server failed: {e}"))),
+        () = serving => Ok(()),
         () = async {
             let _ = on_signal.wait_for(|s| *s).await;
             tokio::time::sleep(grace).await;

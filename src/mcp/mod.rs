@@ -11,6 +11,7 @@ mod errors;
 mod fixtures;
 mod guard;
 pub mod http;
+mod listener;
 pub mod metrics;
 pub mod oauth;
 mod resources;

@@ -1,9 +1,8 @@
 //! `serve --http`: the core flows over Streamable HTTP in both eras, and what the HTTP layer
-//! refuses (foreign origins, and foreign hosts on every endpoint, oversized bodies, reachable
-//! addresses without authorisation, requests without a known bearer token, writes with a
-//! read-only token, another token's session, bodies that are not JSON-RPC, bodies that come too
-//! slowly or are declared too long), and that one token's slow requests cannot take every request
-//! slot.
+//! refuses (foreign origins and hosts on every endpoint, oversized bodies, reachable addresses
+//! without authorisation, requests without a known bearer token, writes with a read-only token,
+//! another token's session, bodies that are not JSON-RPC), and what slow or idle clients cannot
+//! hold (connections past their deadlines, more connections than the cap, every request slot).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -785,6 +784,108 @@ async fn slow_bodies_get_408_and_overlong_ones_413_unread() {
 
     let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, &tools_list()).await;
     assert_eq!(status, 200, "{answer}");
+    http.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_heads_and_idle_connections_are_cut() {
+    let db = TestDb::new();
+    let log = db.path.with_file_name("deadlines.log");
+    let http = HttpChild::spawn(
+        &db.path,
+        &[
+            "--http-header-timeout-ms",
+            "1000",
+            "--http-idle-timeout-ms",
+            "3000",
+        ],
+        &log,
+    )
+    .await;
+    let at = http.authority().to_owned();
+
+    // A head that keeps coming a byte at a time but never ends: closed at its deadline (before
+    // the idle timeout, which a connection that sends bytes does not reach).
+    let stream = TcpStream::connect(&at).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let started = Instant::now();
+    let trickle = tokio::spawn(async move {
+        let _ = write.write_all(b"GET /healthz HTTP/1.1\r\nX-Slow: ").await;
+        while write.write_all(b"a").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut got = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(8), read.read_to_end(&mut got)).await;
+    let took = started.elapsed();
+    assert!(closed.is_ok(), "a slow head held its connection for 8 s");
+    assert!(took < Duration::from_millis(2500), "closed after {took:?}");
+    trickle.abort();
+
+    // An idle connection, new or after an exchange, is closed after the idle timeout.
+    let mut idle = TcpStream::connect(&at).await.unwrap();
+    let started = Instant::now();
+    let (_, closed) = read_until_closed(&mut idle, Duration::from_secs(10)).await;
+    assert!(closed, "an idle connection stayed open");
+    assert!(
+        started.elapsed() >= Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut kept = TcpStream::connect(&at).await.unwrap();
+    kept.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {at}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"ok\n") {
+        let mut buf = [0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(5), kept.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(n > 0, "closed before answering");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let answered = Instant::now();
+    let (_, closed) = read_until_closed(&mut kept, Duration::from_secs(10)).await;
+    assert!(closed, "an idle keep-alive connection stayed open");
+    assert!(
+        answered.elapsed() >= Duration::from_millis(2500),
+        "{:?}",
+        answered.elapsed()
+    );
+
+    let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, &tools_list()).await;
+    assert_eq!(status, 200, "{answer}");
+    http.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_cap_are_answered_503() {
+    let db = TestDb::new();
+    let log = db.path.with_file_name("cap.log");
+    let http = HttpChild::spawn(&db.path, &["--http-max-connections", "4"], &log).await;
+    let at = http.authority().to_owned();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(TcpStream::connect(&at).await.unwrap());
+    }
+    let (status, answer) = http_request(&at, "GET", "/healthz", &[], b"").await;
+    assert_eq!(status, 503, "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1"),
+        "{answer}"
+    );
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, answer) = http_request(&at, "GET", "/healthz", &[], b"").await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{answer}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     http.stop().await;
 }
 
