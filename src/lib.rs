@@ -12,6 +12,7 @@ pub mod index;
 mod lock;
 pub mod mcp;
 pub mod model;
+mod open_files;
 mod priority;
 pub mod store;
 pub mod tasks;

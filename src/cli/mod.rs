@@ -182,7 +182,7 @@ impl EmbedArgs {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve MCP over stdin/stdout (what MCP hosts run; the default), or over HTTP (--http).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Make a bearer token for `serve --http --tokens FILE`: prints the token once, as the last
     /// word of its output, and appends its hash (never the token) to FILE.
     #[command(subcommand)]
@@ -366,7 +366,7 @@ struct ServeArgs {
         value_name = "HOST"
     )]
     allow_host: Vec<String>,
-    /// Largest HTTP request body, in bytes (413 beyond).
+    /// Largest HTTP request body, in bytes (413 beyond; at once when the declared length is).
     #[arg(long, env = "MNEMOGRAPH_HTTP_MAX_BODY", default_value_t = 32 * 1024 * 1024)]
     http_max_body: usize,
     /// Longest an HTTP request may take to be answered, in milliseconds (504 beyond).
@@ -375,6 +375,36 @@ struct ServeArgs {
     /// HTTP requests handled at once (503 beyond).
     #[arg(long, env = "MNEMOGRAPH_HTTP_MAX_IN_FLIGHT", default_value_t = 256)]
     http_max_in_flight: usize,
+    /// HTTP requests one caller (a token's subject; without tokens, a client address) may have
+    /// in flight (429 beyond; default: half of --http-max-in-flight).
+    #[arg(long, env = "MNEMOGRAPH_HTTP_MAX_IN_FLIGHT_PER_CALLER")]
+    http_max_in_flight_per_caller: Option<usize>,
+    /// HTTP connections open at once (503 and closed beyond; lowered to fit the open-files
+    /// limit).
+    #[arg(long, env = "MNEMOGRAPH_HTTP_MAX_CONNECTIONS", default_value_t = 1024)]
+    http_max_connections: usize,
+    /// Longest from an HTTP request's first byte to the end of its head, in milliseconds (the
+    /// connection is closed beyond).
+    #[arg(
+        long,
+        env = "MNEMOGRAPH_HTTP_HEADER_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    http_header_timeout_ms: u64,
+    /// Longest an HTTP request body may take to arrive, in milliseconds (408 beyond).
+    #[arg(
+        long,
+        env = "MNEMOGRAPH_HTTP_BODY_TIMEOUT_MS",
+        default_value_t = 20_000
+    )]
+    http_body_timeout_ms: u64,
+    /// Longest an HTTP connection may sit without a request, in milliseconds (closed beyond).
+    #[arg(
+        long,
+        env = "MNEMOGRAPH_HTTP_IDLE_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    http_idle_timeout_ms: u64,
     /// How long HTTP requests in flight may finish after SIGTERM or SIGINT, in milliseconds.
     #[arg(long, env = "MNEMOGRAPH_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
     shutdown_grace_ms: u64,
@@ -428,6 +458,11 @@ impl ServeArgs {
             max_body_bytes: self.http_max_body,
             request_timeout: std::time::Duration::from_millis(self.http_timeout_ms),
             max_in_flight: self.http_max_in_flight,
+            max_in_flight_per_caller: self.http_max_in_flight_per_caller,
+            max_connections: self.http_max_connections,
+            header_timeout: std::time::Duration::from_millis(self.http_header_timeout_ms),
+            body_timeout: std::time::Duration::from_millis(self.http_body_timeout_ms),
+            idle_timeout: std::time::Duration::from_millis(self.http_idle_timeout_ms),
             grace: std::time::Duration::from_millis(self.shutdown_grace_ms),
             auth,
             with_stdio: self.stdio,
@@ -703,7 +738,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
     let command = args.command.unwrap_or_else(|| {
         Args::parse_from(["mnemograph", "serve"])
             .command
-            .unwrap_or(Command::Serve(ServeArgs::default()))
+            .unwrap_or(Command::Serve(Box::default()))
     });
     match command {
         Command::Serve(serve) => {

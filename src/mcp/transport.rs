@@ -25,8 +25,8 @@ const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
 
-/// How much of an oversized line is kept to find its id.
-const ID_SCAN_BYTES: usize = 64 * 1024;
+/// Longest id value kept while looking for the id of a line over the size limit.
+const MAX_ID_BYTES: usize = 1024;
 
 /// Methods rmcp knows: a request naming one whose params do not fit is `invalid params`.
 const KNOWN_METHODS: [&str; 21] = [
@@ -170,8 +170,8 @@ pub(crate) struct StdioTransport<R> {
     read: BufReader<R>,
     /// The line being read (kept across cancelled reads).
     line: Vec<u8>,
-    /// Skipping the rest of a line already answered as too large.
-    discarding: bool,
+    /// Skipping the rest of a line over the limit, looking for its id as it goes by.
+    oversized: Option<Oversized>,
     max_bytes: usize,
     out: Option<mpsc::UnboundedSender<Line>>,
     writer: Option<tokio::task::JoinHandle<()>>,
@@ -181,10 +181,17 @@ pub(crate) struct StdioTransport<R> {
 /// What one bounded line read found.
 enum Read {
     Line,
-    /// Over the limit; the beginning of the line, to look for its id.
-    TooLarge(Vec<u8>),
+    /// Over the limit; the line's id (`null` when it has none this server can echo).
+    TooLarge(Value),
     Eof,
     Failed(std::io::Error),
+}
+
+/// A line over the limit being skipped.
+struct Oversized {
+    scan: IdScan,
+    /// Its answer went out (its id was found before its end).
+    answered: bool,
 }
 
 impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
@@ -202,7 +209,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
         StdioTransport {
             read: BufReader::with_capacity(64 * 1024, read),
             line: Vec::new(),
-            discarding: false,
+            oversized: None,
             max_bytes,
             out: Some(out),
             writer: Some(writer),
@@ -211,8 +218,10 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
     }
 
     /// Reads up to the next newline into `self.line` without letting it grow past the limit.
-    /// Cancel-safe: bytes are moved from the reader's buffer to `self.line` with no await
-    /// between, so a cancelled read resumes where it stopped.
+    /// A line over the limit is skipped without being kept, and answered once its id has gone
+    /// by (at once when the id comes first) or, at the latest, at its end. Cancel-safe: bytes
+    /// are moved from the reader's buffer with no await between, so a cancelled read resumes
+    /// where it stopped.
     async fn read_line(&mut self) -> Read {
         loop {
             let (consumed, outcome) = {
@@ -222,27 +231,45 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
                 };
                 if available.is_empty() {
                     // End of input; a last line without its newline still counts.
-                    return if self.discarding || self.line.is_empty() {
-                        Read::Eof
-                    } else {
-                        Read::Line
+                    return match self.oversized.take() {
+                        Some(o) if !o.answered => Read::TooLarge(o.scan.id()),
+                        Some(_) => Read::Eof,
+                        None if self.line.is_empty() => Read::Eof,
+                        None => Read::Line,
                     };
                 }
                 let newline = available.iter().position(|b| *b == b'\n');
                 let take = newline.map_or(available.len(), |i| i + 1);
                 let content = take - usize::from(newline.is_some());
-                if self.discarding {
-                    if newline.is_some() {
-                        self.discarding = false;
+                if let Some(o) = &mut self.oversized {
+                    if !o.answered {
+                        o.scan.feed(&available[..content]);
                     }
-                    (take, None)
+                    let outcome = if newline.is_some() {
+                        let unanswered = (!o.answered).then(|| o.scan.id());
+                        self.oversized = None;
+                        unanswered.map(Read::TooLarge)
+                    } else if !o.answered && o.scan.done() {
+                        o.answered = true;
+                        Some(Read::TooLarge(o.scan.id()))
+                    } else {
+                        None
+                    };
+                    (take, outcome)
                 } else if self.line.len().saturating_add(content) > self.max_bytes {
-                    let mut head = std::mem::take(&mut self.line);
-                    head.truncate(ID_SCAN_BYTES);
-                    let more = ID_SCAN_BYTES.saturating_sub(head.len()).min(content);
-                    head.extend_from_slice(&available[..more]);
-                    self.discarding = newline.is_none();
-                    (take, Some(Read::TooLarge(head)))
+                    let mut scan = IdScan::default();
+                    scan.feed(&self.line);
+                    scan.feed(&available[..content]);
+                    // What was kept of the line is freed.
+                    self.line = Vec::new();
+                    if newline.is_some() {
+                        (take, Some(Read::TooLarge(scan.id())))
+                    } else {
+                        let answered = scan.done();
+                        let outcome = answered.then(|| Read::TooLarge(scan.id()));
+                        self.oversized = Some(Oversized { scan, answered });
+                        (take, outcome)
+                    }
                 } else {
                     self.line.extend_from_slice(&available[..take]);
                     (take, newline.map(|_| Read::Line))
@@ -513,9 +540,9 @@ fn params_problem(method: &str, params: Option<&Value>) -> String {
     }
 }
 
-/// The answer to a line over the limit, with its id when the line's head shows it.
-fn too_large(head: &[u8], max_bytes: usize) -> Value {
-    json!({"jsonrpc": "2.0", "id": scan_id(head), "error": {
+/// The answer to a line over the limit, with its id (`null` when it has none to echo).
+fn too_large(id: Value, max_bytes: usize) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {
         "code": INVALID_REQUEST,
         "message": format!(
             "message too large: the line is over the limit of {max_bytes} bytes ({} MiB) and was not read. send less per call (split a batch into several calls), or put a large data set in a file and import it with `import` and `source.path`",
@@ -524,119 +551,192 @@ fn too_large(head: &[u8], max_bytes: usize) -> Value {
     }})
 }
 
-/// The top-level `"id"` of the JSON object `head` begins, when it comes within `head` and is a
-/// string or an integer; otherwise `null`.
-fn scan_id(head: &[u8]) -> Value {
-    let mut s = Scanner { b: head, i: 0 };
-    s.i = usize::from(head.starts_with(b"\xEF\xBB\xBF")) * 3;
-    s.ws();
-    if !s.eat(b'{') {
-        return Value::Null;
-    }
-    loop {
-        s.ws();
-        let key_start = s.i;
-        if !s.skip_string() {
-            return Value::Null;
-        }
-        let is_id = &head[key_start..s.i] == b"\"id\"";
-        s.ws();
-        if !s.eat(b':') {
-            return Value::Null;
-        }
-        s.ws();
-        let value_start = s.i;
-        if !s.skip_value() {
-            return Value::Null;
-        }
-        if is_id {
-            return match serde_json::from_slice::<Value>(&head[value_start..s.i]) {
-                Ok(v) if is_valid_id(&v) => v,
-                _ => Value::Null,
-            };
-        }
-        s.ws();
-        if !s.eat(b',') {
-            return Value::Null;
-        }
-    }
+/// Finds the top-level `"id"` of a JSON object fed to it in pieces, wherever in the object it
+/// comes, without keeping the rest: the answer to a line too large to hold can still carry the
+/// id its client is waiting on. Stops at the first top-level `"id"`; anything but an object, or
+/// an id that is not a string or an integer, gives `null`.
+#[derive(Debug, Default)]
+struct IdScan {
+    at: Scan,
+    /// Bytes fed so far (a byte-order mark is skipped at the start only).
+    fed: usize,
+    /// The key being read: up to three bytes, enough to tell `id` from the others.
+    key: Vec<u8>,
+    /// The value being read belongs to the key `id`.
+    is_id: bool,
+    /// The id's text, while it is being read.
+    value: Vec<u8>,
+    /// Inside the value: in a string, after a backslash, nesting of objects and arrays.
+    in_string: bool,
+    escaped: bool,
+    depth: usize,
+    found: Option<Value>,
 }
 
-/// Steps over JSON tokens; every method returns false when the input ends first.
-struct Scanner<'a> {
-    b: &'a [u8],
-    i: usize,
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    /// Before the opening brace.
+    #[default]
+    Start,
+    /// Before a key (or the closing brace).
+    Key,
+    InKey,
+    Colon,
+    /// Before a value.
+    Value,
+    /// In a string, object or array value.
+    Nested,
+    /// In a number, `true`, `false` or `null`.
+    Scalar,
+    /// Before a comma or the closing brace.
+    After,
+    /// Nothing more to learn.
+    Done,
 }
 
-impl Scanner<'_> {
-    fn ws(&mut self) {
-        while self.i < self.b.len() && self.b[self.i].is_ascii_whitespace() {
-            self.i += 1;
+impl IdScan {
+    fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if self.at == Scan::Done {
+                return;
+            }
+            self.fed += 1;
+            self.step(b);
         }
     }
 
-    fn eat(&mut self, c: u8) -> bool {
-        if self.b.get(self.i) == Some(&c) {
-            self.i += 1;
-            true
-        } else {
-            false
-        }
+    fn done(&self) -> bool {
+        self.at == Scan::Done
     }
 
-    fn skip_string(&mut self) -> bool {
-        if !self.eat(b'"') {
-            return false;
-        }
-        while let Some(&c) = self.b.get(self.i) {
-            self.i += 1;
-            match c {
-                b'\\' => self.i += 1,
-                b'"' => return true,
-                _ => {}
+    /// The id found, or `null`.
+    fn id(&self) -> Value {
+        self.found.clone().unwrap_or(Value::Null)
+    }
+
+    fn keep(&mut self, b: u8) {
+        if self.is_id {
+            if self.value.len() < MAX_ID_BYTES {
+                self.value.push(b);
+            } else {
+                // Far too long for an id this server echoes.
+                self.at = Scan::Done;
             }
         }
-        false
     }
 
-    fn skip_value(&mut self) -> bool {
-        match self.b.get(self.i) {
-            None => false,
-            Some(b'"') => self.skip_string(),
-            Some(b'{' | b'[') => {
-                let mut depth = 0usize;
-                while let Some(&c) = self.b.get(self.i) {
-                    match c {
-                        b'"' => {
-                            if !self.skip_string() {
-                                return false;
-                            }
-                            continue;
+    /// The end of a value: when it was the id's, the scan is over.
+    fn end_value(&mut self) {
+        if self.is_id {
+            self.found = serde_json::from_slice::<Value>(&self.value)
+                .ok()
+                .filter(is_valid_id);
+            self.at = Scan::Done;
+        } else {
+            self.at = Scan::After;
+        }
+    }
+
+    fn step(&mut self, b: u8) {
+        match self.at {
+            Scan::Start => match b {
+                0xEF | 0xBB | 0xBF if self.fed <= 3 => {}
+                b'{' => self.at = Scan::Key,
+                _ if b.is_ascii_whitespace() => {}
+                _ => self.at = Scan::Done,
+            },
+            Scan::Key => match b {
+                b'"' => {
+                    self.key.clear();
+                    self.escaped = false;
+                    self.at = Scan::InKey;
+                }
+                _ if b.is_ascii_whitespace() => {}
+                _ => self.at = Scan::Done,
+            },
+            Scan::InKey => {
+                if self.escaped {
+                    self.escaped = false;
+                    self.key.push(b'\\');
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.is_id = self.key == b"id";
+                    self.at = Scan::Colon;
+                } else if self.key.len() < 3 {
+                    self.key.push(b);
+                }
+            }
+            Scan::Colon => match b {
+                b':' => self.at = Scan::Value,
+                _ if b.is_ascii_whitespace() => {}
+                _ => self.at = Scan::Done,
+            },
+            Scan::Value => {
+                if b.is_ascii_whitespace() {
+                    return;
+                }
+                self.value.clear();
+                self.keep(b);
+                match b {
+                    b'"' => {
+                        self.in_string = true;
+                        self.escaped = false;
+                        self.depth = 0;
+                        self.at = Scan::Nested;
+                    }
+                    b'{' | b'[' => {
+                        self.in_string = false;
+                        self.depth = 1;
+                        self.at = Scan::Nested;
+                    }
+                    b',' | b'}' | b']' | b':' => self.at = Scan::Done,
+                    _ => self.at = Scan::Scalar,
+                }
+            }
+            Scan::Nested => {
+                self.keep(b);
+                if self.in_string {
+                    if self.escaped {
+                        self.escaped = false;
+                    } else if b == b'\\' {
+                        self.escaped = true;
+                    } else if b == b'"' {
+                        self.in_string = false;
+                        if self.depth == 0 {
+                            self.end_value();
                         }
-                        b'{' | b'[' => depth += 1,
+                    }
+                } else {
+                    match b {
+                        b'"' => self.in_string = true,
+                        b'{' | b'[' => self.depth += 1,
                         b'}' | b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                self.i += 1;
-                                return true;
+                            self.depth -= 1;
+                            if self.depth == 0 {
+                                self.end_value();
                             }
                         }
                         _ => {}
                     }
-                    self.i += 1;
                 }
-                false
             }
-            Some(_) => {
-                let start = self.i;
-                while let Some(&c) = self.b.get(self.i) {
-                    if matches!(c, b',' | b'}' | b']') || c.is_ascii_whitespace() {
-                        return self.i > start;
+            Scan::Scalar => {
+                if matches!(b, b',' | b'}') || b.is_ascii_whitespace() {
+                    self.end_value();
+                    if self.at == Scan::After {
+                        self.step(b);
                     }
-                    self.i += 1;
+                } else {
+                    self.keep(b);
                 }
-                false
             }
+            Scan::After => match b {
+                b',' => self.at = Scan::Key,
+                _ if b.is_ascii_whitespace() => {}
+                _ => self.at = Scan::Done,
+            },
+            Scan::Done => {}
         }
     }
 }
@@ -689,12 +789,12 @@ impl<R: AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for StdioTrans
         loop {
             match self.read_line().await {
                 Read::Line => {}
-                Read::TooLarge(head) => {
+                Read::TooLarge(id) => {
                     tracing::warn!(
                         max_bytes = self.max_bytes,
                         "a message over the size limit was refused"
                     );
-                    self.reply(too_large(&head, self.max_bytes));
+                    self.reply(too_large(id, self.max_bytes));
                     continue;
                 }
                 Read::Eof => return None,
@@ -727,9 +827,26 @@ impl<R: AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for StdioTrans
 mod tests {
     use super::*;
 
+    /// The id `IdScan` finds in `bytes`, fed at once and fed a byte at a time (the same).
+    fn scan_id(bytes: &[u8]) -> Value {
+        let mut whole = IdScan::default();
+        whole.feed(bytes);
+        let mut bytewise = IdScan::default();
+        for b in bytes {
+            bytewise.feed(std::slice::from_ref(b));
+        }
+        assert_eq!(
+            whole.id(),
+            bytewise.id(),
+            "{}",
+            String::from_utf8_lossy(bytes)
+        );
+        whole.id()
+    }
+
     #[test]
-    fn the_id_of_an_oversized_line_is_found_when_it_comes_early() {
-        let cases: [(&[u8], Value); 9] = [
+    fn the_id_of_an_oversized_line_is_found_wherever_it_comes() {
+        let cases: [(&[u8], Value); 13] = [
             (
                 br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"a":"xxx"#,
                 json!(7),
@@ -745,10 +862,22 @@ mod tests {
             (br#"{"id":12"#, Value::Null),
             (br#"[{"id":1}"#, Value::Null),
             (b"\xEF\xBB\xBF{\"id\":-4,\"m\":", json!(-4)),
+            // After the bulk: the id its client waits on.
+            (
+                br#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"remember","arguments":{"memories":[{"content":"x\"},{]"}]}},"id":7}"#,
+                json!(7),
+            ),
+            (br#"{"method":"m","params":[1,[2,{"id":9}]], "id" : "late" }"#, json!("late")),
+            (br#"{"ids":[1],"idx":2,"i\d":3,"id":4}"#, json!(4)),
+            (br#"{"a":true,"b":null,"id":5}"#, json!(5)),
         ];
         for (head, want) in cases {
             assert_eq!(scan_id(head), want, "{}", String::from_utf8_lossy(head));
         }
+        let mut long = br#"{"id":""#.to_vec();
+        long.resize(4 * MAX_ID_BYTES, b'x');
+        long.extend_from_slice(br#"","p":1}"#);
+        assert_eq!(scan_id(&long), Value::Null);
     }
 
     #[test]
@@ -792,7 +921,7 @@ mod tests {
         assert!(matches!(t.read_line().await, Read::Line));
         assert_eq!(t.line, b"{\"a\":1}\r\n");
         t.line.clear();
-        assert!(matches!(t.read_line().await, Read::TooLarge(h) if h == b"0123456789ABCDEF"));
+        assert!(matches!(t.read_line().await, Read::TooLarge(Value::Null)));
         assert!(matches!(t.read_line().await, Read::Line));
         assert_eq!(t.line, b"{\"b\":2}");
         t.line.clear();
@@ -803,5 +932,23 @@ mod tests {
             .await
             .unwrap();
         assert!(out.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_oversized_line_is_answered_with_the_id_that_follows_its_bulk() {
+        let input = br#"{"jsonrpc":"2.0","method":"tools/call","params":{"a":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"},"id":7}
+{"id":8,"p":"yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"}
+{"b":2}
+{"id":"eof","p":"zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"#
+            .to_vec();
+        let (w, _r) = tokio::io::duplex(1 << 16);
+        let mut t = StdioTransport::new(&input[..], w, 12, std::sync::Arc::new(Session::default()));
+        assert!(matches!(t.read_line().await, Read::TooLarge(id) if id == json!(7)));
+        assert!(matches!(t.read_line().await, Read::TooLarge(id) if id == json!(8)));
+        assert!(matches!(t.read_line().await, Read::Line));
+        assert_eq!(t.line, b"{\"b\":2}\n");
+        t.line.clear();
+        assert!(matches!(t.read_line().await, Read::TooLarge(id) if id == json!("eof")));
+        assert!(matches!(t.read_line().await, Read::Eof));
     }
 }

@@ -1,10 +1,16 @@
 //! `serve --http`: the core flows over Streamable HTTP in both eras, and what the HTTP layer
-//! refuses (foreign origins, oversized bodies, reachable addresses without authorisation,
-//! requests without a known bearer token, writes with a read-only token).
+//! refuses (foreign origins and hosts on every endpoint, oversized bodies, reachable addresses
+//! without authorisation, requests without a known bearer token, writes with a read-only token,
+//! another token's session, bodies that are not JSON-RPC), and what slow or idle clients cannot
+//! hold (connections past their deadlines, more connections than the cap, every request slot).
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::support::{BIN, CallError, Era, HttpChild, Server, TestDb, Wire, hit_ids, http_request};
 
@@ -570,5 +576,500 @@ async fn ending_a_session_is_answered_200() {
     after.extend(end);
     let (status, answer) = http_request(&at, "POST", "/mcp", &after, &list).await;
     assert_eq!(status, 404, "the session is gone: {answer}");
+    http.stop().await;
+}
+
+/// The session id of an `initialize` answer.
+fn session_id_of(answer: &str) -> String {
+    answer
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("a session id in {answer}"))
+}
+
+/// The body of an answer of [`http_request`].
+fn body_of(answer: &str) -> &str {
+    answer.split_once("\r\n\r\n").map_or("", |(_, b)| b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_belongs_to_the_token_that_opened_it() {
+    let db = TestDb::new();
+    let file = db.path.with_file_name("tokens");
+    let alice = format!("Bearer {}", add_token(&file, "alice", "read"));
+    let bob = format!("Bearer {}", add_token(&file, "bob", "read"));
+    let log = db.path.with_file_name("sessions.log");
+    let http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
+    let at = http.authority().to_owned();
+    let init = serde_json::to_vec(&json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}
+    }))
+    .unwrap();
+    let post = |token: &str, session: &str| {
+        vec![
+            ("Content-Type", "application/json".to_owned()),
+            ("Accept", "application/json, text/event-stream".to_owned()),
+            ("MCP-Protocol-Version", "2025-11-25".to_owned()),
+            ("Authorization", token.to_owned()),
+            ("Mcp-Session-Id", session.to_owned()),
+        ]
+    };
+    let send = |method: &'static str, headers: Vec<(&'static str, String)>, body: Vec<u8>| {
+        let at = at.clone();
+        async move {
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            http_request(&at, method, "/mcp", &headers, &body).await
+        }
+    };
+    let mut opening = post(&alice, "");
+    opening.pop();
+    let (status, answer) = send("POST", opening, init).await;
+    assert_eq!(status, 200, "{answer}");
+    let session = session_id_of(&answer);
+    let initialized =
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .unwrap();
+    let (status, answer) = send("POST", post(&alice, &session), initialized.clone()).await;
+    assert_eq!(status, 202, "{answer}");
+
+    // Another token: every method on the session is answered as for a session that does not
+    // exist, and the session lives on.
+    let list =
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).unwrap();
+    for (method, body) in [
+        ("GET", Vec::new()),
+        ("POST", list.clone()),
+        ("POST", initialized.clone()),
+        ("DELETE", Vec::new()),
+    ] {
+        let mut headers = post(&bob, &session);
+        if method == "GET" {
+            headers[1].1 = "text/event-stream".to_owned();
+        }
+        let (theirs, foreign) = send(method, headers.clone(), body.clone()).await;
+        headers[4].1 = "no-such-session".to_owned();
+        let (unknown, missing) = send(method, headers, body).await;
+        assert_eq!(
+            theirs, 404,
+            "{method} on another token's session: {foreign}"
+        );
+        assert_eq!(unknown, 404, "{method} on no session: {missing}");
+        assert_eq!(body_of(&foreign), body_of(&missing), "{method}");
+    }
+    let (status, answer) = send("POST", post(&alice, &session), initialized.clone()).await;
+    assert_eq!(
+        status, 202,
+        "the session outlived the other token's DELETE: {answer}"
+    );
+    let (status, answer) = send("POST", post(&alice, &session), list).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("recall"), "{answer}");
+
+    let (status, answer) = send("DELETE", post(&alice, &session), Vec::new()).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, _) = send("POST", post(&alice, &session), initialized).await;
+    assert_eq!(status, 404, "the session is gone");
+    http.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_checks_the_host() {
+    let db = TestDb::new();
+    let log = db.path.with_file_name("hosts.log");
+    let http = HttpChild::spawn(&db.path, &["--allow-host", "memory.example.com"], &log).await;
+    let at = http.authority().to_owned();
+    let port = at.rsplit(':').next().unwrap().to_owned();
+    for path in ["/healthz", "/readyz", "/metrics", "/mcp", "/nowhere"] {
+        for host in [
+            "attacker.example",
+            "attacker.example:80",
+            "localhost.attacker.example",
+        ] {
+            let (status, answer) = http_request(&at, "GET", path, &[("Host", host)], b"").await;
+            assert_eq!(status, 403, "{path} for {host}: {answer}");
+        }
+        for host in [
+            format!("localhost:{port}"),
+            format!("127.0.0.1:{port}"),
+            format!("[::1]:{port}"),
+            "memory.example.com".to_owned(),
+        ] {
+            let (status, answer) =
+                http_request(&at, "GET", path, &[("Host", host.as_str())], b"").await;
+            assert_ne!(status, 403, "{path} for {host}: {answer}");
+        }
+    }
+    let (status, answer) = http_request(&at, "GET", "/healthz", &[], b"").await;
+    assert_eq!(status, 200, "{answer}");
+    http.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_that_are_not_json_rpc_get_json_rpc_errors() {
+    let db = TestDb::new();
+    let log = db.path.with_file_name("bodies.log");
+    let http = HttpChild::spawn(&db.path, &[], &log).await;
+    let at = http.authority().to_owned();
+    for (body, code, id) in [
+        (&b"this is not JSON"[..], -32700, Value::Null),
+        (
+            br#"{"jsonrpc": "2.0", "id": 4, "method": "tools/list""#,
+            -32700,
+            Value::Null,
+        ),
+        (br#"{"hello": "world"}"#, -32600, Value::Null),
+        (br#"{"jsonrpc": "2.0", "id": 3}"#, -32600, json!(3)),
+        (
+            br#"[{"jsonrpc": "2.0", "id": 5, "method": "tools/list"}]"#,
+            -32600,
+            Value::Null,
+        ),
+    ] {
+        let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, body).await;
+        let text = String::from_utf8_lossy(body);
+        assert_eq!(status, 400, "{text}: {answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{answer}"
+        );
+        let error: Value = serde_json::from_str(body_of(&answer))
+            .unwrap_or_else(|e| panic!("{text}: not JSON ({e}): {answer}"));
+        assert_eq!(error["jsonrpc"], "2.0", "{error}");
+        assert_eq!(error["id"], id, "{text}: {error}");
+        assert_eq!(error["error"]["code"], code, "{text}: {error}");
+        assert!(error["error"]["message"].is_string(), "{error}");
+    }
+    // A body that is not declared JSON is still 415, as rmcp answers it.
+    let mut headers = MCP_HEADERS.to_vec();
+    headers[0] = ("Content-Type", "text/plain");
+    let (status, answer) = http_request(&at, "POST", "/mcp", &headers, &tools_list()).await;
+    assert_eq!(status, 415, "{answer}");
+    let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, &tools_list()).await;
+    assert_eq!(status, 200, "{answer}");
+    http.stop().await;
+}
+
+/// Reads `stream` until the server closes it or `limit` passes: what came, and whether it closed.
+async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (String, bool) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return (String::from_utf8_lossy(&got).into_owned(), false),
+            Ok(Ok(0) | Err(_)) => return (String::from_utf8_lossy(&got).into_owned(), true),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// The head of a POST to `/mcp` of a 2026-07-28 client declaring `length` bytes of body.
+fn post_head(authority: &str, length: usize, token: Option<&str>) -> String {
+    let mut head =
+        format!("POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {length}\r\n");
+    for (k, v) in MCP_HEADERS {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    head.push_str("\r\n");
+    head
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_get_408_and_overlong_ones_413_unread() {
+    let db = TestDb::new();
+    let log = db.path.with_file_name("bodies.log");
+    let http = HttpChild::spawn(
+        &db.path,
+        &["--http-body-timeout-ms", "1000", "--http-max-body", "4096"],
+        &log,
+    )
+    .await;
+    let at = http.authority().to_owned();
+
+    // A body that does not arrive in time: 408, long before the request timeout (60 s).
+    let mut slow = TcpStream::connect(&at).await.unwrap();
+    slow.write_all(post_head(&at, 100, None).as_bytes())
+        .await
+        .unwrap();
+    slow.write_all(b"{\"jsonrpc\":").await.unwrap();
+    let (answer, _) = read_until_closed(&mut slow, Duration::from_secs(8)).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+
+    // A body declared longer than the limit: 413 before any of it is sent.
+    let mut long = TcpStream::connect(&at).await.unwrap();
+    long.write_all(post_head(&at, 1_000_000, None).as_bytes())
+        .await
+        .unwrap();
+    let (answer, _) = read_until_closed(&mut long, Duration::from_secs(8)).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer:?}");
+
+    let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, &tools_list()).await;
+    assert_eq!(status, 200, "{answer}");
+    http.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_heads_and_idle_connections_are_cut() {
+    let db = TestDb::new();
+    let log = db.path.with_file_name("deadlines.log");
+    let http = HttpChild::spawn(
+        &db.path,
+        &[
+            "--http-header-timeout-ms",
+            "1000",
+            "--http-idle-timeout-ms",
+            "3000",
+        ],
+        &log,
+    )
+    .await;
+    let at = http.authority().to_owned();
+
+    // A head that keeps coming a byte at a time but never ends: closed at its deadline (before
+    // the idle timeout, which a connection that sends bytes does not reach).
+    let stream = TcpStream::connect(&at).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let started = Instant::now();
+    let trickle = tokio::spawn(async move {
+        let _ = write.write_all(b"GET /healthz HTTP/1.1\r\nX-Slow: ").await;
+        while write.write_all(b"a").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut got = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(8), read.read_to_end(&mut got)).await;
+    let took = started.elapsed();
+    assert!(closed.is_ok(), "a slow head held its connection for 8 s");
+    assert!(took < Duration::from_millis(2500), "closed after {took:?}");
+    trickle.abort();
+
+    // An idle connection, new or after an exchange, is closed after the idle timeout.
+    let mut idle = TcpStream::connect(&at).await.unwrap();
+    let started = Instant::now();
+    let (_, closed) = read_until_closed(&mut idle, Duration::from_secs(10)).await;
+    assert!(closed, "an idle connection stayed open");
+    assert!(
+        started.elapsed() >= Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut kept = TcpStream::connect(&at).await.unwrap();
+    kept.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {at}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"ok\n") {
+        let mut buf = [0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(5), kept.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(n > 0, "closed before answering");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let answered = Instant::now();
+    let (_, closed) = read_until_closed(&mut kept, Duration::from_secs(10)).await;
+    assert!(closed, "an idle keep-alive connection stayed open");
+    assert!(
+        answered.elapsed() >= Duration::from_millis(2500),
+        "{:?}",
+        answered.elapsed()
+    );
+
+    let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, &tools_list()).await;
+    assert_eq!(status, 200, "{answer}");
+    http.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_cap_are_answered_503() {
+    let db = TestDb::new();
+    let log = db.path.with_file_name("cap.log");
+    let http = HttpChild::spawn(&db.path, &["--http-max-connections", "4"], &log).await;
+    let at = http.authority().to_owned();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(TcpStream::connect(&at).await.unwrap());
+    }
+    let (status, answer) = http_request(&at, "GET", "/healthz", &[], b"").await;
+    assert_eq!(status, 503, "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1"),
+        "{answer}"
+    );
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, answer) = http_request(&at, "GET", "/healthz", &[], b"").await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{answer}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    http.stop().await;
+}
+
+/// Slow clients all at once: 300 connections sending a request head a byte at a time without a
+/// token, and 256 requests of one read token sending their bodies a byte at a time (each asks
+/// again a second after it is refused or cut). A second token's recalls still succeed, and
+/// `/healthz` answers throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_do_not_hold_the_server() {
+    let db = TestDb::new();
+    let file = db.path.with_file_name("tokens");
+    let writer = add_token(&file, "writer", "read,write");
+    let slow = add_token(&file, "slow", "read");
+    let steady = add_token(&file, "steady", "read");
+    let log = db.path.with_file_name("slow.log");
+    let http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
+    let at = http.authority().to_owned();
+    let w = Server::attach(&http.url, Era::Discover, Some(&writer), &log).await;
+    let memories: Vec<Value> = (0..50)
+        .map(|i| json!({"content": format!("The harbour crane {i} lifts containers at dawn")}))
+        .collect();
+    w.remember(Value::Array(memories)).await;
+    w.stop().await;
+
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let refused = Arc::new(AtomicUsize::new(0));
+    let mut attackers = Vec::new();
+    for i in 0..300 {
+        let at = at.clone();
+        attackers.push(tokio::spawn(async move {
+            loop {
+                let Ok(mut s) = TcpStream::connect(&at).await else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
+                let head = format!("GET /healthz HTTP/1.1\r\nHost: {at}\r\nX-Slow-{i}: ");
+                for b in head.bytes().chain(std::iter::repeat(b'a')) {
+                    if s.write_all(&[b]).await.is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }));
+    }
+    for _ in 0..256 {
+        let (at, slow, refused) = (at.clone(), slow.clone(), Arc::clone(&refused));
+        attackers.push(tokio::spawn(async move {
+            loop {
+                let Ok(s) = TcpStream::connect(&at).await else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
+                let (mut read, mut write) = s.into_split();
+                if write
+                    .write_all(post_head(&at, 100_000, Some(&slow)).as_bytes())
+                    .await
+                    .is_err()
+                {
+                    continue;
+                }
+                let trickle = async move {
+                    while write.write_all(b" ").await.is_ok() {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                };
+                let answer = async move {
+                    let mut buf = [0u8; 256];
+                    matches!(read.read(&mut buf).await, Ok(n) if n > 0 && buf.starts_with(b"HTTP/1.1 429"))
+                };
+                tokio::select! {
+                    () = trickle => {}
+                    too_many = answer => {
+                        if too_many {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                // As `Retry-After` asks.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }));
+    }
+    // Liveness answers throughout.
+    let probe = {
+        let (at, stop) = (at.clone(), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut worst = Duration::ZERO;
+            let mut probes = 0;
+            loop {
+                let started = Instant::now();
+                let answered = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    http_request(&at, "GET", "/healthz", &[], b""),
+                )
+                .await;
+                let (status, answer) = answered.expect("/healthz answered within 5 s");
+                assert_eq!(status, 200, "{answer}");
+                worst = worst.max(started.elapsed());
+                probes += 1;
+                tokio::select! {
+                    () = stop.notified() => return (probes, worst),
+                    () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                }
+            }
+        })
+    };
+    // The slow bodies have taken their token's share of the slots.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while refused.load(Ordering::Relaxed) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let s = Server::attach(&http.url, Era::Discover, Some(&steady), &log).await;
+    let started = Instant::now();
+    let mut recalls = 0;
+    let mut worst = Duration::ZERO;
+    // Past the header and body deadlines (10 s, 20 s), so cut clients come back meanwhile.
+    while started.elapsed() < Duration::from_secs(25) || recalls < 20 {
+        let t = Instant::now();
+        match s
+            .call_within(
+                "recall",
+                json!({"query": "harbour crane"}),
+                Duration::from_secs(20),
+            )
+            .await
+        {
+            Some(Ok(out)) => assert!(!hit_ids(&out).is_empty(), "{out}"),
+            other => panic!(
+                "recall {recalls} under slow clients: {other:?}\n{}",
+                s.log_tail()
+            ),
+        }
+        worst = worst.max(t.elapsed());
+        recalls += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.notify_one();
+    let (probes, worst_probe) = probe.await.expect("the /healthz probe");
+    for a in attackers {
+        a.abort();
+    }
+    assert!(
+        refused.load(Ordering::Relaxed) > 0,
+        "one token's slow bodies were never held to its share"
+    );
+    assert!(worst < Duration::from_secs(10), "slowest recall {worst:?}");
+    assert!(
+        probes > 10 && worst_probe < Duration::from_secs(5),
+        "{probes} probes, slowest {worst_probe:?}"
+    );
+    s.stop().await;
     http.stop().await;
 }

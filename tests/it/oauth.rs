@@ -215,3 +215,73 @@ async fn jwt_access_tokens_are_checked_against_the_key_set_and_its_rotation() {
     http.stop().await;
     server.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_oauth_server_points_at_its_metadata_and_it_needs_no_token() {
+    let db = TestDb::new();
+    let tokens = db.path.with_file_name("tokens");
+    crate::http::add_token(&tokens, "alice", "read");
+    let tokens = tokens.to_str().unwrap().to_owned();
+    let log = db.path.with_file_name("challenge.log");
+    let metadata = [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+    ];
+
+    // Tokens only: the challenge and its text send no client looking for an authorisation
+    // server, and there is no metadata to read.
+    let http = HttpChild::spawn(&db.path, &["--tokens", &tokens], &log).await;
+    let at = http.authority().to_owned();
+    let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, &tools_list()).await;
+    assert_eq!(status, 401, "{answer}");
+    let lower = answer.to_ascii_lowercase();
+    assert!(lower.contains("www-authenticate: bearer"), "{answer}");
+    assert!(!answer.contains("resource_metadata"), "{answer}");
+    assert!(
+        !lower.contains("metadata") && !lower.contains("authorisation server"),
+        "{answer}"
+    );
+    assert!(answer.contains("mnemograph token add"), "{answer}");
+    for path in metadata {
+        let (status, answer) = http_request(&at, "GET", path, &[], b"").await;
+        assert_eq!(status, 404, "{path}: {answer}");
+        assert!(
+            !answer.to_ascii_lowercase().contains("www-authenticate"),
+            "{answer}"
+        );
+    }
+    http.stop().await;
+
+    // OAuth beside the tokens: the challenge names the metadata, which is served to anyone
+    // (RFC 9728), with or without a token, good or bad, on an admitted host only.
+    let jwks = db.path.with_file_name("jwks.json");
+    std::fs::write(&jwks, key_set(&[&SigningKey::new("k1")])).unwrap();
+    let mut args = oauth_args(jwks.to_str().unwrap()).to_vec();
+    args.extend(["--tokens", tokens.as_str()]);
+    let http = HttpChild::spawn(&db.path, &args, &log).await;
+    let at = http.authority().to_owned();
+    let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, &tools_list()).await;
+    assert_eq!(status, 401, "{answer}");
+    assert!(answer.contains(r#"resource_metadata=""#), "{answer}");
+    assert!(
+        answer.contains("protected-resource metadata") && answer.contains("mnemograph token add"),
+        "{answer}"
+    );
+    for path in metadata {
+        for headers in [
+            vec![],
+            vec![("Authorization", "Bearer mgt_not-a-token")],
+            vec![("Authorization", "Bearer a.b.c")],
+        ] {
+            let (status, answer) = http_request(&at, "GET", path, &headers, b"").await;
+            assert_eq!(status, 200, "{path} {headers:?}: {answer}");
+            let body: Value =
+                serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+            assert_eq!(body["resource"], AUDIENCE);
+        }
+        let (status, answer) =
+            http_request(&at, "GET", path, &[("Host", "attacker.example")], b"").await;
+        assert_eq!(status, 403, "{path}: {answer}");
+    }
+    http.stop().await;
+}

@@ -31,7 +31,10 @@ const OWNERS: &[(&str, &[&str])] = &[
     ("jsonwebtoken", &["src/mcp/oauth.rs", "tests/", "examples/"]),
     ("tracing_subscriber", &["src/cli/", "examples/"]),
     ("clap", &["src/cli/"]),
-    ("libc", &["src/priority.rs"]),
+    ("libc", &["src/priority.rs", "src/open_files.rs"]),
+    ("axum", &["src/mcp/"]),
+    ("hyper", &["src/mcp/"]),
+    ("hyper_util", &["src/mcp/"]),
 ];
 
 /// Words that start SQL statements: string literals holding them belong in `store`.

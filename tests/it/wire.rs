@@ -357,3 +357,37 @@ async fn prompts_and_completions_are_not_offered() {
         raw.close().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_over_the_size_limit_is_answered_with_the_id_after_its_bulk() {
+    const LIMIT: usize = 128 * 1024 * 1024;
+    let db = TestDb::new();
+    let mut raw = Raw::open(&db.path, Era::Initialize).await;
+    // The id comes last, after the bulk (as serialisers that sort keys, or put `id` at the end,
+    // write it): the answer still carries it, so the client waiting on it is not left hanging.
+    let mut line = br#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"remember","arguments":{"memories":[{"content":""#.to_vec();
+    line.resize(LIMIT + 1024, b'x');
+    line.extend_from_slice(br#""}]}},"id":7}"#);
+    line.push(b'\n');
+    raw.write(&line).await;
+    drop(line);
+    let answer = raw
+        .reply_within(&json!(7), Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|| panic!("no answer with id 7\n{}", raw.log_tail()));
+    assert_eq!(error_code(&answer), Some(-32600), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("too large")),
+        "{answer}"
+    );
+    still_serving(&mut raw, "otter").await;
+    let rest = raw.close().await;
+    assert!(
+        !rest
+            .iter()
+            .any(|m| m.get("error").is_some() && m["id"].is_null()),
+        "no error without an id: {rest:?}"
+    );
+}
