@@ -42,8 +42,16 @@ fn summary(r: &RunReport) -> String {
     let c = &r.counts;
     let what = if r.dry_run { "dry run" } else { "run" };
     let id = r.run_id.as_deref().unwrap_or("");
+    let apart = if c.kept_apart > 0 {
+        format!(
+            " · {} near-duplicate pairs kept apart (they differ in a number, id, name or negation)",
+            c.kept_apart
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "{what} {id} {} in {:.1} s: examined {} memories · {} merged into {} · {} summaries · {} contradictions ({} resolved) · {} archived · relations {} moved, {} folded, {} closed",
+        "{what} {id} {} in {:.1} s: examined {} memories · {} merged into {} · {} summaries · {} contradictions ({} resolved) · {} archived · relations {} moved, {} folded, {} closed{apart}",
         r.state,
         r.millis as f64 / 1e3,
         c.examined,

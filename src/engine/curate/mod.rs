@@ -8,6 +8,7 @@
 mod archive;
 mod contradict;
 mod hygiene;
+mod identity;
 mod merge;
 mod pairs;
 mod policy;
@@ -83,6 +84,10 @@ pub struct Counts {
     pub contradictions: u64,
     #[serde(default)]
     pub resolved: u64,
+    /// Pairs of near-duplicates kept apart because they differ in a number, date, version, id,
+    /// amount, name or negation (they say different things).
+    #[serde(default)]
+    pub kept_apart: u64,
 }
 
 /// One example of what a step changed (or would change).
@@ -164,6 +169,7 @@ impl Counts {
         self.summaries += o.summaries;
         self.contradictions += o.contradictions;
         self.resolved += o.resolved;
+        self.kept_apart += o.kept_apart;
     }
 }
 

@@ -182,6 +182,107 @@ fn merge_folds_repeats_and_near_duplicates_into_one_survivor_with_every_relation
 }
 
 #[test]
+fn near_duplicates_that_differ_in_a_number_id_date_name_or_negation_are_kept_apart() {
+    let (_d, e) = engine();
+    let apart = [
+        (
+            "Unrelated note number 3 about topic 8 for the weekly review.",
+            "Unrelated note number 4 about topic 8 for the weekly review.",
+        ),
+        (
+            "Nightly job etl-42 failed with a timeout in the loader stage.",
+            "Nightly job etl-43 failed with a timeout in the loader stage.",
+        ),
+        (
+            "The invoice INV-2024-0042 for cloud hosting was paid in full.",
+            "The invoice INV-2024-0043 for cloud hosting was paid in full.",
+        ),
+        (
+            "The budget meeting of the platform team moved to 2024-03-05.",
+            "The budget meeting of the platform team moved to 2024-03-06.",
+        ),
+        (
+            "The mobile client release v1.2.3 ships the new sync engine.",
+            "The mobile client release v1.2.4 ships the new sync engine.",
+        ),
+        (
+            "The monthly hosting bill of the staging cluster is $120.",
+            "The monthly hosting bill of the staging cluster is $150.",
+        ),
+        (
+            "The database migration of the billing service is finished.",
+            "The database migration of the billing service is not finished.",
+        ),
+        (
+            "The design review of the search page is led by Alice Moreau.",
+            "The design review of the search page is led by Bruno Keller.",
+        ),
+    ];
+    let mut items = Vec::new();
+    for (a, b) in apart {
+        items.push(note(a));
+        items.push(note(b));
+    }
+    // Re-statements that agree, or only add a detail, still merge.
+    items.push(note(
+        "Greta keeps bees on the roof of her house in Porto since 2019.",
+    ));
+    items.push(note(
+        "Greta keeps bees on the roof of her house in Porto since 2019!",
+    ));
+    items.push(note(
+        "The staging cluster of the search team runs in Frankfurt.",
+    ));
+    items.push(note(
+        "The staging cluster of the search team runs in Frankfurt on 3 nodes.",
+    ));
+    let ids = put(&e, items);
+    let policy = json!({"merge_similarity": 0.5});
+    let dry = consolidate(
+        &e,
+        &ConsolidateRequest {
+            dry_run: true,
+            ..req(&["merge"], policy.clone())
+        },
+    );
+    assert_eq!(dry.counts.merged, 2, "{dry:?}");
+    let report = consolidate(&e, &req(&["merge"], policy));
+    assert_eq!(
+        (report.counts.merged, report.counts.kept_apart),
+        (2, 8),
+        "{report:?}"
+    );
+    for id in &ids[..16] {
+        assert!(get(&e, id).merged.is_none(), "{id} was merged: {report:?}");
+    }
+    // The detail one of them added is in the survivor, whichever survived.
+    let frankfurt = get(&e, &ids[19]).memory;
+    assert!(
+        frankfurt.content.contains("on 3 nodes"),
+        "{}",
+        frankfurt.content
+    );
+    // The full default run leaves them alone too (free text is no contradiction).
+    let all = consolidate(
+        &e,
+        &ConsolidateRequest {
+            started_by: "test".into(),
+            policy: Some(json!({"merge_similarity": 0.5})),
+            ..ConsolidateRequest::default()
+        },
+    );
+    assert_eq!(
+        (all.counts.merged, all.counts.contradictions),
+        (0, 0),
+        "{all:?}"
+    );
+    for id in &ids[..16] {
+        let m = get(&e, id);
+        assert!(m.merged.is_none() && m.memory.deleted_at.is_none(), "{id}");
+    }
+}
+
+#[test]
 fn exact_repeats_merge_without_vectors_and_named_memories_never_merge_into_another_name() {
     let dir = tempfile::tempdir().unwrap();
     let e = Engine::open_with(Config::for_db(dir.path().join("m.db")), None).unwrap();
