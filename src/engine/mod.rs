@@ -166,4 +166,4 @@ impl Drop for Engine {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
