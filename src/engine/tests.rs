@@ -1370,16 +1370,19 @@ impl crate::engine::traverse::Control for LeaseProbe {
             LeaseAct::GoQuietAndWait => {
                 other
                     .write(|tx| {
-                        let run = runs::in_state(tx, "running")?.remove(0);
-                        runs::take_lease(
+                        let held = runs::lease(tx, LEASE)?.expect("the run holds the lease");
+                        let back = now - LEASE_STALE_MS - 10_000;
+                        let took = runs::take_lease(
                             tx,
                             LEASE,
-                            &format!("run:{}", run.id),
-                            Some(&run.id),
-                            now - LEASE_STALE_MS - 10_000,
+                            &held.holder,
+                            held.run_id.as_deref(),
+                            back,
                             LEASE_STALE_MS,
-                        )
-                        .map(drop)
+                        )?;
+                        assert!(took.is_ok(), "its own holder takes it again");
+                        assert_eq!(runs::lease(tx, LEASE)?.map(|l| l.heartbeat_at), Some(back));
+                        Ok(())
                     })
                     .unwrap();
                 std::thread::sleep(std::time::Duration::from_millis(2_200));
