@@ -655,10 +655,11 @@ fn before_and_after(corpus: &Corpus, mess: Option<&Mess>) -> anyhow::Result<()> 
     corpus.engine.reindex_vectors()?;
     let memories_after = corpus.engine.stats()?.memories;
     say!(
-        "consolidation: {} merged into {} survivors, {} archived, in {run_s:.1} s; memories {memories_before} → {memories_after}",
+        "consolidation: {} merged into {} survivors, {} archived, {} near-duplicate pairs kept apart (a number, id, name or negation differs), in {run_s:.1} s; memories {memories_before} → {memories_after}",
         report.counts.merged,
         report.counts.survivors,
-        report.counts.archived
+        report.counts.archived,
+        report.counts.kept_apart
     );
     for (label, list) in [
         ("turns of the conversations", Some(&originals)),

@@ -1,5 +1,6 @@
 //! `mnemograph consolidate` for operators and cron: progress on stderr, one summary line (or the
-//! report as JSON) on stdout, exit code 0 when the run completed or another run holds the lease.
+//! report as JSON) on stdout; exit code 0 when the run completed, [`EXIT_BUSY`] when another run
+//! holds the database (nothing was done: cron must see it).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -8,6 +9,9 @@ use crate::cli::transfer::Progress;
 use crate::engine::Engine;
 use crate::engine::curate::{ConsolidateRequest, RunReport};
 use crate::model::format_time;
+
+/// Exit code of a run that did nothing because another run holds the database.
+pub(super) const EXIT_BUSY: u8 = 4;
 
 /// What the command was asked to do.
 #[derive(Debug, clap::Args)]
@@ -42,8 +46,16 @@ fn summary(r: &RunReport) -> String {
     let c = &r.counts;
     let what = if r.dry_run { "dry run" } else { "run" };
     let id = r.run_id.as_deref().unwrap_or("");
+    let apart = if c.kept_apart > 0 {
+        format!(
+            " · {} near-duplicate pairs kept apart (they differ in a number, id, name or negation)",
+            c.kept_apart
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "{what} {id} {} in {:.1} s: examined {} memories · {} merged into {} · {} summaries · {} contradictions ({} resolved) · {} archived · relations {} moved, {} folded, {} closed",
+        "{what} {id} {} in {:.1} s: examined {} memories · {} merged into {} · {} summaries · {} contradictions ({} resolved) · {} archived · relations {} moved, {} folded, {} closed{apart}",
         r.state,
         r.millis as f64 / 1e3,
         c.examined,
@@ -124,13 +136,24 @@ pub(super) fn run(engine: &Engine, call: Call) -> anyhow::Result<ExitCode> {
     let res = engine.consolidate(&req, &progress);
     progress.finish();
     let report = res?;
+    if let Some(holder) = &report.held_by {
+        if call.json {
+            writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        } else {
+            writeln!(
+                out,
+                "skipped: run {holder} holds the database; nothing done"
+            )?;
+        }
+        drop(out);
+        let _ = writeln!(
+            std::io::stderr(),
+            "nothing done: consolidation run {holder} is running on this database (its process keeps its lease); try again when it ends (`mnemograph consolidate --runs` lists it)"
+        );
+        return Ok(ExitCode::from(EXIT_BUSY));
+    }
     if call.json {
         writeln!(out, "{}", serde_json::to_string(&report)?)?;
-    } else if let Some(holder) = &report.held_by {
-        writeln!(
-            out,
-            "skipped: run {holder} holds the database; nothing done"
-        )?;
     } else {
         writeln!(out, "{}", summary(&report))?;
         for w in &report.warnings {

@@ -127,6 +127,11 @@ impl Engine {
             background: AtomicBool::new(false),
         };
         engine.verify_text_history()?;
+        // Consolidation runs left `running` by a process that is gone become `interrupted`, so
+        // they can be undone at once (a failure here only delays that).
+        if let Err(e) = engine.interrupt_dead_runs() {
+            tracing::warn!(error = %e, "could not look for interrupted consolidation runs");
+        }
         Ok(engine)
     }
 
@@ -166,4 +171,4 @@ impl Drop for Engine {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

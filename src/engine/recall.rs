@@ -172,13 +172,31 @@ impl Bar {
 
 impl Engine {
     /// Ranked memories for `q` (see the module doc); sees every write committed before the call.
+    /// The hits returned count as used (their access counts and salience, written later by
+    /// the background job).
     pub fn recall(&self, q: &RecallQuery) -> Result<RecallPage> {
         Ok(self.recall_with(q, true)?.0)
+    }
+
+    /// [`Engine::recall`] that records no use: for what only looks (a cost estimate, the seeds
+    /// of a walk, whose answer records its own), so that looking changes no row.
+    pub fn recall_unrecorded(&self, q: &RecallQuery) -> Result<RecallPage> {
+        Ok(self.recall_inner(q, true, false)?.0)
     }
 
     /// [`Engine::recall`], reading the rows of candidates that cannot reach the page only when
     /// `prune` is false; also tells whether the pruned ranking had to be done again.
     pub(crate) fn recall_with(&self, q: &RecallQuery, prune: bool) -> Result<(RecallPage, bool)> {
+        self.recall_inner(q, prune, true)
+    }
+
+    /// [`Engine::recall_with`]; the hits count as used only when `record_use`.
+    fn recall_inner(
+        &self,
+        q: &RecallQuery,
+        prune: bool,
+        record_use: bool,
+    ) -> Result<(RecallPage, bool)> {
         self.check_recall(q)?;
         // Fusion, coverage and duplicate collapse need candidates beyond the page.
         let depth = (2 * (q.offset + q.limit + 1)).max(MIN_CANDIDATES);
@@ -393,7 +411,9 @@ impl Engine {
                 explain: q.explain.then_some(c.explain),
             });
         }
-        self.note_touched(hits.iter().map(|h| h.memory.key), scoring.now);
+        if record_use {
+            self.note_touched(hits.iter().map(|h| h.memory.key), scoring.now);
+        }
         let page = RecallPage {
             hits,
             next_offset: more.then_some(q.offset + q.limit),

@@ -41,6 +41,29 @@ pub(crate) fn remember_text(e: &Engine, content: &str) -> String {
     remember_one(e, item(content))
 }
 
+/// What looking must leave alone, after the recorded uses are written: each memory's uses
+/// (access count, last access, salience) and history, and the change-log head.
+pub(crate) fn uses_history_and_head(e: &Engine) -> (Vec<String>, i64) {
+    use crate::store::history::{self, Entity};
+    e.flush_touched();
+    e.store
+        .read(|c| {
+            let mut out = Vec::new();
+            use crate::store::memories;
+            for ns in memories::namespaces(c)? {
+                for m in memories::scan_page(c, &ns, MemoryKey(0), 10_000, true)? {
+                    let past = history::of(c, Entity::Memory, m.key.0, 1_000)?.len();
+                    out.push(format!(
+                        "{} uses {} last {:?} salience {} at {} history {past}",
+                        m.id, m.access_count, m.accessed_at, m.salience, m.salience_at
+                    ));
+                }
+            }
+            Ok((out, crate::store::changes::max_seq(c)?))
+        })
+        .expect("read the state")
+}
+
 fn temp_engine() -> (tempfile::TempDir, Engine) {
     let dir = tempfile::tempdir().expect("temp dir");
     let engine = Engine::open(Config::for_db(dir.path().join("memory.db"))).expect("open");
@@ -1347,16 +1370,19 @@ impl crate::engine::traverse::Control for LeaseProbe {
             LeaseAct::GoQuietAndWait => {
                 other
                     .write(|tx| {
-                        let run = runs::in_state(tx, "running")?.remove(0);
-                        runs::take_lease(
+                        let held = runs::lease(tx, LEASE)?.expect("the run holds the lease");
+                        let back = now - LEASE_STALE_MS - 10_000;
+                        let took = runs::take_lease(
                             tx,
                             LEASE,
-                            &format!("run:{}", run.id),
-                            Some(&run.id),
-                            now - LEASE_STALE_MS - 10_000,
+                            &held.holder,
+                            held.run_id.as_deref(),
+                            back,
                             LEASE_STALE_MS,
-                        )
-                        .map(drop)
+                        )?;
+                        assert!(took.is_ok(), "its own holder takes it again");
+                        assert_eq!(runs::lease(tx, LEASE)?.map(|l| l.heartbeat_at), Some(back));
+                        Ok(())
                     })
                     .unwrap();
                 std::thread::sleep(std::time::Duration::from_millis(2_200));

@@ -292,7 +292,9 @@ impl Engine {
                 "give `ids`, `names` or a `query` to start from",
             ));
         };
-        let page = self.recall(&RecallQuery {
+        // The answer records the use of what it lists; finding the seeds, which an estimate
+        // does too, records nothing.
+        let page = self.recall_unrecorded(&RecallQuery {
             text: q.clone(),
             namespaces: req.access.narrow("namespace", req.namespaces.clone())?,
             limit: QUERY_SEEDS,

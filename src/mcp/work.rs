@@ -313,7 +313,13 @@ pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control, who: &Acting
         ));
     }
     let q = recall_query(&p, &who.access)?;
-    let page = engine.recall(&q)?;
+    // A deep expansion is a walk from the hits, which lists them and records their use: the
+    // recall itself records none, so each hit counts once.
+    let page = if expand > INLINE_EXPAND {
+        engine.recall_unrecorded(&q)?
+    } else {
+        engine.recall(&q)?
+    };
     let (mut related, mut truncated) = (None, None);
     if expand > INLINE_EXPAND && !page.hits.is_empty() {
         let max_nodes = args
@@ -491,7 +497,9 @@ pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
         "recall" => {
             let p: dto::RecallParams = parse("recall", args)?;
             let q = recall_query(&p, &who.access)?;
-            let hits = engine.recall(&q)?;
+            // An estimate only looks: the hits do not count as used (the run that follows
+            // records its own).
+            let hits = engine.recall_unrecorded(&q)?;
             let depth = p
                 .expand
                 .unwrap_or(0)
@@ -534,6 +542,67 @@ pub fn task_out(v: &crate::tasks::TaskView, caller: &str) -> dto::TaskOut {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn estimates_and_dry_runs_write_nothing() {
+        use crate::engine::tests::uses_history_and_head;
+        use crate::engine::traverse::Progressing;
+        use crate::engine::{Link, RememberItem};
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = crate::config::Config::for_db(dir.path().join("memory.db"));
+        let embedder = std::sync::Arc::new(crate::embed::hashing::HashingEmbedder::new(64));
+        let engine = Engine::open_with(cfg, Some(embedder)).unwrap();
+        let note = |content: &str, links: Vec<Link>| RememberItem {
+            content: content.into(),
+            links,
+            ..RememberItem::default()
+        };
+        let first = engine
+            .remember(&[note("the lighthouse keeper logs the storms", vec![])])
+            .unwrap()
+            .remove(0)
+            .unwrap()
+            .id;
+        let link = |to: &str| Link {
+            to: to.into(),
+            kind: "about".into(),
+            weight: None,
+        };
+        engine
+            .remember(&[
+                note("the lighthouse lamp was replaced", vec![link(&first)]),
+                note("the lighthouse lamp was replaced!", vec![link(&first)]),
+                note("storms flooded the harbour road", vec![link(&first)]),
+            ])
+            .unwrap();
+        let before = uses_history_and_head(&engine);
+        let deep = json!({"query": "lighthouse lamp", "expand": 5});
+        assert!(is_long("recall", &deep));
+        assert!(estimate(&engine, "recall", &deep).unwrap() > 0.0);
+        let walk = json!({"query": "lighthouse storms", "depth": 3});
+        estimate(&engine, "traverse", &walk).unwrap();
+        assert_eq!(uses_history_and_head(&engine), before, "an estimate wrote");
+
+        let dry = json!({"dry_run": true, "policy": {"merge_similarity": 0.5}});
+        estimate(&engine, "consolidate", &dry).unwrap();
+        let report = McpExecutor
+            .execute(&engine, "consolidate", &dry, &Progressing::default())
+            .unwrap();
+        assert_eq!(report["counts"]["merged"], 1, "{report}");
+        assert_eq!(uses_history_and_head(&engine), before, "a dry run wrote");
+
+        // The calls themselves record their hits' use, once.
+        McpExecutor
+            .execute(&engine, "recall", &deep, &Progressing::default())
+            .unwrap();
+        let (after, head) = uses_history_and_head(&engine);
+        assert_eq!(head, before.1);
+        let used = |state: &[String]| state.iter().filter(|l| !l.contains(" uses 0 ")).count();
+        assert_eq!(used(&before.0), 0);
+        assert!(used(&after) > 0, "{after:?}");
+        assert!(after.iter().all(|l| !l.contains(" uses 2 ")), "{after:?}");
+    }
 
     #[test]
     fn truncation_hints_name_what_helps_the_client() {

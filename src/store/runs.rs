@@ -117,19 +117,30 @@ pub fn save_progress(
     Ok(())
 }
 
-/// Ends a run in `state`.
+/// Ends a running run in `state`; false when it was not running (another process marked it
+/// interrupted, and it may have been undone since: that stays).
 pub fn finish(
     db: &Db,
     id: &str,
     state: &str,
     counts: &serde_json::Value,
     at: Millis,
-) -> Result<()> {
-    db.execute(
-        "UPDATE runs SET state = ?2, counts = ?3, ended_at = ?4 WHERE id = ?1",
+) -> Result<bool> {
+    let n = db.execute(
+        "UPDATE runs SET state = ?2, counts = ?3, ended_at = ?4 WHERE id = ?1 AND state = 'running'",
         args![id, state, serde_json::to_string(counts)?, at],
     )?;
-    Ok(())
+    Ok(n == 1)
+}
+
+/// Marks a run that is resumed running again (it may have been marked interrupted meanwhile);
+/// false when it was undone, or is unknown.
+pub fn reopen(db: &Db, id: &str) -> Result<bool> {
+    let n = db.execute(
+        "UPDATE runs SET state = 'running', ended_at = NULL WHERE id = ?1 AND state <> 'undone'",
+        args![id],
+    )?;
+    Ok(n == 1)
 }
 
 /// Marks a run undone.
@@ -149,6 +160,21 @@ pub struct Lease {
     pub heartbeat_at: Millis,
 }
 
+/// Who holds lease `name`, if anyone (however old its heartbeat).
+pub fn lease(db: &Db, name: &str) -> Result<Option<Lease>> {
+    db.query_opt(
+        "SELECT holder, run_id, heartbeat_at FROM leases WHERE name = ?1",
+        args![name],
+        |r| {
+            Ok(Lease {
+                holder: r.get(0)?,
+                run_id: r.get(1)?,
+                heartbeat_at: r.get(2)?,
+            })
+        },
+    )
+}
+
 /// Takes lease `name` for `holder` when it is free, already `holder`'s, or its heartbeat is
 /// older than `stale_ms`; otherwise returns who holds it.
 pub fn take_lease(
@@ -159,18 +185,7 @@ pub fn take_lease(
     now: Millis,
     stale_ms: i64,
 ) -> Result<std::result::Result<(), Lease>> {
-    let current = db.query_opt(
-        "SELECT holder, run_id, heartbeat_at FROM leases WHERE name = ?1",
-        args![name],
-        |r| {
-            Ok(Lease {
-                holder: r.get(0)?,
-                run_id: r.get(1)?,
-                heartbeat_at: r.get(2)?,
-            })
-        },
-    )?;
-    if let Some(l) = current
+    if let Some(l) = lease(db, name)?
         && l.holder != holder
         && now - l.heartbeat_at < stale_ms
     {

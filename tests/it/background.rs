@@ -223,6 +223,20 @@ fn running_run(db: &Path) -> Value {
     }
 }
 
+/// The newest run once it is in `state` (listing it opens the database, which marks a run
+/// whose process is gone interrupted).
+fn run_in_state(db: &Path, state: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let newest = runs(db).into_iter().next();
+        if let Some(r) = newest.filter(|r| r["state"] == state) {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "no run is {state}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Copies a database whose processes have all ended (with its log, if one is left).
 fn copy_db(from: &Path, to: &Path) {
     std::fs::copy(from, to).expect("copy the database");
@@ -417,13 +431,16 @@ async fn a_cancelled_run_is_consistent_and_undoes_exactly_and_a_cli_run_meanwhil
     let run = running_run(&db.path);
     let run_id = run["run_id"].as_str().expect("run id").to_owned();
     assert_eq!(run["started_by"], "tool:client:curator", "{run}");
-    // The command and cron's way in: skipped, exit 0, naming the run.
-    let out = cli(&db.path, &["consolidate"]);
+    // The command and cron's way in: skipped, naming the run, and a failure cron sees.
+    let (ok, out, err) = mnemograph(&db.path, &["consolidate"]);
+    assert!(!ok, "{out}");
     assert_eq!(
         out.trim(),
         format!("skipped: run {run_id} holds the database; nothing done")
     );
-    let out = cli(&db.path, &["consolidate", "--json"]);
+    assert!(err.contains("nothing done"), "{err}");
+    let (ok, out, _) = mnemograph(&db.path, &["consolidate", "--json"]);
+    assert!(!ok, "{out}");
     let report: Value = serde_json::from_str(&out).expect("JSON");
     assert_eq!(
         (&report["state"], &report["held_by"]),
@@ -517,7 +534,9 @@ async fn a_run_whose_server_is_killed_resumes_in_the_next_and_ends_like_an_unint
     let at_kill = wait_for(&c, &id, "two batches", |p| count(p, "merged") >= 100).await;
     assert!(crate::support::send_signal(c.pid, "KILL"));
     drop(c);
-    let run = running_run(&db.path);
+    // The next process on the database finds the server gone: the run is interrupted (and could
+    // be undone at once) until a server adopts the task and resumes it.
+    let run = run_in_state(&db.path, "interrupted");
     let run_id = run["run_id"].as_str().expect("run id").to_owned();
     assert!(count(&at_kill, "merged") < DUPLICATES as u64, "{at_kill}");
 

@@ -1,14 +1,20 @@
 //! Consolidation over stdio against the real binary, in both protocol eras: a dry run that
 //! writes nothing, a run that merges and archives, `get` of a merged id, the list of runs, undo
 //! (and undo twice refused), bad arguments named; and, for a client with the tasks extension, a
-//! run that becomes a task whose status reads as consolidation progress.
+//! run that becomes a task whose status reads as consolidation progress. Then the command line
+//! on SQLite and PostgreSQL: a run killed mid-way is undone at once by the next command, and a
+//! second run while one holds the database exits non-zero saying which run holds it.
 
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
+use mnemograph::engine::RememberItem;
+use mnemograph::store::{Store, runs};
+use mnemograph::{Config, Engine};
 use rmcp::model::{CallToolResponse, TaskStatus};
 use serde_json::{Value, json};
 
-use crate::support::{CallError, Era, TestDb};
+use crate::support::{BIN, CallError, Era, TestDb};
 use crate::tasks::{connect, poll_until_terminal};
 
 fn memories() -> Value {
@@ -162,4 +168,187 @@ async fn a_run_for_a_task_capable_client_is_a_task_with_consolidation_progress()
         report["run_id"].as_str().unwrap().starts_with("run_"),
         "{report}"
     );
+}
+
+/// A database of each backend holding `pairs` near-duplicate pairs of made-up sentences (the
+/// second of a pair ends in "!"), enough for a run that merges for several seconds: the backend,
+/// the arguments that name it to the binary, the config to read it with, and what keeps it.
+fn busy_databases(
+    test: &str,
+    pairs: usize,
+) -> Vec<(&'static str, Vec<String>, Config, tempfile::TempDir)> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("memory.db");
+    let mut out = vec![(
+        "sqlite",
+        vec!["--db".to_owned(), path.display().to_string()],
+        Config::for_db(&path),
+        dir,
+    )];
+    if let Some(url) = crate::pg::database(test) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let index = dir.path().join("cli-index");
+        out.push((
+            "postgres",
+            vec![
+                "--db".to_owned(),
+                url.clone(),
+                "--index-dir".to_owned(),
+                index.display().to_string(),
+            ],
+            Config::for_postgres(url, dir.path()),
+            dir,
+        ));
+    }
+    for (_, _, cfg, _) in &out {
+        let engine = Engine::open(cfg.clone()).expect("open the database");
+        let syllables = [
+            "ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "be", "du", "fa", "go", "hu", "je",
+            "vo", "ze", "ra", "ki", "mu", "sa",
+        ];
+        let word = |n: u64| -> String {
+            (0..3)
+                .map(|i| syllables[((n >> (5 * i)) % 20) as usize])
+                .collect()
+        };
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut items = Vec::new();
+        for _ in 0..pairs {
+            let words: Vec<String> = (0..10).map(|_| word(next() % 8_000)).collect();
+            let text = words.join(" ");
+            for content in [format!("{text}."), format!("{text}!")] {
+                items.push(RememberItem {
+                    content,
+                    ..RememberItem::default()
+                });
+            }
+        }
+        for chunk in items.chunks(500) {
+            for r in engine.remember(chunk).expect("remember") {
+                r.expect("a memory");
+            }
+        }
+    }
+    out
+}
+
+/// The binary with `args` on the database `db` names: (exit code, stdout, stderr).
+fn mnemograph(args: &[&str], db: &[String]) -> (Option<i32>, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .args(db)
+        .output()
+        .expect("run mnemograph");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// An export's lines after the header, from the binary.
+fn exported(db: &[String]) -> String {
+    let (code, out, err) = mnemograph(&["export"], db);
+    assert_eq!(code, Some(0), "{err}");
+    out.split_once('\n')
+        .map(|(_, rest)| rest.to_owned())
+        .expect("an export has a header")
+}
+
+/// Starts `mnemograph consolidate` on `db` and waits until its run has committed a batch; the
+/// child and the run's id.
+fn consolidating(db: &[String], cfg: &Config) -> (std::process::Child, String) {
+    let mut child = Command::new(BIN)
+        .arg("consolidate")
+        .args(db)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start mnemograph");
+    let store = Store::open(cfg).expect("open the store");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let running = store
+            .read(|c| runs::in_state(c, "running"))
+            .expect("read the runs");
+        if let Some(r) = running.first()
+            && r.counts["merged"].as_u64().is_some_and(|n| n > 0)
+        {
+            return (child, r.id.clone());
+        }
+        if let Some(status) = child.try_wait().expect("the child's state") {
+            panic!("the run ended ({status}) before it was seen mid-way: make the database bigger");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no batch committed within 2 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_killed_cli_run_is_interrupted_and_undone_at_once() {
+    for (backend, db, cfg, _dir) in busy_databases("killed_cli_run", 4_000) {
+        let before = exported(&db);
+        let (mut child, id) = consolidating(&db, &cfg);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let store = Store::open(&cfg).unwrap();
+        let left = store.read(|c| runs::get(c, &id)).unwrap().unwrap();
+        assert_eq!(left.state, "running", "{backend}: the killed run's row");
+        let merged = left.counts["merged"].as_u64().unwrap();
+        assert!(merged > 0 && merged < 4_000, "{backend}: {merged} merged");
+
+        let (code, out, err) = mnemograph(&["consolidate", "--undo", &id], &db);
+        assert_eq!(code, Some(0), "{backend}: {out}\n{err}");
+        assert!(out.contains(&format!("undid {id}")), "{backend}: {out}");
+        assert_eq!(
+            exported(&db),
+            before,
+            "{backend}: the undo put back the state before"
+        );
+        let (_, listed, _) = mnemograph(&["consolidate", "--runs", "--json"], &db);
+        let listed: Value = serde_json::from_str(&listed).unwrap();
+        assert_eq!(listed["runs"][0]["state"], "undone", "{backend}: {listed}");
+        // The lease of the dead run is free: the next run goes ahead at once.
+        let (code, out, err) = mnemograph(&["consolidate", "--step", "hygiene"], &db);
+        assert_eq!(code, Some(0), "{backend}: {out}\n{err}");
+        assert!(out.contains("completed"), "{backend}: {out}");
+    }
+}
+
+#[test]
+fn a_second_cli_run_while_one_holds_the_database_exits_non_zero_and_says_why() {
+    for (backend, db, cfg, _dir) in busy_databases("second_cli_run", 4_000) {
+        let (mut child, id) = consolidating(&db, &cfg);
+        let (code, out, err) = mnemograph(&["consolidate"], &db);
+        let (json_code, json, _) = mnemograph(&["consolidate", "--json"], &db);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(code, Some(4), "{backend}: {out}\n{err}");
+        assert!(
+            out.contains(&format!(
+                "skipped: run {id} holds the database; nothing done"
+            )),
+            "{backend}: {out}"
+        );
+        assert!(
+            err.contains("nothing done") && err.contains(&id),
+            "{backend}: {err}"
+        );
+        assert_eq!(json_code, Some(4), "{backend}: {json}");
+        let report: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            (report["state"].as_str(), report["held_by"].as_str()),
+            (Some("skipped"), Some(id.as_str())),
+            "{backend}: {report}"
+        );
+    }
 }

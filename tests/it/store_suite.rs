@@ -550,13 +550,43 @@ fn runs_and_leases_take_turns_alike() {
                 let held = runs::take_lease(db, "consolidate", "p2", None, 200, 1_000)?;
                 assert_eq!(held.err().map(|l| l.holder), Some("p1".into()), "{backend}");
                 assert!(runs::renew_lease(db, "consolidate", "p1", 300)?);
+                assert_eq!(
+                    runs::lease(db, "consolidate")?,
+                    Some(runs::Lease {
+                        holder: "p1".into(),
+                        run_id: Some("run_1".into()),
+                        heartbeat_at: 300
+                    }),
+                    "{backend}"
+                );
+                assert_eq!(runs::lease(db, "other")?, None);
                 assert!(!runs::renew_lease(db, "consolidate", "p2", 300)?);
                 assert!(
                     runs::take_lease(db, "consolidate", "p2", None, 2_000, 1_000)?.is_ok(),
                     "stale"
                 );
                 runs::release_lease(db, "consolidate", "p2")?;
-                runs::finish(db, "run_1", "completed", &json!({"merged": 3}), 400)?;
+                assert_eq!(runs::lease(db, "consolidate")?, None, "{backend}");
+                // A run ends once: a second end (another process marked it) changes nothing.
+                assert!(runs::finish(
+                    db,
+                    "run_1",
+                    "interrupted",
+                    &json!({"merged": 2}),
+                    350
+                )?);
+                assert!(!runs::finish(db, "run_1", "failed", &json!({}), 360)?);
+                // Resumed, it runs again, and ends as it ends.
+                assert!(runs::reopen(db, "run_1")?);
+                assert_eq!(runs::get(db, "run_1")?.and_then(|r| r.ended_at), None);
+                assert!(runs::finish(
+                    db,
+                    "run_1",
+                    "completed",
+                    &json!({"merged": 3}),
+                    400
+                )?);
+                assert!(!runs::reopen(db, "run_nope")?);
                 Ok(())
             })
             .unwrap();
@@ -577,6 +607,19 @@ fn runs_and_leases_take_turns_alike() {
             .unwrap();
         store
             .write(|db| runs::set_undone(db, "run_1", 500, "cli"))
+            .unwrap();
+        let state = store
+            .read(|db| runs::get(db, "run_1"))
+            .unwrap()
+            .map(|r| r.state);
+        assert_eq!(state, Some("undone".into()), "{backend}");
+        // An undone run is neither resumed nor ended again.
+        store
+            .write(|db| {
+                assert!(!runs::reopen(db, "run_1")?, "{backend}");
+                assert!(!runs::finish(db, "run_1", "failed", &json!({}), 600)?);
+                Ok(())
+            })
             .unwrap();
         let state = store
             .read(|db| runs::get(db, "run_1"))

@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::engine::curate::identity::{Identity, identity};
 use crate::engine::curate::{Batch, Example, Run, pairs, truncate};
 use crate::engine::recall::{jaccard, word_set};
 use crate::error::Result;
@@ -173,11 +174,21 @@ fn plan(run: &mut Run<'_>, ns: &str) -> Result<Vec<Cluster>> {
         let rows = engine.store.read(|c| memories::by_keys(c, chunk))?;
         known.extend(rows.into_iter().map(|m| (m.key, m)));
     }
+    // What identifies (numbers, ids, names, negations) must agree: near-duplicates that differ
+    // in one say different things, and stay apart.
+    let ids: HashMap<MemoryKey, Identity> = known
+        .iter()
+        .map(|(k, m)| (*k, identity(&m.content)))
+        .collect();
     let mut pairs: HashMap<MemoryKey, Vec<MemoryKey>> = HashMap::new();
     for (a, b) in close {
         if let (Some(ma), Some(mb)) = (known.get(&a), known.get(&b))
             && compatible(ma, mb)
         {
+            if ids[&a].differs(&ids[&b]).is_some() {
+                run.counts.kept_apart += 1;
+                continue;
+            }
             pairs.entry(a).or_default().push(b);
             pairs.entry(b).or_default().push(a);
         }
@@ -196,15 +207,27 @@ fn plan(run: &mut Run<'_>, ns: &str) -> Result<Vec<Cluster>> {
         if taken.contains(&centre.key) {
             continue;
         }
-        let mut members: Vec<MemoryKey> = pairs[&centre.key]
+        let mut candidates: Vec<&Memory> = pairs[&centre.key]
             .iter()
-            .copied()
             .filter(|k| {
                 !taken.contains(k) && known[k].name.is_none() && compatible(centre, &known[k])
             })
             .collect::<HashSet<_>>()
             .into_iter()
+            .map(|k| &known[k])
             .collect();
+        // Best-ranked first; each member must agree with every one already taken too (two that
+        // each only add to the centre may still differ from each other).
+        candidates.sort_by_key(|m| rank(m));
+        let mut members: Vec<MemoryKey> = Vec::with_capacity(candidates.len());
+        for m in candidates {
+            if members
+                .iter()
+                .all(|k| ids[k].differs(&ids[&m.key]).is_none())
+            {
+                members.push(m.key);
+            }
+        }
         if members.is_empty() {
             continue;
         }
@@ -292,14 +315,20 @@ pub(super) fn sentences(text: &str) -> Vec<&str> {
 }
 
 /// The survivor's content plus the sentences of `others` that say something it does not (word
-/// overlap below `overlap` with every sentence kept), within `max_bytes`.
+/// overlap below `overlap` with every sentence kept, or a number, id or name the text kept so
+/// far never mentions), within `max_bytes`.
 fn union_of_sentences(survivor: &str, others: &[&str], overlap: f64, max_bytes: usize) -> String {
     let mut kept: Vec<HashSet<String>> = sentences(survivor).into_iter().map(word_set).collect();
     let mut out = survivor.to_owned();
+    let mut said = identity(&out);
     for other in others {
         for s in sentences(other) {
             let words = word_set(s);
-            if words.is_empty() || kept.iter().any(|k| jaccard(k, &words) as f64 >= overlap) {
+            if words.is_empty() {
+                continue;
+            }
+            let repeated = kept.iter().any(|k| jaccard(k, &words) as f64 >= overlap);
+            if repeated && !identity(s).adds_to(&said) {
                 continue;
             }
             if out.len() + 1 + s.len() > max_bytes {
@@ -308,6 +337,7 @@ fn union_of_sentences(survivor: &str, others: &[&str], overlap: f64, max_bytes: 
             out.push(' ');
             out.push_str(s);
             kept.push(words);
+            said = identity(&out);
         }
     }
     out
@@ -500,6 +530,14 @@ mod tests {
         assert_eq!(u, "Alice leads Atlas. Atlas ships in March.");
         let capped = union_of_sentences("Alice leads Atlas.", &["Atlas ships in March."], 0.5, 20);
         assert_eq!(capped, "Alice leads Atlas.");
+        // A sentence much like one kept, that names what the text kept never mentions, stays.
+        let u = union_of_sentences(
+            "The invoice is paid.",
+            &["The invoice INV-7 is paid.", "The invoice is paid!"],
+            0.5,
+            1_000,
+        );
+        assert_eq!(u, "The invoice is paid. The invoice INV-7 is paid.");
         assert_eq!(combine(0.5, 0.5), 0.75);
     }
 

@@ -8,7 +8,9 @@
 mod archive;
 mod contradict;
 mod hygiene;
+mod identity;
 mod merge;
+mod owner;
 mod pairs;
 mod policy;
 mod record;
@@ -83,6 +85,10 @@ pub struct Counts {
     pub contradictions: u64,
     #[serde(default)]
     pub resolved: u64,
+    /// Pairs of near-duplicates kept apart because they differ in a number, date, version, id,
+    /// amount, name or negation (they say different things).
+    #[serde(default)]
+    pub kept_apart: u64,
 }
 
 /// One example of what a step changed (or would change).
@@ -164,6 +170,7 @@ impl Counts {
         self.summaries += o.summaries;
         self.contradictions += o.contradictions;
         self.resolved += o.resolved;
+        self.kept_apart += o.kept_apart;
     }
 }
 
@@ -332,7 +339,7 @@ impl Engine {
             None if req.dry_run => "dry-run".to_owned(),
             None => store::new_id("run_"),
         };
-        let holder = format!("run:{id}");
+        let holder = owner::holder(&format!("run:{id}"));
         let mut run = Run {
             engine: self,
             id: id.clone(),
@@ -373,6 +380,7 @@ impl Engine {
             held_by: None,
         };
         if !req.dry_run {
+            self.interrupt_dead_runs()?;
             let row = RunRow {
                 id: id.clone(),
                 started_by: req.started_by.clone(),
@@ -389,6 +397,14 @@ impl Engine {
                 undone_by: None,
             };
             let taken = self.store.write(|tx| {
+                if resumed.is_some()
+                    && let Some(lease) = runs::lease(tx, LEASE)?
+                    && lease.run_id.as_deref() == Some(id.as_str())
+                {
+                    // This run's own lease, from the process it was adopted from (the task
+                    // runner decided that one is gone).
+                    runs::release_lease(tx, LEASE, &lease.holder)?;
+                }
                 let taken =
                     runs::take_lease(tx, LEASE, &run.holder, Some(&id), now, LEASE_STALE_MS)?;
                 if taken.is_ok() {
@@ -398,6 +414,14 @@ impl Engine {
                         if r.id != id {
                             runs::finish(tx, &r.id, "interrupted", &r.counts, now)?;
                         }
+                    }
+                    if resumed.is_some() && !runs::reopen(tx, &id)? {
+                        return Err(Error::Conflict {
+                            reason: format!(
+                                "run {id} was undone after it was interrupted, so it is not resumed"
+                            ),
+                            hint: "start a new run".into(),
+                        });
                     }
                     if resumed.is_none() {
                         runs::insert(tx, &row)?;
@@ -425,10 +449,14 @@ impl Engine {
         if !req.dry_run {
             let counts = serde_json::to_value(run.counts)?;
             let end = now_millis();
-            self.store.write(|tx| {
-                runs::finish(tx, &id, state, &counts, end)?;
-                runs::release_lease(tx, LEASE, &run.holder)
+            let finished = self.store.write(|tx| {
+                let finished = runs::finish(tx, &id, state, &counts, end)?;
+                runs::release_lease(tx, LEASE, &run.holder)?;
+                Ok(finished)
             })?;
+            if !finished {
+                tracing::warn!(run = %id, state, "the run was marked interrupted by another process before it ended; its state stays");
+            }
             self.mark_dirty();
         }
         outcome?;
@@ -510,6 +538,48 @@ impl Engine {
     /// The chat endpoint that writes abstractive summaries, when one is configured.
     pub(crate) fn summarizer(&self) -> Option<&std::sync::Arc<dyn crate::embed::chat::Summarizer>> {
         self.summarizer.as_ref()
+    }
+
+    /// Marks `interrupted` the runs left `running` by a holder that is gone — its lease lost,
+    /// silent for [`LEASE_STALE_MS`], or its process (on this machine) ended — and frees a lease
+    /// whose holder is gone, so that `undo` works at once and the next run need not wait for
+    /// the heartbeat to go stale. What such a run committed stays, whole batches only. Called
+    /// when the engine opens, and before a run or an undo starts; returns the runs marked.
+    pub fn interrupt_dead_runs(&self) -> Result<Vec<String>> {
+        let now = now_millis();
+        let lease_dead = |l: &runs::Lease| {
+            now - l.heartbeat_at >= LEASE_STALE_MS || owner::holder_gone(&l.holder)
+        };
+        let dead = |r: &RunRow, lease: &Option<runs::Lease>| match lease {
+            Some(l) if l.run_id.as_deref() == Some(r.id.as_str()) => lease_dead(l),
+            _ => true,
+        };
+        let (running, lease) = self
+            .store
+            .read(|c| Ok((runs::in_state(c, "running")?, runs::lease(c, LEASE)?)))?;
+        if !running.iter().any(|r| dead(r, &lease)) && !lease.as_ref().is_some_and(lease_dead) {
+            return Ok(Vec::new());
+        }
+        // Again in the write transaction: a run may have renewed or ended meanwhile.
+        let marked = self.store.write(|tx| {
+            let lease = runs::lease(tx, LEASE)?;
+            let mut marked = Vec::new();
+            for r in runs::in_state(tx, "running")? {
+                if dead(&r, &lease) && runs::finish(tx, &r.id, "interrupted", &r.counts, now)? {
+                    marked.push(r.id);
+                }
+            }
+            if let Some(l) = &lease
+                && lease_dead(l)
+            {
+                runs::release_lease(tx, LEASE, &l.holder)?;
+            }
+            Ok(marked)
+        })?;
+        for id in &marked {
+            tracing::info!(run = %id, "a consolidation run whose process is gone was marked interrupted; what it committed stays and can be undone");
+        }
+        Ok(marked)
     }
 
     /// The newest consolidation runs, newest first.

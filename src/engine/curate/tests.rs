@@ -182,6 +182,107 @@ fn merge_folds_repeats_and_near_duplicates_into_one_survivor_with_every_relation
 }
 
 #[test]
+fn near_duplicates_that_differ_in_a_number_id_date_name_or_negation_are_kept_apart() {
+    let (_d, e) = engine();
+    let apart = [
+        (
+            "Unrelated note number 3 about topic 8 for the weekly review.",
+            "Unrelated note number 4 about topic 8 for the weekly review.",
+        ),
+        (
+            "Nightly job etl-42 failed with a timeout in the loader stage.",
+            "Nightly job etl-43 failed with a timeout in the loader stage.",
+        ),
+        (
+            "The invoice INV-2024-0042 for cloud hosting was paid in full.",
+            "The invoice INV-2024-0043 for cloud hosting was paid in full.",
+        ),
+        (
+            "The budget meeting of the platform team moved to 2024-03-05.",
+            "The budget meeting of the platform team moved to 2024-03-06.",
+        ),
+        (
+            "The mobile client release v1.2.3 ships the new sync engine.",
+            "The mobile client release v1.2.4 ships the new sync engine.",
+        ),
+        (
+            "The monthly hosting bill of the staging cluster is $120.",
+            "The monthly hosting bill of the staging cluster is $150.",
+        ),
+        (
+            "The database migration of the billing service is finished.",
+            "The database migration of the billing service is not finished.",
+        ),
+        (
+            "The design review of the search page is led by Alice Moreau.",
+            "The design review of the search page is led by Bruno Keller.",
+        ),
+    ];
+    let mut items = Vec::new();
+    for (a, b) in apart {
+        items.push(note(a));
+        items.push(note(b));
+    }
+    // Re-statements that agree, or only add a detail, still merge.
+    items.push(note(
+        "Greta keeps bees on the roof of her house in Porto since 2019.",
+    ));
+    items.push(note(
+        "Greta keeps bees on the roof of her house in Porto since 2019!",
+    ));
+    items.push(note(
+        "The staging cluster of the search team runs in Frankfurt.",
+    ));
+    items.push(note(
+        "The staging cluster of the search team runs in Frankfurt on 3 nodes.",
+    ));
+    let ids = put(&e, items);
+    let policy = json!({"merge_similarity": 0.5});
+    let dry = consolidate(
+        &e,
+        &ConsolidateRequest {
+            dry_run: true,
+            ..req(&["merge"], policy.clone())
+        },
+    );
+    assert_eq!(dry.counts.merged, 2, "{dry:?}");
+    let report = consolidate(&e, &req(&["merge"], policy));
+    assert_eq!(
+        (report.counts.merged, report.counts.kept_apart),
+        (2, 8),
+        "{report:?}"
+    );
+    for id in &ids[..16] {
+        assert!(get(&e, id).merged.is_none(), "{id} was merged: {report:?}");
+    }
+    // The detail one of them added is in the survivor, whichever survived.
+    let frankfurt = get(&e, &ids[19]).memory;
+    assert!(
+        frankfurt.content.contains("on 3 nodes"),
+        "{}",
+        frankfurt.content
+    );
+    // The full default run leaves them alone too (free text is no contradiction).
+    let all = consolidate(
+        &e,
+        &ConsolidateRequest {
+            started_by: "test".into(),
+            policy: Some(json!({"merge_similarity": 0.5})),
+            ..ConsolidateRequest::default()
+        },
+    );
+    assert_eq!(
+        (all.counts.merged, all.counts.contradictions),
+        (0, 0),
+        "{all:?}"
+    );
+    for id in &ids[..16] {
+        let m = get(&e, id);
+        assert!(m.merged.is_none() && m.memory.deleted_at.is_none(), "{id}");
+    }
+}
+
+#[test]
 fn exact_repeats_merge_without_vectors_and_named_memories_never_merge_into_another_name() {
     let dir = tempfile::tempdir().unwrap();
     let e = Engine::open_with(Config::for_db(dir.path().join("m.db")), None).unwrap();
@@ -613,8 +714,7 @@ fn a_run_stopped_mid_way_resumes_under_its_id_and_ends_like_an_uninterrupted_one
     // As if its process had died: the row still says running and the lease is its own.
     e.store
         .write(|tx| {
-            let row = runs::get(tx, &id)?.unwrap();
-            runs::finish(tx, &id, "running", &row.counts, now_millis())?;
+            assert!(runs::reopen(tx, &id)?);
             runs::take_lease(
                 tx,
                 LEASE,
@@ -1051,4 +1151,106 @@ fn a_chat_endpoint_writes_the_summary_and_a_dead_one_falls_back_to_extractive() 
             assert!(r.warnings[0].contains("extractive"), "{r:?}");
         }
     }
+}
+
+/// Puts run `id` back to `running` with the lease held by `holder`, its heartbeat at `beat`: as
+/// its process left it when it died (or while it lives).
+fn left_running(e: &Engine, id: &str, holder: &str, beat: Millis) {
+    e.store
+        .write(|tx| {
+            assert!(runs::reopen(tx, id)?);
+            runs::take_lease(tx, LEASE, holder, Some(id), beat, 0).map(drop)
+        })
+        .unwrap();
+}
+
+fn state_of(e: &Engine, id: &str) -> String {
+    e.store.read(|c| runs::get(c, id)).unwrap().unwrap().state
+}
+
+#[test]
+fn a_run_whose_process_is_gone_is_interrupted_at_once_and_can_be_undone() {
+    let Some(me) = owner::Process::current() else {
+        owner::skipped();
+        return;
+    };
+    let (dir, e) = engine();
+    put(
+        &e,
+        vec![
+            note("Hana repairs clocks in Kyoto."),
+            note("Hana repairs clocks in Kyoto!"),
+        ],
+    );
+    let before = export(&e);
+    let policy = json!({"merge_similarity": 0.8});
+    let id = consolidate(&e, &req(&["merge"], policy.clone()))
+        .run_id
+        .unwrap();
+    assert_ne!(export(&e), before);
+    let label = me.label();
+    let mine = format!("pid={}", std::process::id());
+
+    // Its process lives (this one), on this machine: running, not undone, and a second run is
+    // skipped naming it.
+    left_running(&e, &id, &owner::holder(&format!("run:{id}")), now_millis());
+    assert!(e.interrupt_dead_runs().unwrap().is_empty());
+    let refused = e.undo_consolidation(&id, false, "test").unwrap_err();
+    assert!(refused.to_string().contains("still running"), "{refused}");
+    let second = consolidate(&e, &req(&["merge"], policy.clone()));
+    assert_eq!(second.held_by.as_deref(), Some(id.as_str()));
+
+    // On another machine with a fresh heartbeat, it cannot be told dead; silent for longer than
+    // the lease allows, it is, and opening the database says so.
+    let elsewhere = format!(
+        "run:{id} {}",
+        label.replace(&me_boot(&label), "boot=elsewhere")
+    );
+    left_running(&e, &id, &elsewhere, now_millis());
+    assert!(e.interrupt_dead_runs().unwrap().is_empty());
+    assert_eq!(state_of(&e, &id), "running");
+    left_running(&e, &id, &elsewhere, now_millis() - LEASE_STALE_MS - 1);
+    let other = Engine::open_with(
+        Config::for_db(dir.path().join("memory.db")),
+        Some(Arc::new(HashingEmbedder::new(256))),
+    )
+    .unwrap();
+    assert_eq!(state_of(&other, &id), "interrupted");
+    drop(other);
+
+    // Its process ended on this machine, heartbeat fresh: interrupted at once, the lease freed,
+    // and the undo works.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = format!("pid={}", child.id());
+    child.wait().unwrap();
+    let gone = format!("run:{id} {}", label.replace(&mine, &dead));
+    left_running(&e, &id, &gone, now_millis());
+    let undone = e.undo_consolidation(&id, false, "test").unwrap();
+    assert_eq!(undone.runs, vec![id.clone()]);
+    assert_eq!(export(&e), before);
+    assert_eq!(e.store.read(|c| runs::lease(c, LEASE)).unwrap(), None);
+    // A run that was undone is not resumed.
+    let resumed = e.consolidate(
+        &req(&["merge"], policy),
+        &Resuming {
+            from: Some(json!({"run": id, "done_steps": []})),
+            ..Resuming::default()
+        },
+    );
+    assert!(
+        resumed
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("not resumed")),
+        "{resumed:?}"
+    );
+    assert_eq!(state_of(&e, &id), "undone");
+}
+
+/// The `boot=…` part of a holder's label.
+fn me_boot(label: &str) -> String {
+    label
+        .split(',')
+        .find(|p| p.starts_with("boot="))
+        .unwrap()
+        .to_owned()
 }

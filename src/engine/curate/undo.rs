@@ -82,6 +82,8 @@ impl Engine {
         // job) happened after the run: written first, they are put back with the rest, instead
         // of landing on the restored rows afterwards.
         self.flush_touched();
+        // A run whose process died is interrupted, not running: it can be undone at once.
+        self.interrupt_dead_runs()?;
         self.store
             .write(|tx| undo_in(tx, id, cascade, actor, &mut report, 0))?;
         self.mark_dirty();
