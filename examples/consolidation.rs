@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use mnemograph::engine::RememberItem;
+use mnemograph::engine::control::Progressing;
 use mnemograph::engine::curate::ConsolidateRequest;
-use mnemograph::engine::traverse::Progressing;
 use mnemograph::model::{RecallMode, RecallQuery};
 use mnemograph::{Config, Engine};
 

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
+use mnemograph::engine::control::Progressing;
 use mnemograph::engine::export::{ExportRequest, ExportTarget, OutFormat};
 use mnemograph::engine::import::{ImportRequest, Source};
-use mnemograph::engine::traverse::Progressing;
 use mnemograph::model::{RecallMode, RecallQuery, format_time};
 use mnemograph::{Config, Engine};
 

@@ -36,8 +36,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use mnemograph::config::EmbedderSpec;
+use mnemograph::engine::control::Progressing;
 use mnemograph::engine::recall::DEFAULT_WEIGHTS;
-use mnemograph::engine::traverse::Progressing;
 use mnemograph::engine::{ImportRequest, Source};
 use mnemograph::formats::InFormat;
 use mnemograph::model::{NamespaceScope, RecallMode, RecallQuery};

@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mnemograph::engine::traverse::{Progressing, Shape, TraverseRequest};
+use mnemograph::engine::control::Progressing;
+use mnemograph::engine::traverse::{Shape, TraverseRequest};
 use mnemograph::engine::{Link, RememberItem};
 use mnemograph::graph::Direction;
 use mnemograph::model::{MemoryRef, NamespaceScope, RecallMode, RecallQuery};

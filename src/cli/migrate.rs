@@ -10,9 +10,9 @@ use anyhow::Context;
 
 use super::transfer::Progress;
 use crate::config::Config;
+use crate::engine::control::group;
 use crate::store::Store;
 use crate::store::copy::{self, Source, Start, Step};
-use crate::tasks::group;
 
 /// Copies the database of `from` into the one of `to`, `batch` rows per transaction.
 #[allow(clippy::print_stderr)]

@@ -17,7 +17,8 @@ use clap::{Parser, Subcommand};
 
 use crate::config::{Config, EmbedderSpec, SummarizerSpec};
 use crate::engine::Engine;
-use crate::engine::traverse::{Progressing, Shape, TraverseRequest};
+use crate::engine::control::Progressing;
+use crate::engine::traverse::{Shape, TraverseRequest};
 use crate::model::{MemoryRef, NamespaceScope, RecallQuery, format_time};
 
 /// Exit code of a run that failed at run time.

@@ -7,11 +7,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
+use crate::engine::control::status_message;
+use crate::engine::control::{Control, WorkProgress};
 use crate::engine::export::{ExportRequest, ExportTarget, OutFormat};
 use crate::engine::import::{ImportRequest, Source};
-use crate::engine::traverse::{Control, WorkProgress};
 use crate::formats::InFormat;
-use crate::tasks::status_message;
 
 /// Prints progress to stderr, not more often than every `every`.
 pub(super) struct Progress {

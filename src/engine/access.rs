@@ -300,7 +300,8 @@ mod tests {
     }
 
     use crate::config::Config;
-    use crate::engine::traverse::{Progressing, Shape, TraverseRequest};
+    use crate::engine::control::Progressing;
+    use crate::engine::traverse::{Shape, TraverseRequest};
     use crate::engine::{Link, RelateItem, RememberItem};
     use crate::error::Error;
     use crate::graph::Direction;

@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use std::io::Write;
 
 use crate::engine::Engine;
-use crate::engine::traverse::{Control, TraverseRequest, WorkKind, WorkProgress};
+use crate::engine::control::{Control, WorkKind, WorkProgress};
+use crate::engine::traverse::TraverseRequest;
 use crate::error::{Error, Result};
 use crate::formats::{dot, graphml, jsonl};
 use crate::model::{Memory, MemoryKey, now_millis};

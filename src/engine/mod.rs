@@ -3,6 +3,7 @@
 //! never knows about MCP or async runtimes.
 
 mod access;
+pub mod control;
 pub mod curate;
 mod estimate;
 pub mod export;

@@ -31,7 +31,7 @@ pub(crate) fn import_text(e: &Engine, data: &str) -> crate::engine::import::Impo
             max_records: None,
             access: crate::engine::Access::All,
         },
-        &crate::engine::traverse::Progressing::default(),
+        &crate::engine::control::Progressing::default(),
     )
     .expect("import")
 }
@@ -504,7 +504,8 @@ fn a_version_1_database_still_opens() {
 
 mod graph_reads {
     use super::*;
-    use crate::engine::traverse::{PathRequest, Progressing, Shape, TraverseRequest};
+    use crate::engine::control::Progressing;
+    use crate::engine::traverse::{PathRequest, Shape, TraverseRequest};
     use crate::graph::Direction;
 
     /// A chain a → b → c → d plus a → d (weak); names are the letters.
@@ -1352,8 +1353,8 @@ impl LeaseProbe {
     }
 }
 
-impl crate::engine::traverse::Control for LeaseProbe {
-    fn report(&self, _p: &crate::engine::traverse::WorkProgress) {
+impl crate::engine::control::Control for LeaseProbe {
+    fn report(&self, _p: &crate::engine::control::WorkProgress) {
         use crate::engine::curate::{LEASE, LEASE_STALE_MS};
         use crate::store::runs;
         let n = self

@@ -3,9 +3,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::engine::access::Within;
+use crate::engine::control::{Control, WorkProgress};
 use crate::engine::write::lookup_in;
 use crate::engine::{Access, Engine, snippet};
 use crate::error::{Error, Result};
@@ -27,109 +27,6 @@ pub const MAX_LIMIT: usize = 1_000;
 const QUERY_SEEDS: usize = 5;
 /// Memories scored against `focus` per database round trip.
 const FOCUS_BATCH: usize = 512;
-
-/// Work counters of a long call, for progress reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct WorkProgress {
-    pub visited: u64,
-    pub frontier: u64,
-    pub depth: u8,
-    pub max_depth: u8,
-    /// Items done and expected in a phase that counts items (scoring, importing); 0 when unknown.
-    pub done: u64,
-    pub total: u64,
-    /// What the counters count.
-    pub kind: WorkKind,
-    /// Records that failed (imports).
-    pub errors: u64,
-    /// Memories merged and archived, summaries written (consolidation).
-    pub merged: u64,
-    pub archived: u64,
-    pub summaries: u64,
-}
-
-/// The kind of long work, which decides how its progress reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WorkKind {
-    /// A graph walk: nodes visited, depth, frontier.
-    #[default]
-    Walk,
-    /// An import: items read of items expected, errors.
-    Import,
-    /// An export: memories and relations written.
-    Export,
-    /// A consolidation run: memories examined, merged, archived, summaries written.
-    Consolidate,
-}
-
-/// How a long call reports progress and learns it should stop.
-pub trait Control: Sync {
-    fn report(&self, p: &WorkProgress);
-    fn is_cancelled(&self) -> bool;
-    /// Id of the task row the work belongs to, once it is a task: resumable work saves its
-    /// checkpoints there, in the transactions that commit the work.
-    fn task_id(&self) -> Option<String> {
-        None
-    }
-    /// Where resumed work goes on from: the row's last checkpoint after a restart.
-    fn resume_from(&self) -> Option<serde_json::Value> {
-        None
-    }
-    /// The latest checkpoint, so a task row created after the work started begins with it.
-    fn checkpointed(&self, _checkpoint: &serde_json::Value) {}
-    /// Asks the client for input and waits for its answers (MCP `input_required`): `requests`
-    /// maps keys the work chooses to requests (`{"method": "elicitation/create", "params": …}`).
-    /// Keys name the question, not the moment, so that work re-run after a restart finds the
-    /// answers already given and asks only for the rest. Returns every answer by key;
-    /// `Error::Cancelled` when the work is stopped while it waits. Only work that runs as a task
-    /// can ask; elsewhere this is an error that says so.
-    fn ask(
-        &self,
-        _requests: &serde_json::Map<String, serde_json::Value>,
-    ) -> Result<serde_json::Map<String, serde_json::Value>> {
-        Err(Error::invalid(
-            "input",
-            "this call needs answers from the client, and only a task can wait for them",
-            "call it from a client with MCP tasks support (protocol 2026-07-28 and the tasks extension)",
-        ))
-    }
-}
-
-/// A control that records the last progress and is cancelled by a flag; also the one used inline.
-#[derive(Debug, Default)]
-pub struct Progressing {
-    pub visited: AtomicU64,
-    pub frontier: AtomicU64,
-    pub depth: AtomicU64,
-    pub max_depth: AtomicU64,
-    pub cancelled: AtomicBool,
-}
-
-impl Progressing {
-    pub fn snapshot(&self) -> WorkProgress {
-        WorkProgress {
-            visited: self.visited.load(Ordering::Relaxed),
-            frontier: self.frontier.load(Ordering::Relaxed),
-            depth: self.depth.load(Ordering::Relaxed) as u8,
-            max_depth: self.max_depth.load(Ordering::Relaxed) as u8,
-            ..WorkProgress::default()
-        }
-    }
-}
-
-impl Control for Progressing {
-    fn report(&self, p: &WorkProgress) {
-        self.visited.fetch_max(p.visited, Ordering::Relaxed);
-        self.frontier.store(p.frontier, Ordering::Relaxed);
-        self.depth.store(u64::from(p.depth), Ordering::Relaxed);
-        self.max_depth
-            .store(u64::from(p.max_depth), Ordering::Relaxed);
-    }
-
-    fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Relaxed)
-    }
-}
 
 /// The graph walk a request asks for, in `order`.
 fn walk_spec(graph: &MemoryGraph, req: &TraverseRequest, order: Order, within: Within) -> Spec {

@@ -7,8 +7,8 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject};
 use serde_json::{Value, json};
 
+use crate::engine::control::Control;
 use crate::engine::curate::ConsolidateRequest;
-use crate::engine::traverse::Control;
 use crate::engine::{Access, Engine};
 use crate::error::{Error, Result};
 use crate::mcp::dto;

@@ -21,7 +21,7 @@ use rmcp::service::RequestContext;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::engine::traverse::{Control, WorkProgress};
+use crate::engine::control::{Control, WorkProgress};
 use crate::error::{Error, Result};
 use crate::mcp::task_api;
 use crate::tasks::Tasks;

@@ -13,12 +13,11 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 
+use crate::engine::control::{status_message, work_done};
 use crate::mcp::errors::{bad_arguments, request_error, tool_answer, worker_failed};
 use crate::mcp::work;
 use crate::model::{TaskRow, TaskState, format_time};
-use crate::tasks::{
-    Answer, Capability, Requester, TaskView, Tasks, decide, short_id, status_message, work_done,
-};
+use crate::tasks::{Answer, Capability, Requester, TaskView, Tasks, decide, short_id};
 
 /// `_meta` key of the decision on a tool result or task handle.
 const DECISION_KEY: &str = "mnemograph/decision";
@@ -147,7 +146,7 @@ pub(crate) async fn call_long(
     let (tx, forwarder) = match token {
         Some(token) => {
             let (tx, mut rx) =
-                tokio::sync::mpsc::unbounded_channel::<crate::engine::traverse::WorkProgress>();
+                tokio::sync::mpsc::unbounded_channel::<crate::engine::control::WorkProgress>();
             let peer = ctx.peer.clone();
             let fw = tokio::spawn(async move {
                 while let Some(p) = rx.recv().await {

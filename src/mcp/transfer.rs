@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use crate::engine::Engine;
+use crate::engine::control::Control;
 use crate::engine::export::{ExportRequest, ExportTarget, OutFormat};
 use crate::engine::import::{ImportRequest, Source};
-use crate::engine::traverse::{Control, DEFAULT_MAX_NODES, TraverseRequest};
+use crate::engine::traverse::{DEFAULT_MAX_NODES, TraverseRequest};
 use crate::error::{Error, Result};
 use crate::formats::InFormat;
 use crate::mcp::dto;

@@ -4,9 +4,9 @@
 
 use serde_json::Value;
 
+use crate::engine::control::{Control, WorkKind};
 use crate::engine::traverse::{
-    Control, DEFAULT_MAX_NODES, MAX_MAX_NODES, PathRequest, Shape, TraverseRequest, TraversedNode,
-    WorkKind,
+    DEFAULT_MAX_NODES, MAX_MAX_NODES, PathRequest, Shape, TraverseRequest, TraversedNode,
 };
 use crate::engine::{Access, Engine};
 use crate::error::{Error, Result};
@@ -546,8 +546,8 @@ mod tests {
 
     #[test]
     fn estimates_and_dry_runs_write_nothing() {
+        use crate::engine::control::Progressing;
         use crate::engine::tests::uses_history_and_head;
-        use crate::engine::traverse::Progressing;
         use crate::engine::{Link, RememberItem};
         let dir = tempfile::tempdir().unwrap();
         let cfg = crate::config::Config::for_db(dir.path().join("memory.db"));

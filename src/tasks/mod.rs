@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::engine::traverse::{Control, Progressing, WorkKind, WorkProgress};
+use crate::engine::control::{
+    Control, Progressing, WorkKind, WorkProgress, progress_json, status_message, work_done,
+};
 use crate::engine::{Engine, Grant};
 use crate::error::{Error, Result};
 use crate::lock::lock;
@@ -89,91 +91,6 @@ pub enum Answer {
 /// (ids come from clients too, so they may be any text).
 pub fn short_id(id: &str) -> &str {
     id.char_indices().nth(8).map_or(id, |(end, _)| &id[..end])
-}
-
-/// One-line human summary of progress: "visited 48,211 nodes · depth 3/5 · frontier 9,804",
-/// "imported 41,200 / 100,000 items · 3 errors",
-/// "examined 41,200 / 100,000 memories · 812 merged · 40 archived · 12 summaries".
-pub fn status_message(p: &WorkProgress) -> String {
-    match p.kind {
-        WorkKind::Walk => {}
-        WorkKind::Consolidate => {
-            let mut s = format!("examined {}", group(p.done));
-            if p.total > 0 {
-                s.push_str(&format!(" / {}", group(p.total)));
-            }
-            let plural = if p.summaries == 1 { "y" } else { "ies" };
-            s.push_str(&format!(
-                " memories · {} merged · {} archived · {} summar{plural}",
-                group(p.merged),
-                group(p.archived),
-                group(p.summaries)
-            ));
-            return s;
-        }
-        WorkKind::Import | WorkKind::Export => {
-            let verb = if p.kind == WorkKind::Import {
-                "imported"
-            } else {
-                "exported"
-            };
-            let mut s = format!("{verb} {}", group(p.done));
-            if p.total > 0 {
-                s.push_str(&format!(" / {}", group(p.total)));
-            }
-            s.push_str(" items");
-            if p.kind == WorkKind::Import {
-                let plural = if p.errors == 1 { "" } else { "s" };
-                s.push_str(&format!(" · {} error{plural}", group(p.errors)));
-            }
-            return s;
-        }
-    }
-    let mut s = format!("visited {} nodes", group(p.visited));
-    if p.max_depth > 0 {
-        s.push_str(&format!(" · depth {}/{}", p.depth, p.max_depth));
-    }
-    s.push_str(&format!(" · frontier {}", group(p.frontier)));
-    if p.total > 0 {
-        s.push_str(&format!(" · scored {} / {}", group(p.done), group(p.total)));
-    }
-    s
-}
-
-/// How much work is done, as one number that only grows (the `progress` of notifications): a
-/// walk's nodes visited plus the memories scored against its focus; an import's or export's items.
-pub fn work_done(p: &WorkProgress) -> u64 {
-    match p.kind {
-        WorkKind::Walk => p.visited + p.done,
-        WorkKind::Import | WorkKind::Export | WorkKind::Consolidate => p.done,
-    }
-}
-
-/// Machine-readable counters of progress.
-pub fn progress_json(p: &WorkProgress) -> Value {
-    match p.kind {
-        WorkKind::Walk => {
-            json!({"visited": p.visited, "frontier": p.frontier, "depth": p.depth, "maxDepth": p.max_depth, "done": p.done, "total": p.total})
-        }
-        WorkKind::Import => json!({"done": p.done, "total": p.total, "errors": p.errors}),
-        WorkKind::Export => json!({"done": p.done, "total": p.total}),
-        WorkKind::Consolidate => {
-            json!({"done": p.done, "total": p.total, "merged": p.merged, "archived": p.archived, "summaries": p.summaries})
-        }
-    }
-}
-
-/// `n` with a comma between each group of three digits (`12,345`).
-pub(crate) fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 struct Live {
@@ -1061,31 +978,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn messages_read_well() {
-        let p = WorkProgress {
-            visited: 48_211,
-            frontier: 9_804,
-            depth: 3,
-            max_depth: 5,
-            ..WorkProgress::default()
-        };
-        assert_eq!(
-            status_message(&p),
-            "visited 48,211 nodes · depth 3/5 · frontier 9,804"
-        );
-        let import = WorkProgress {
-            kind: WorkKind::Import,
-            done: 41_200,
-            total: 100_000,
-            errors: 3,
-            ..WorkProgress::default()
-        };
-        assert_eq!(
-            status_message(&import),
-            "imported 41,200 / 100,000 items · 3 errors"
-        );
-        assert_eq!(group(1_000_000), "1,000,000");
-        assert_eq!(group(999), "999");
+    fn ids_in_logs_are_short() {
         assert_eq!(short_id("0123456789abcdef"), "01234567");
     }
 

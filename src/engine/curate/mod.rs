@@ -23,7 +23,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::engine::Engine;
-use crate::engine::traverse::{Control, WorkKind, WorkProgress};
+use crate::engine::control::{Control, WorkKind, WorkProgress};
 use crate::error::{Error, Result};
 use crate::model::{Memory, MemoryKey, Millis, RunRow, now_millis};
 use crate::store::{self, memories, runs};

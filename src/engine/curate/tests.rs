@@ -7,7 +7,7 @@ use serde_json::json;
 use super::*;
 use crate::config::Config;
 use crate::embed::hashing::HashingEmbedder;
-use crate::engine::traverse::Progressing;
+use crate::engine::control::Progressing;
 use crate::engine::{ExportRequest, Link, OutFormat, RelateItem, RememberItem};
 use crate::model::{MemoryRef, RecallMode, RecallQuery};
 

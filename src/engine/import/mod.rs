@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::traverse::{Control, WorkKind, WorkProgress};
+use crate::engine::control::{Control, WorkKind, WorkProgress};
 use crate::engine::vectors::{embed_parallel, embed_text};
 use crate::engine::{Access, Engine};
 use crate::error::{Error, Result};

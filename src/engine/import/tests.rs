@@ -5,9 +5,9 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use crate::config::Config;
+use crate::engine::control::{Control, Progressing, WorkProgress};
 use crate::engine::export::{ExportRequest, ExportTarget, OutFormat};
 use crate::engine::import::{ImportRequest, Source};
-use crate::engine::traverse::{Control, Progressing, WorkProgress};
 use crate::engine::{Engine, Link, RememberItem};
 use crate::error::Error;
 use crate::model::{
