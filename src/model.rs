@@ -263,7 +263,7 @@ pub struct HistoryEntry {
 }
 
 /// Where a memory or relation is reached by a caller: by external id or by name in a namespace.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum MemoryRef {
     Id(String),
     Name { namespace: String, name: String },
@@ -282,7 +282,7 @@ impl std::fmt::Display for MemoryRef {
 }
 
 /// Which namespaces a read looks in.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum NamespaceScope {
     #[default]
     All,
@@ -295,7 +295,7 @@ pub enum NamespaceScope {
 pub const DEFAULT_EXPAND: u8 = 2;
 
 /// Filters and paging of a recall.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RecallQuery {
     pub text: String,
     pub namespaces: NamespaceScope,

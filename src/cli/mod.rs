@@ -766,7 +766,9 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .context("cannot start the async runtime")?;
             let options = crate::mcp::ServerOptions {
                 owner: serve.owner,
-                consolidate_every: serve.consolidate_every,
+                schedule: serve
+                    .consolidate_every
+                    .map(crate::tasks::Schedule::consolidation),
                 tasks: crate::tasks::TaskConfig {
                     inline_budget: std::time::Duration::from_millis(serve.inline_budget_ms),
                     default_ttl_ms: serve.task_ttl_ms,

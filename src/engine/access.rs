@@ -14,7 +14,7 @@ use crate::model::NamespaceScope;
 use crate::store::memories;
 
 /// Which namespaces a caller may use.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Access {
     /// Every namespace.
     #[default]

@@ -20,7 +20,7 @@ const PAGE: usize = 5_000;
 const MAX_HISTORY: usize = 1_000;
 
 /// Formats an export can write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OutFormat {
     Jsonl,
     Graphml,
@@ -47,7 +47,7 @@ impl OutFormat {
 }
 
 /// One export, as a caller asks for it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ExportRequest {
     /// `None`: every namespace.
     pub namespaces: Option<Vec<String>>,
@@ -197,7 +197,7 @@ thread_local! {
 }
 
 /// Where an export goes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum ExportTarget {
     /// A new file within the roots (written beside, then linked into place).
     Path(std::path::PathBuf),

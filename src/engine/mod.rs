@@ -5,6 +5,7 @@
 mod access;
 pub mod control;
 pub mod curate;
+pub mod cursor;
 mod estimate;
 pub mod export;
 mod flat;
@@ -19,6 +20,7 @@ mod task_rows;
 pub mod traverse;
 pub mod validate;
 mod vectors;
+pub mod work;
 mod write;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -43,7 +43,7 @@ fn walk_spec(graph: &MemoryGraph, req: &TraverseRequest, order: Order, within: W
 }
 
 /// What a traversal returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Shape {
     Nodes,
     Paths,
@@ -51,7 +51,7 @@ pub enum Shape {
 }
 
 /// A traversal as a caller asks for it (validated by [`Engine::traverse`]).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TraverseRequest {
     pub seeds: Vec<MemoryRef>,
     /// Seeds from the top hits of this query when no seeds are named.
@@ -575,7 +575,7 @@ impl Engine {
 }
 
 /// Filters of a path search.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PathRequest {
     pub direction: Direction,
     pub kinds: Vec<String>,

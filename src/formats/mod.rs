@@ -16,7 +16,7 @@ use std::io::BufRead;
 use crate::model::Millis;
 
 /// Formats an import can read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum InFormat {
     /// mnemograph's own JSONL (what `export` writes): lossless.
     Mnemograph,

@@ -71,7 +71,7 @@ pub use crate::model::EdgeRow;
 const NONE: u32 = u32::MAX;
 
 /// Which way edges are followed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Direction {
     Out,
     In,

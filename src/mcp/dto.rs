@@ -1,6 +1,9 @@
 //! The wire shapes of the tools: parameters and outputs. Every field's doc comment becomes its
 //! description in the schema, so keep them short and say units and defaults.
 
+pub use crate::engine::work::output::{
+    EdgeOut, ExportOut, HitOut, NodeOut, PathOut, PathsOut, RecallOut, TraverseOut, ViaOut,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -249,45 +252,6 @@ pub struct RelationOut {
 }
 
 #[derive(Debug, Serialize)]
-pub struct HitOut {
-    pub id: String,
-    pub namespace: String,
-    pub kind: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub snippet: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
-    pub score: f32,
-    pub relations: i64,
-    pub created_at: String,
-    /// How an expanded hit was reached.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub via: Option<crate::model::Via>,
-    /// Near-duplicates collapsed into this hit.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub duplicates: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub explain: Option<crate::model::Explain>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct RecallOut {
-    pub hits: Vec<HitOut>,
-    /// What degraded the answer (embedder down, index catching up).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_cursor: Option<String>,
-    /// Memories related to the hits (with `expand`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub related: Option<Vec<NodeOut>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub truncated: Option<bool>,
-}
-
-#[derive(Debug, Serialize)]
 pub struct ItemOut {
     pub index: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -432,10 +396,6 @@ pub struct TraverseParams {
     pub limit: Option<u32>,
     /// Also archived memories.
     pub include_archived: Option<bool>,
-    /// Set by the server for clients without tasks, whose walks stop at the inline work limit.
-    #[serde(default, rename = "_inline_limit")]
-    #[schemars(skip)]
-    pub inline_limit: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -466,66 +426,6 @@ pub struct FindPathsParams {
 pub struct TasksParams {
     /// 1–100 (default 20).
     pub limit: Option<u32>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ViaOut {
-    pub from: String,
-    pub kind: String,
-    pub weight: f64,
-    pub forward: bool,
-}
-
-#[derive(Debug, Serialize)]
-pub struct NodeOut {
-    pub id: String,
-    pub namespace: String,
-    pub kind: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    pub snippet: String,
-    pub depth: u8,
-    pub strength: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub relevance: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub via: Option<ViaOut>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct PathOut {
-    pub ids: Vec<String>,
-    pub kinds: Vec<String>,
-    pub strength: f64,
-}
-
-#[derive(Debug, Serialize)]
-pub struct EdgeOut {
-    pub from: String,
-    pub to: String,
-    pub kind: String,
-    pub weight: f64,
-}
-
-#[derive(Debug, Serialize)]
-pub struct TraverseOut {
-    pub seeds: Vec<String>,
-    pub nodes: Vec<NodeOut>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub paths: Option<Vec<PathOut>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub edges: Option<Vec<EdgeOut>>,
-    pub reached: usize,
-    pub visited: u64,
-    pub truncated: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hint: Option<String>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct PathsOut {
-    pub paths: Vec<PathOut>,
-    pub visited: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -564,10 +464,6 @@ pub struct ImportParams {
     pub namespace: Option<String>,
     /// Only report what would happen.
     pub dry_run: Option<bool>,
-    /// Set by the server for clients without tasks.
-    #[serde(default, rename = "_max_records")]
-    #[schemars(skip)]
-    pub max_records: Option<u64>,
 }
 
 /// The memories a walk reaches, for `export`.
@@ -599,18 +495,6 @@ pub struct ExportParams {
     pub history: Option<bool>,
 }
 
-#[derive(Debug, Serialize)]
-pub struct ExportOut {
-    pub format: String,
-    pub memories: u64,
-    pub relations: u64,
-    pub bytes: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub data: Option<String>,
-}
-
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConsolidateParams {
@@ -628,16 +512,4 @@ pub struct ConsolidateParams {
     pub cascade: Option<bool>,
     /// List recent runs instead.
     pub runs: Option<bool>,
-    /// Set by the server: who asked (the task owner).
-    #[serde(default, rename = "_by")]
-    #[schemars(skip)]
-    pub by: Option<String>,
-    /// Set by the server for clients without tasks: the run must fit the inline limit.
-    #[serde(default, rename = "_inline")]
-    #[schemars(skip)]
-    pub inline: Option<bool>,
-    /// Set by the server's schedule (`--consolidate-every`): the run is started by `scheduler`.
-    #[serde(default, rename = "_scheduled")]
-    #[schemars(skip)]
-    pub scheduled: Option<bool>,
 }

@@ -55,8 +55,8 @@ pub struct ServerOptions {
     /// Owner of every task, instead of the client's name (for hosts that share one identity).
     pub owner: Option<String>,
     pub tasks: TaskConfig,
-    /// Start a consolidation of every namespace this often, as a task of owner `scheduler`.
-    pub consolidate_every: Option<std::time::Duration>,
+    /// Scheduled work (`serve --consolidate-every`), started as tasks of owner `scheduler`.
+    pub schedule: Option<crate::tasks::Schedule>,
 }
 
 /// The MCP server over one engine.
@@ -79,12 +79,8 @@ impl MemoryServer {
             Arc::new(work::McpExecutor),
         );
         tasks.start_maintenance();
-        if let Some(every) = options.consolidate_every {
-            tasks.start_schedule(crate::tasks::Schedule {
-                every,
-                tool: "consolidate".into(),
-                args: curation::scheduled_args(),
-            });
+        if let Some(schedule) = options.schedule {
+            tasks.start_schedule(schedule);
         }
         MemoryServer {
             engine,

@@ -97,42 +97,23 @@ pub(crate) async fn call_long(
             ClientCapabilities::builder().enable_tasks().build(),
         ));
     }
-    let mut args = Value::Object(args);
-    who.stamp(&mut args);
-    if cap != Capability::Tasks && tool == "traverse" {
-        // A client that cannot poll gets a bounded walk. A `max_nodes` that is not a count is
-        // left as it is, for the argument check to name it.
-        let asked = match args.get("max_nodes") {
-            None | Some(Value::Null) => Some(work::INLINE_WORK_LIMIT as u64),
-            Some(v) => v.as_u64(),
-        };
-        if let Some(asked) = asked {
-            args["max_nodes"] = json!(asked.min(work::INLINE_WORK_LIMIT as u64));
-        }
-        args["_inline_limit"] = json!(true);
-    }
-    if cap != Capability::Tasks && tool == "import" {
-        // A client that cannot poll gets a bounded import; repeating the call goes on.
-        args["_max_records"] = json!(crate::mcp::transfer::INLINE_IMPORT_LIMIT);
-    }
-    if tool == "consolidate" {
-        // The run records who started it; a client that cannot poll must fit the inline limit.
-        // Only the server's own schedule starts runs as `scheduler`.
-        if let Value::Object(o) = &mut args {
-            o.remove("_scheduled");
-        }
-        args["_by"] = json!(owner.owner);
-        if cap != Capability::Tasks {
-            args["_inline"] = json!(true);
-        }
-    }
+    // The arguments become the engine's work once: checked, within the caller's access, and
+    // bounded for a client that cannot poll.
+    let work = match work::work_of(
+        tool,
+        &Value::Object(args),
+        who,
+        &owner.owner,
+        cap == Capability::Tasks,
+    ) {
+        Ok(w) => w,
+        Err(e) => return tool_answer(e).map(CallToolResponse::Complete),
+    };
     let engine = Arc::clone(tasks.engine());
-    let (tool_owned, args_for_estimate) = (tool.to_owned(), args.clone());
-    let estimate = tokio::task::spawn_blocking(move || {
-        work::estimate(&engine, &tool_owned, &args_for_estimate)
-    })
-    .await
-    .map_err(|e| worker_failed("tools/call", e))?;
+    let for_estimate = work.clone();
+    let estimate = tokio::task::spawn_blocking(move || work::estimate(&engine, &for_estimate))
+        .await
+        .map_err(|e| worker_failed("tools/call", e))?;
     let estimate_ms = match estimate {
         Ok(ms) => ms,
         Err(e) => return tool_answer(e).map(CallToolResponse::Complete),
@@ -172,7 +153,7 @@ pub(crate) async fn call_long(
         .run(
             &owner,
             tool,
-            args,
+            work,
             plan,
             ttl,
             on_progress,

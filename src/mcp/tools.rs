@@ -351,13 +351,9 @@ async fn relate(engine: &Arc<Engine>, args: JsonObject, who: Acting) -> Result<C
 }
 
 async fn recall(engine: &Arc<Engine>, args: JsonObject, who: Acting) -> Result<CallToolResult> {
-    let _: dto::RecallParams = parse("recall", args.clone())?;
-    let value = serde_json::Value::Object(args);
+    let work = crate::mcp::work::recall_work(parse("recall", args)?, &who)?;
     let ctl = crate::engine::control::Progressing::default();
-    let out = blocking(engine, move |e| {
-        crate::mcp::work::run_recall(e, &value, &ctl, &who)
-    })
-    .await?;
+    let out = blocking(engine, move |e| work.run(e, &ctl)).await?;
     structured(out)
 }
 

@@ -1,26 +1,20 @@
-//! The `import` and `export` tools: argument conversion, cost estimates for the inline-or-task
-//! decision, and their runs against the engine (inline or inside a task).
+//! The `import` and `export` tools: their arguments as the engine's requests (the work runs as
+//! [`crate::engine::work::Work`]).
 
 use std::path::PathBuf;
 
-use serde_json::Value;
-
-use crate::engine::Engine;
-use crate::engine::control::Control;
 use crate::engine::export::{ExportRequest, ExportTarget, OutFormat};
 use crate::engine::import::{ImportRequest, Source};
 use crate::engine::traverse::{DEFAULT_MAX_NODES, TraverseRequest};
 use crate::error::{Error, Result};
 use crate::formats::InFormat;
 use crate::mcp::dto;
-use crate::mcp::work::{Acting, parse, traverse_request};
+use crate::mcp::work::{Acting, traverse_request};
 
 /// Largest export answered inline; bigger ones need `path`.
 pub const MAX_INLINE_EXPORT: usize = 256 * 1024;
 /// Records an inline import (client without tasks) may change before it stops; a repeat goes on.
 pub const INLINE_IMPORT_LIMIT: u64 = 10_000;
-/// Memories written per millisecond by an export (for the estimate).
-const EXPORT_PER_MS: f64 = 50.0;
 
 pub(crate) fn import_request(p: dto::ImportParams, who: &Acting) -> Result<ImportRequest> {
     let source = match (p.source.path, p.source.text) {
@@ -53,7 +47,7 @@ pub(crate) fn import_request(p: dto::ImportParams, who: &Acting) -> Result<Impor
         namespace: p.namespace,
         dry_run: p.dry_run.unwrap_or(false),
         actor: who.actor("import"),
-        max_records: p.max_records,
+        max_records: None,
         access: who.access.clone(),
     })
 }
@@ -95,7 +89,6 @@ pub(crate) fn export_call(
                     limit: None,
                     // An export keeps what consolidation archived.
                     include_archived: Some(true),
-                    inline_limit: None,
                 },
                 &who.access,
             )?;
@@ -123,45 +116,4 @@ pub(crate) fn export_call(
         },
         target,
     ))
-}
-
-/// Cheap checks and the cost of an import or export, in milliseconds.
-pub fn estimate(engine: &Engine, tool: &str, args: &Value, who: &Acting) -> Result<f64> {
-    match tool {
-        "import" => engine.estimate_import(&import_request(parse(tool, args)?, who)?),
-        _ => {
-            let (req, target) = export_call(parse(tool, args)?, who)?;
-            engine.check_export_target(&target)?;
-            let n = engine.count_live(req.namespaces.as_deref())?;
-            Ok(n as f64 / EXPORT_PER_MS)
-        }
-    }
-}
-
-pub fn run_import(engine: &Engine, args: &Value, ctl: &dyn Control, who: &Acting) -> Result<Value> {
-    let req = import_request(parse("import", args)?, who)?;
-    let report = engine.import(&req, ctl)?;
-    let mut v = serde_json::to_value(&report)?;
-    if report.truncated
-        && let Value::Object(o) = &mut v
-    {
-        o.insert(
-            "hint".into(),
-            Value::from("stopped at the inline work limit (this client cannot receive tasks): call import again with the same arguments to go on; stored records are skipped"),
-        );
-    }
-    Ok(v)
-}
-
-pub fn run_export(engine: &Engine, args: &Value, ctl: &dyn Control, who: &Acting) -> Result<Value> {
-    let (req, target) = export_call(parse("export", args)?, who)?;
-    let out = engine.export_to(&req, &target, ctl)?;
-    Ok(serde_json::to_value(dto::ExportOut {
-        format: req.format.name().to_owned(),
-        memories: out.counts.memories,
-        relations: out.counts.relations,
-        bytes: out.bytes,
-        path: out.path.map(|p| p.display().to_string()),
-        data: out.text,
-    })?)
 }

@@ -1,13 +1,13 @@
-//! Tools whose work can be long (traverse, find_paths, recall with deep expansion): argument
-//! conversion, the synchronous run against the engine (inline or inside a task), and their output.
-//! `McpExecutor` is how the task runner re-runs them after a restart.
+//! Tools whose work can be long (traverse, find_paths, recall with deep expansion, import,
+//! export, a consolidation run): their arguments checked and converted once into the engine's
+//! [`Work`], which runs inline or inside a task. `McpExecutor` is what the task runner runs work
+//! with (the engine's, plus the conformance fixtures and task rows of older versions).
 
 use serde_json::Value;
 
-use crate::engine::control::{Control, WorkKind};
-use crate::engine::traverse::{
-    DEFAULT_MAX_NODES, MAX_MAX_NODES, PathRequest, Shape, TraverseRequest, TraversedNode,
-};
+use crate::engine::control::Control;
+use crate::engine::traverse::{DEFAULT_MAX_NODES, PathRequest, Shape, TraverseRequest};
+use crate::engine::work::{INLINE_CONSOLIDATE_LIMIT, Work};
 use crate::engine::{Access, Engine};
 use crate::error::{Error, Result};
 use crate::graph::Direction;
@@ -17,8 +17,7 @@ use crate::tasks::Executor;
 
 /// Work limit for clients that cannot receive tasks.
 pub const INLINE_WORK_LIMIT: usize = 10_000;
-/// Expansion depth up to which recall never becomes a task.
-pub const INLINE_EXPAND: u8 = 2;
+pub use crate::engine::work::INLINE_EXPAND;
 const DEFAULT_DEPTH: u8 = 2;
 const DEFAULT_LIMIT: u32 = 50;
 const DEFAULT_K: u32 = 3;
@@ -47,11 +46,6 @@ pub struct Acting {
     pub subject: Option<String>,
 }
 
-/// Where [`Acting`] travels in a task's arguments (kept in its durable row, so a task adopted by
-/// another process keeps its caller's limits).
-const ACCESS_KEY: &str = "_access";
-const SUBJECT_KEY: &str = "_subject";
-
 impl Acting {
     /// What history records as the author of a change made by `tool`.
     pub fn actor(&self, tool: &str) -> String {
@@ -59,37 +53,6 @@ impl Acting {
             Some(s) => format!("tool:{tool} by {s}"),
             None => format!("tool:{tool}"),
         }
-    }
-
-    /// Writes this into a long call's arguments, replacing whatever the client put there.
-    pub fn stamp(&self, args: &mut Value) {
-        if let Value::Object(o) = args {
-            o.remove(ACCESS_KEY);
-            o.remove(SUBJECT_KEY);
-            if let Some(a) = self.access.to_json() {
-                o.insert(ACCESS_KEY.into(), a);
-            }
-            if let Some(s) = &self.subject {
-                o.insert(SUBJECT_KEY.into(), Value::from(s.clone()));
-            }
-        }
-    }
-
-    /// The caller [`Acting::stamp`] wrote into `args`, and the arguments without it.
-    pub fn split(args: &Value) -> (Acting, Value) {
-        let mut rest = args.clone();
-        let acting = Acting {
-            access: Access::from_json(args.get(ACCESS_KEY)),
-            subject: args
-                .get(SUBJECT_KEY)
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-        };
-        if let Value::Object(o) = &mut rest {
-            o.remove(ACCESS_KEY);
-            o.remove(SUBJECT_KEY);
-        }
-        (acting, rest)
     }
 }
 
@@ -210,100 +173,73 @@ pub fn paths_call(p: dto::FindPathsParams, access: &Access) -> Result<PathsCall>
     })
 }
 
-pub fn node_out(n: TraversedNode) -> dto::NodeOut {
-    dto::NodeOut {
-        id: n.memory.id,
-        namespace: n.memory.namespace,
-        kind: n.memory.kind,
-        name: n.memory.name,
-        snippet: n.snippet,
-        depth: n.depth,
-        strength: n.strength,
-        relevance: n.relevance,
-        via: n.via.map(|v| dto::ViaOut {
-            from: v.from,
-            kind: v.kind,
-            weight: v.weight,
-            forward: v.forward,
+/// The work a long call asks for, checked and converted once. `tasks`: whether the caller can
+/// receive a task (otherwise the work is bounded to what it can wait for); `owner`: who the
+/// call's tasks belong to (a consolidation run records it).
+pub fn work_of(tool: &str, args: &Value, who: &Acting, owner: &str, tasks: bool) -> Result<Work> {
+    match tool {
+        "traverse" => {
+            let mut request = traverse_request(parse(tool, args)?, &who.access)?;
+            if !tasks {
+                // A client that cannot poll gets a bounded walk.
+                request.max_nodes = request.max_nodes.min(INLINE_WORK_LIMIT);
+            }
+            Ok(Work::Walk {
+                request,
+                inline_limited: !tasks,
+            })
+        }
+        "find_paths" => {
+            let call = paths_call(parse(tool, args)?, &who.access)?;
+            if call.k > 10 {
+                return Err(Error::invalid(
+                    "k",
+                    format!("is {}", call.k),
+                    "give 0 to 10 alternatives",
+                ));
+            }
+            Ok(Work::Paths {
+                from: call.from,
+                to: call.to,
+                k: call.k,
+                spec: call.spec,
+            })
+        }
+        "recall" => recall_work(parse(tool, args)?, who),
+        "import" => {
+            let mut request = crate::mcp::transfer::import_request(parse(tool, args)?, who)?;
+            if !tasks {
+                // A client that cannot poll gets a bounded import; repeating the call goes on.
+                request.max_records = Some(crate::mcp::transfer::INLINE_IMPORT_LIMIT);
+            }
+            Ok(Work::Import { request })
+        }
+        "export" => {
+            let (request, target) = crate::mcp::transfer::export_call(parse(tool, args)?, who)?;
+            Ok(Work::Export { request, target })
+        }
+        "consolidate" => {
+            let p: dto::ConsolidateParams = parse(tool, args)?;
+            Ok(Work::Consolidate {
+                request: crate::mcp::curation::request(&p, who, owner)?,
+                inline_limit: (!tasks).then_some(INLINE_CONSOLIDATE_LIMIT),
+            })
+        }
+        #[cfg(feature = "conformance")]
+        fixture if crate::mcp::fixtures::is_long(fixture) => Ok(Work::Probe {
+            name: fixture.to_owned(),
+            args: args.clone(),
         }),
+        other => Err(Error::invalid(
+            "tool",
+            format!("`{other}` does not run as a task"),
+            "call it directly",
+        )),
     }
 }
 
-/// What helps when a walk stopped at its node budget. A client without tasks cannot raise the
-/// budget (it is capped at [`INLINE_WORK_LIMIT`] for it), so the hint names what can help it.
-fn truncation_hint(truncated: bool, max_nodes: usize, inline_limited: bool) -> Option<String> {
-    truncated.then(|| {
-        if inline_limited {
-            format!(
-                "stopped at the work limit of {max_nodes} nodes for clients without MCP tasks: narrow the walk (a smaller depth, only some `kinds`, a higher `min_weight`, one `direction`), or use a client with MCP tasks support to run it in full"
-            )
-        } else {
-            format!(
-                "stopped at the node budget of {max_nodes}: narrow the walk (a smaller depth, only some `kinds`, a higher `min_weight`, one `direction`), or raise `max_nodes` (up to {MAX_MAX_NODES})"
-            )
-        }
-    })
-}
-
-fn run_traverse(engine: &Engine, args: &Value, ctl: &dyn Control, who: &Acting) -> Result<Value> {
-    let params: dto::TraverseParams = parse("traverse", args)?;
-    let inline_limited = params.inline_limit.unwrap_or(false);
-    let req = traverse_request(params, &who.access)?;
-    let r = engine.traverse(&req, ctl)?;
-    let paths = (req.shape == Shape::Paths).then(|| {
-        r.paths
-            .into_iter()
-            .map(|p| dto::PathOut {
-                ids: p.ids,
-                kinds: p.kinds,
-                strength: p.strength,
-            })
-            .collect()
-    });
-    let edges = (req.shape == Shape::Subgraph).then(|| {
-        r.edges
-            .into_iter()
-            .map(|e| dto::EdgeOut {
-                from: e.from,
-                to: e.to,
-                kind: e.kind,
-                weight: e.weight,
-            })
-            .collect()
-    });
-    Ok(serde_json::to_value(dto::TraverseOut {
-        seeds: r.seeds,
-        nodes: r.nodes.into_iter().map(node_out).collect(),
-        paths,
-        edges,
-        reached: r.reached,
-        visited: r.visited,
-        truncated: r.truncated,
-        hint: truncation_hint(r.truncated, req.max_nodes, inline_limited),
-    })?)
-}
-
-fn run_find_paths(engine: &Engine, args: &Value, ctl: &dyn Control, who: &Acting) -> Result<Value> {
-    let call = paths_call(parse("find_paths", args)?, &who.access)?;
-    let r = engine.find_paths(&call.from, &call.to, call.k, &call.spec, ctl)?;
-    Ok(serde_json::to_value(dto::PathsOut {
-        paths: r
-            .paths
-            .into_iter()
-            .map(|p| dto::PathOut {
-                ids: p.ids,
-                kinds: p.kinds,
-                strength: p.strength,
-            })
-            .collect(),
-        visited: r.visited,
-    })?)
-}
-
-/// Recall, with related memories `expand` hops around the hits.
-pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control, who: &Acting) -> Result<Value> {
-    let p: dto::RecallParams = parse("recall", args)?;
-    let full = p.full.unwrap_or(false);
+/// A recall as work: its query within the caller's namespaces, and how deep its hits expand.
+pub fn recall_work(p: dto::RecallParams, who: &Acting) -> Result<Work> {
     let expand = p.expand.unwrap_or(crate::model::DEFAULT_EXPAND);
     if expand > crate::engine::traverse::MAX_DEPTH {
         return Err(Error::invalid(
@@ -312,64 +248,13 @@ pub fn run_recall(engine: &Engine, args: &Value, ctl: &dyn Control, who: &Acting
             "give 0 to 8 hops",
         ));
     }
-    let q = recall_query(&p, &who.access)?;
-    // A deep expansion is a walk from the hits, which lists them and records their use: the
-    // recall itself records none, so each hit counts once.
-    let page = if expand > INLINE_EXPAND {
-        engine.recall_unrecorded(&q)?
-    } else {
-        engine.recall(&q)?
-    };
-    let (mut related, mut truncated) = (None, None);
-    if expand > INLINE_EXPAND && !page.hits.is_empty() {
-        let max_nodes = args
-            .get("max_nodes")
-            .and_then(Value::as_u64)
-            .map_or(DEFAULT_MAX_NODES, |n| n as usize);
-        let req = expansion(
-            &page.hits,
-            expand,
-            max_nodes,
-            q.limit * 2 + page.hits.len(),
-            q.include_archived,
-            &who.access,
-        );
-        let r = engine.traverse(&req, ctl)?;
-        truncated = Some(r.truncated);
-        related = Some(
-            r.nodes
-                .into_iter()
-                .filter(|n| n.depth > 0)
-                .take(q.limit * 2)
-                .map(node_out)
-                .collect(),
-        );
-    }
-    let hits = page
-        .hits
-        .into_iter()
-        .map(|h| dto::HitOut {
-            id: h.memory.id,
-            namespace: h.memory.namespace,
-            kind: h.memory.kind,
-            name: h.memory.name,
-            snippet: (!full).then_some(h.snippet),
-            content: full.then_some(h.memory.content),
-            score: h.score,
-            relations: h.n_relations,
-            created_at: format_time(h.memory.created_at),
-            via: h.via,
-            duplicates: h.duplicates,
-            explain: h.explain,
-        })
-        .collect();
-    Ok(serde_json::to_value(dto::RecallOut {
-        hits,
-        warnings: page.warnings,
-        next_cursor: page.next_offset.map(|o| convert::encode_cursor(&q, o)),
-        related,
-        truncated,
-    })?)
+    Ok(Work::Recall {
+        query: recall_query(&p, &who.access)?,
+        expand,
+        max_nodes: DEFAULT_MAX_NODES,
+        full: p.full.unwrap_or(false),
+        access: who.access.clone(),
+    })
 }
 
 /// The recall a caller asked for, within the namespaces it may use.
@@ -384,146 +269,59 @@ fn recall_query(p: &dto::RecallParams, access: &Access) -> Result<crate::model::
     Ok(q)
 }
 
-/// The walk that adds related memories `depth` hops around recall hits.
-fn expansion(
-    hits: &[crate::model::Hit],
-    depth: u8,
-    max_nodes: usize,
-    limit: usize,
-    include_archived: bool,
-    access: &Access,
-) -> TraverseRequest {
-    TraverseRequest {
-        seeds: hits
-            .iter()
-            .map(|h| MemoryRef::Id(h.memory.id.clone()))
-            .collect(),
-        query: None,
-        namespaces: NamespaceScope::All,
-        depth,
-        direction: Direction::Both,
-        kinds: vec![],
-        min_weight: 0.0,
-        valid_at: None,
-        max_nodes,
-        shape: Shape::Nodes,
-        focus: None,
-        limit,
-        include_archived,
-        access: access.clone(),
+/// The cost estimate of `work`, in milliseconds (the conformance fixtures say their own).
+pub fn estimate(engine: &Engine, work: &Work) -> Result<f64> {
+    match work {
+        #[cfg(feature = "conformance")]
+        Work::Probe { name, args } => Ok(crate::mcp::fixtures::estimate(name, args)),
+        work => work.estimate(engine),
     }
 }
 
-/// Runs the long tools for the task runner.
+/// Runs work for the task runner: every real tool's work runs in the engine
+/// ([`Work::run`]); the conformance fixtures run here. Task rows written before work was
+/// stored as [`Work`] (a tool name and the client's arguments, with the server's additions
+/// under `_` keys) are read by [`McpExecutor::legacy`].
 pub struct McpExecutor;
 
 impl Executor for McpExecutor {
-    fn execute(
-        &self,
-        engine: &Engine,
-        tool: &str,
-        args: &Value,
-        ctl: &dyn Control,
-    ) -> Result<Value> {
-        let (who, args) = Acting::split(args);
-        let args = &args;
-        match tool {
-            "traverse" => run_traverse(engine, args, ctl, &who),
-            "find_paths" => run_find_paths(engine, args, ctl, &who),
-            "recall" => run_recall(engine, args, ctl, &who),
-            "import" => crate::mcp::transfer::run_import(engine, args, ctl, &who),
-            "export" => crate::mcp::transfer::run_export(engine, args, ctl, &who),
-            "consolidate" => crate::mcp::curation::run(engine, args, ctl, &who),
+    fn execute(&self, engine: &Engine, work: &Work, ctl: &dyn Control) -> Result<Value> {
+        match work {
             #[cfg(feature = "conformance")]
-            fixture if crate::mcp::fixtures::is_long(fixture) => {
-                crate::mcp::fixtures::run(fixture, args, ctl)
-            }
-            other => Err(Error::invalid(
-                "tool",
-                format!("`{other}` does not run as a task"),
-                "call it directly",
-            )),
+            Work::Probe { name, args } => crate::mcp::fixtures::run(name, args, ctl),
+            work => work.run(engine, ctl),
         }
     }
 
-    fn rerunnable(&self, tool: &str) -> bool {
-        matches!(tool, "traverse" | "find_paths" | "recall" | "export")
-    }
-
-    fn resumable(&self, tool: &str) -> bool {
-        matches!(tool, "import" | "consolidate")
-    }
-
-    fn work_kind(&self, tool: &str) -> WorkKind {
-        match tool {
-            "import" => WorkKind::Import,
-            "export" => WorkKind::Export,
-            "consolidate" => WorkKind::Consolidate,
-            _ => WorkKind::Walk,
-        }
-    }
-
-    fn summary(&self, tool: &str, output: &Value) -> Option<String> {
-        match tool {
-            "consolidate" => crate::mcp::curation::summary(output),
-            _ => None,
-        }
+    fn legacy(&self, tool: &str, args: &Value) -> Result<Work> {
+        legacy_work(tool, args)
     }
 }
 
-/// Cheap checks and the cost estimate of a long call, before the decision.
-pub fn estimate(engine: &Engine, tool: &str, args: &Value) -> Result<f64> {
-    let (who, args) = Acting::split(args);
-    let args = &args;
-    match tool {
-        "import" | "export" => crate::mcp::transfer::estimate(engine, tool, args, &who),
-        "consolidate" => crate::mcp::curation::estimate(engine, args, &who),
-        "traverse" => {
-            let req = traverse_request(parse("traverse", args)?, &who.access)?;
-            let seeds = engine.check_traverse(&req)?;
-            Ok(engine.estimate_traverse(&req, &seeds)?.ms)
-        }
-        "find_paths" => {
-            let call = paths_call(parse("find_paths", args)?, &who.access)?;
-            if call.k > 10 {
-                return Err(Error::invalid(
-                    "k",
-                    format!("is {}", call.k),
-                    "give 0 to 10 alternatives",
-                ));
-            }
-            Ok(engine.estimate_paths(&call.from, &call.spec, call.k)?.ms)
-        }
-        "recall" => {
-            let p: dto::RecallParams = parse("recall", args)?;
-            let q = recall_query(&p, &who.access)?;
-            // An estimate only looks: the hits do not count as used (the run that follows
-            // records its own).
-            let hits = engine.recall_unrecorded(&q)?;
-            let depth = p
-                .expand
-                .unwrap_or(0)
-                .clamp(1, crate::engine::traverse::MAX_DEPTH);
-            let req = expansion(
-                &hits.hits,
-                depth,
-                DEFAULT_MAX_NODES,
-                q.limit,
-                q.include_archived,
-                &who.access,
-            );
-            if req.seeds.is_empty() {
-                return Ok(0.0);
-            }
-            let seeds = engine.check_traverse(&req)?;
-            Ok(engine.estimate_traverse(&req, &seeds)?.ms)
-        }
-        #[cfg(feature = "conformance")]
-        fixture if crate::mcp::fixtures::is_long(fixture) => {
-            Ok(crate::mcp::fixtures::estimate(fixture, args))
-        }
-        _ => Ok(0.0),
+/// The work of a task row from before work was stored typed: the client's arguments with the
+/// server's decisions under `_` keys (`_access`, `_subject`, `_by`, `_inline`, `_inline_limit`,
+/// `_max_records`, `_scheduled`).
+fn legacy_work(tool: &str, args: &Value) -> Result<Work> {
+    let key = |k: &str| args.get(k).filter(|v| !v.is_null());
+    let who = Acting {
+        access: Access::from_json(key("_access")),
+        subject: key("_subject").and_then(Value::as_str).map(str::to_owned),
+    };
+    let bounded = ["_inline", "_inline_limit", "_max_records"]
+        .iter()
+        .any(|k| key(k).is_some());
+    let owner = key("_by").and_then(Value::as_str).unwrap_or("anonymous");
+    let mut rest = args.clone();
+    if let Value::Object(o) = &mut rest {
+        o.retain(|k, _| !k.starts_with('_'));
     }
+    let mut work = work_of(tool, &rest, &who, owner, !bounded)?;
+    if let Work::Consolidate { request, .. } = &mut work
+        && key("_scheduled").is_some_and(|v| v == true)
+    {
+        request.started_by = crate::tasks::schedule::OWNER.to_owned();
+    }
+    Ok(work)
 }
 
 /// A task as the `tasks` tool lists it to `caller`.
@@ -576,25 +374,28 @@ mod tests {
                 note("storms flooded the harbour road", vec![link(&first)]),
             ])
             .unwrap();
+        let work = |tool: &str, args: &Value| {
+            work_of(tool, args, &Acting::default(), "test", true).expect("the arguments are good")
+        };
         let before = uses_history_and_head(&engine);
         let deep = json!({"query": "lighthouse lamp", "expand": 5});
         assert!(is_long("recall", &deep));
-        assert!(estimate(&engine, "recall", &deep).unwrap() > 0.0);
+        assert!(estimate(&engine, &work("recall", &deep)).unwrap() > 0.0);
         let walk = json!({"query": "lighthouse storms", "depth": 3});
-        estimate(&engine, "traverse", &walk).unwrap();
+        estimate(&engine, &work("traverse", &walk)).unwrap();
         assert_eq!(uses_history_and_head(&engine), before, "an estimate wrote");
 
         let dry = json!({"dry_run": true, "policy": {"merge_similarity": 0.5}});
-        estimate(&engine, "consolidate", &dry).unwrap();
+        estimate(&engine, &work("consolidate", &dry)).unwrap();
         let report = McpExecutor
-            .execute(&engine, "consolidate", &dry, &Progressing::default())
+            .execute(&engine, &work("consolidate", &dry), &Progressing::default())
             .unwrap();
         assert_eq!(report["counts"]["merged"], 1, "{report}");
         assert_eq!(uses_history_and_head(&engine), before, "a dry run wrote");
 
         // The calls themselves record their hits' use, once.
         McpExecutor
-            .execute(&engine, "recall", &deep, &Progressing::default())
+            .execute(&engine, &work("recall", &deep), &Progressing::default())
             .unwrap();
         let (after, head) = uses_history_and_head(&engine);
         assert_eq!(head, before.1);
@@ -605,7 +406,62 @@ mod tests {
     }
 
     #[test]
+    fn task_rows_of_older_versions_read_as_the_same_work() {
+        let who = Acting {
+            access: Access::Only(vec!["a".into()]),
+            subject: Some("bot".into()),
+        };
+        let walk = json!({"query": "storms", "depth": 3, "max_nodes": 50_000});
+        let mut old = walk.clone();
+        old["_access"] = who.access.to_json().unwrap();
+        old["_subject"] = json!("bot");
+        old["_inline_limit"] = json!(true);
+        old["max_nodes"] = json!(INLINE_WORK_LIMIT);
+        assert_eq!(
+            legacy_work("traverse", &old).unwrap(),
+            work_of("traverse", &walk, &who, "bot", false).unwrap()
+        );
+        let import = json!({"source": {"text": "{}"}, "_max_records": 10_000, "_subject": "bot"});
+        let Work::Import { request } = legacy_work("import", &import).unwrap() else {
+            panic!("an import");
+        };
+        assert_eq!(
+            request.max_records,
+            Some(crate::mcp::transfer::INLINE_IMPORT_LIMIT)
+        );
+        assert_eq!(request.actor, "tool:import by bot");
+        let run = json!({"_scheduled": true});
+        let Work::Consolidate {
+            request,
+            inline_limit,
+        } = legacy_work("consolidate", &run).unwrap()
+        else {
+            panic!("a run");
+        };
+        assert_eq!(
+            (request.started_by.as_str(), inline_limit),
+            ("scheduler", None)
+        );
+        let asked = json!({"_by": "alice", "_inline": true, "dry_run": true});
+        let Work::Consolidate {
+            request,
+            inline_limit,
+        } = legacy_work("consolidate", &asked).unwrap()
+        else {
+            panic!("a run");
+        };
+        assert_eq!(request.started_by, "tool:alice");
+        assert!(request.dry_run);
+        assert_eq!(inline_limit, Some(INLINE_CONSOLIDATE_LIMIT));
+        // Stored work reads back as itself.
+        let w = work_of("traverse", &walk, &who, "bot", true).unwrap();
+        let stored = serde_json::to_value(&w).unwrap();
+        assert_eq!(serde_json::from_value::<Work>(stored).unwrap(), w);
+    }
+
+    #[test]
     fn truncation_hints_name_what_helps_the_client() {
+        use crate::engine::work::truncation_hint;
         assert_eq!(truncation_hint(false, 10, true), None);
         let capped = truncation_hint(true, INLINE_WORK_LIMIT, true).unwrap();
         assert!(capped.contains("narrow the walk"), "{capped}");

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::engine::control::{
     Control, Progressing, WorkKind, WorkProgress, progress_json, status_message, work_done,
 };
+use crate::engine::work::Work;
 use crate::engine::{Engine, Grant};
 use crate::error::{Error, Result};
 use crate::lock::lock;
@@ -24,31 +25,43 @@ use crate::model::{Millis, TaskRow, TaskState, now_millis};
 pub use policy::{Capability, Plan, decide};
 pub use schedule::Schedule;
 
-/// Runs the work a task stands for. Supplied by the front end, which knows the tools.
+/// Runs the work a task stands for. [`EngineExecutor`] runs every [`Work`] in the engine; a
+/// front end may add work of its own (probes) and read task rows of older versions.
 pub trait Executor: Send + Sync + 'static {
-    /// Runs `tool` with `args` to its output, reporting to and obeying `ctl`.
-    fn execute(
-        &self,
-        engine: &Engine,
-        tool: &str,
-        args: &Value,
-        ctl: &dyn Control,
-    ) -> Result<Value>;
-    /// Whether the call only reads, so it can run again from scratch after its process died.
-    fn rerunnable(&self, tool: &str) -> bool;
-    /// Whether the call saves checkpoints and goes on from the last one after its process died.
-    fn resumable(&self, _tool: &str) -> bool {
-        false
+    /// Runs `work` to its output, reporting to and obeying `ctl`.
+    fn execute(&self, engine: &Engine, work: &Work, ctl: &dyn Control) -> Result<Value>;
+    /// Whether the work only reads, so it can run again from scratch after its process died.
+    fn rerunnable(&self, work: &Work) -> bool {
+        work.rerunnable()
     }
-    /// What the progress of `tool` counts (graph walks by default), so that a task's status
-    /// reads right before the work has reported anything.
-    fn work_kind(&self, _tool: &str) -> WorkKind {
-        WorkKind::Walk
+    /// Whether the work saves checkpoints and goes on from the last one after its process died.
+    fn resumable(&self, work: &Work) -> bool {
+        work.resumable()
     }
-    /// What a finished task's status says instead of its progress, when its output tells more
-    /// (a consolidation skipped because another run holds the database did no work to count).
-    fn summary(&self, _tool: &str, _output: &Value) -> Option<String> {
-        None
+    /// What the progress of the work counts, so that a task's status reads right before the
+    /// work has reported anything.
+    fn work_kind(&self, work: &Work) -> WorkKind {
+        work.kind()
+    }
+    /// What a finished task's status says instead of its progress, when its output tells more.
+    fn summary(&self, work: &Work, output: &Value) -> Option<String> {
+        work.summary(output)
+    }
+    /// The work of a task row written before work was stored as [`Work`] (its tool name and
+    /// arguments as the client sent them, with the server's decisions beside them).
+    fn legacy(&self, tool: &str, _args: &Value) -> Result<Work> {
+        Err(Error::Internal(format!(
+            "a `{tool}` task row of an older version that this server cannot read"
+        )))
+    }
+}
+
+/// Runs every [`Work`] in the engine.
+pub struct EngineExecutor;
+
+impl Executor for EngineExecutor {
+    fn execute(&self, engine: &Engine, work: &Work, ctl: &dyn Control) -> Result<Value> {
+        work.run(engine, ctl)
     }
 }
 
@@ -94,7 +107,8 @@ pub fn short_id(id: &str) -> &str {
 }
 
 struct Live {
-    /// The tool whose work this is.
+    /// The work, and the tool it is listed under.
+    work: Arc<Work>,
     tool: String,
     ctl: Arc<Progressing>,
     extra: Mutex<WorkProgress>,
@@ -114,12 +128,19 @@ struct Live {
 }
 
 impl Live {
-    fn new(task_id: Option<String>, resume: Option<Value>, tool: &str, kind: WorkKind) -> Live {
+    fn new(
+        task_id: Option<String>,
+        resume: Option<Value>,
+        tool: &str,
+        work: Arc<Work>,
+        kind: WorkKind,
+    ) -> Live {
         let id = std::sync::OnceLock::new();
         if let Some(t) = task_id {
             let _ = id.set(t);
         }
         Live {
+            work,
             tool: tool.to_owned(),
             ctl: Arc::new(Progressing::default()),
             extra: Mutex::new(WorkProgress {
@@ -412,17 +433,19 @@ impl Tasks {
         self: &Arc<Self>,
         owner: &Requester,
         tool: &str,
-        args: Value,
+        work: Work,
         plan: Plan,
         ttl_ms: Option<u64>,
         on_progress: Option<ProgressSink>,
         cancelled: impl Future<Output = ()> + Send,
     ) -> Result<Answer> {
+        let kind = self.executor.work_kind(&work);
+        let arguments = serde_json::to_value(&work)?;
         let live = Arc::new(Live {
             may_wait: plan != Plan::Inline,
-            ..Live::new(None, None, tool, self.executor.work_kind(tool))
+            ..Live::new(None, None, tool, Arc::new(work), kind)
         });
-        let mut handle = self.spawn_work(tool, &args, &live);
+        let mut handle = self.spawn_work(&live);
         if plan != Plan::Task {
             /// How the inline phase ended.
             enum Ended {
@@ -477,7 +500,7 @@ impl Tasks {
             id: random_task_id(),
             owner: owner.owner.clone(),
             tool: tool.to_owned(),
-            arguments: args,
+            arguments,
             status: TaskState::Working,
             status_message: Some(status_message(&live.progress())),
             progress: progress_json(&live.progress()),
@@ -509,15 +532,10 @@ impl Tasks {
         Ok(Answer::Task(Box::new(row)))
     }
 
-    fn spawn_work(
-        &self,
-        tool: &str,
-        args: &Value,
-        live: &Arc<Live>,
-    ) -> tokio::task::JoinHandle<Result<Value>> {
+    fn spawn_work(&self, live: &Arc<Live>) -> tokio::task::JoinHandle<Result<Value>> {
         let engine = Arc::clone(&self.engine);
         let executor = Arc::clone(&self.executor);
-        let (tool, args) = (tool.to_owned(), args.clone());
+        let (tool, work) = (live.tool.clone(), Arc::clone(&live.work));
         let ctl = LiveControl {
             live: Arc::clone(live),
             engine: Arc::clone(&self.engine),
@@ -525,7 +543,7 @@ impl Tasks {
         };
         tokio::task::spawn_blocking(move || {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                executor.execute(&engine, &tool, &args, &ctl)
+                executor.execute(&engine, &work, &ctl)
             }))
             .unwrap_or_else(|_| Err(Error::Internal(format!("{tool} panicked"))))
         })
@@ -609,7 +627,7 @@ impl Tasks {
                 format!(
                     "done · {}",
                     self.executor
-                        .summary(&live.tool, v)
+                        .summary(&live.work, v)
                         .unwrap_or_else(|| status_message(&p))
                 ),
                 Some(v.clone()),
@@ -855,33 +873,57 @@ impl Tasks {
         if !won {
             return Ok(()); // another process took it
         }
+        // The row's work: stored as `Work`, or, for a row of an older version, read from the
+        // tool and arguments it kept.
+        let work = serde_json::from_value::<Work>(row.arguments.clone())
+            .map_err(Error::from)
+            .or_else(|_| self.executor.legacy(&row.tool, &row.arguments));
+        let work = match work {
+            Ok(w) => Arc::new(w),
+            Err(e) => {
+                tracing::warn!(task = short_id(&row.id), tool = %row.tool, error = %e, "an adopted task's work cannot be read");
+                let probe = Arc::new(Work::Probe {
+                    name: row.tool.clone(),
+                    args: Value::Null,
+                });
+                let live = Live::new(None, None, &row.tool, probe, WorkKind::default());
+                let err = Error::Internal(
+                    "the process running this task stopped before it finished, and this server cannot read its work; run the call again"
+                        .into(),
+                );
+                let outcome = if row.cancel_requested {
+                    Err(Error::Cancelled)
+                } else {
+                    Err(err)
+                };
+                self.finish(&row.id, &live, outcome).await;
+                return Ok(());
+            }
+        };
+        let kind = self.executor.work_kind(&work);
         if row.cancel_requested {
-            let live = Live::new(None, None, &row.tool, self.executor.work_kind(&row.tool));
+            let live = Live::new(None, None, &row.tool, work, kind);
             self.finish(&row.id, &live, Err(Error::Cancelled)).await;
             return Ok(());
         }
-        if self.executor.resumable(&row.tool) {
+        if self.executor.resumable(&work) {
             tracing::info!(task = short_id(&row.id), tool = %row.tool, "resuming a task whose process stopped, from its last checkpoint");
             let live = Arc::new(Live::new(
                 Some(row.id.clone()),
                 row.checkpoint.clone(),
                 &row.tool,
-                self.executor.work_kind(&row.tool),
+                work,
+                kind,
             ));
-            let handle = self.spawn_work(&row.tool, &row.arguments, &live);
+            let handle = self.spawn_work(&live);
             self.track(row.id, live, handle);
-        } else if self.executor.rerunnable(&row.tool) {
+        } else if self.executor.rerunnable(&work) {
             tracing::info!(task = short_id(&row.id), tool = %row.tool, "re-running a task whose process stopped");
-            let live = Arc::new(Live::new(
-                Some(row.id.clone()),
-                None,
-                &row.tool,
-                self.executor.work_kind(&row.tool),
-            ));
-            let handle = self.spawn_work(&row.tool, &row.arguments, &live);
+            let live = Arc::new(Live::new(Some(row.id.clone()), None, &row.tool, work, kind));
+            let handle = self.spawn_work(&live);
             self.track(row.id, live, handle);
         } else {
-            let live = Live::new(None, None, &row.tool, self.executor.work_kind(&row.tool));
+            let live = Live::new(None, None, &row.tool, work, kind);
             let err = Error::Internal(
                 "the process running this task stopped before it finished; run the call again"
                     .into(),
@@ -1055,7 +1097,7 @@ mod tests {
     struct Silent(WorkKind);
 
     impl Executor for Silent {
-        fn execute(&self, _: &Engine, _: &str, _: &Value, ctl: &dyn Control) -> Result<Value> {
+        fn execute(&self, _: &Engine, _: &Work, ctl: &dyn Control) -> Result<Value> {
             let until = std::time::Instant::now() + Duration::from_secs(10);
             while !ctl.is_cancelled() && std::time::Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(5));
@@ -1063,11 +1105,11 @@ mod tests {
             Err(Error::Cancelled)
         }
 
-        fn rerunnable(&self, _: &str) -> bool {
+        fn rerunnable(&self, _: &Work) -> bool {
             false
         }
 
-        fn work_kind(&self, _: &str) -> WorkKind {
+        fn work_kind(&self, _: &Work) -> WorkKind {
             self.0
         }
     }
@@ -1078,7 +1120,10 @@ mod tests {
             .run(
                 &Requester::full("me"),
                 tool,
-                args,
+                Work::Probe {
+                    name: tool.into(),
+                    args,
+                },
                 Plan::Task,
                 None,
                 None,
@@ -1129,7 +1174,10 @@ mod tests {
     struct Asker;
 
     impl Executor for Asker {
-        fn execute(&self, _: &Engine, _: &str, args: &Value, ctl: &dyn Control) -> Result<Value> {
+        fn execute(&self, _: &Engine, work: &Work, ctl: &dyn Control) -> Result<Value> {
+            let Work::Probe { args, .. } = work else {
+                return Err(Error::Internal("not a probe".into()));
+            };
             let mut all = serde_json::Map::new();
             for round in args["ask"].as_array().into_iter().flatten() {
                 let requests = round
@@ -1149,7 +1197,7 @@ mod tests {
             Ok(Value::Object(all))
         }
 
-        fn rerunnable(&self, _: &str) -> bool {
+        fn rerunnable(&self, _: &Work) -> bool {
             true
         }
     }
@@ -1289,7 +1337,10 @@ mod tests {
             .run(
                 &Requester::full("me"),
                 "ask",
-                json!({"ask": [["a"]]}),
+                Work::Probe {
+                    name: "ask".into(),
+                    args: json!({"ask": [["a"]]}),
+                },
                 Plan::Inline,
                 None,
                 None,
@@ -1311,7 +1362,11 @@ mod tests {
         // A task whose process died while it waited; the client answered through another one.
         let mut row = working_row("orphan", now_millis() - 10_000);
         row.tool = "ask".into();
-        row.arguments = json!({"ask": [["a", "b"]]});
+        row.arguments = serde_json::to_value(Work::Probe {
+            name: "ask".into(),
+            args: json!({"ask": [["a", "b"]]}),
+        })
+        .unwrap();
         row.status = TaskState::InputRequired;
         row.input_requests = Some(json!({"a": {}, "b": {}}));
         tasks.engine().task_insert(&row).unwrap();

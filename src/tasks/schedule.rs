@@ -13,13 +13,14 @@
 //! once, the consolidation lease lets one run; the other's task completes as `skipped`, naming
 //! the run that holds the database (logged at info: it is no error).
 //!
-//! The front end supplies the tool and its arguments; this module never reads their shapes.
+//! The work is the engine's [`Work::Consolidate`] of every namespace with the default steps and
+//! policy, started by [`OWNER`]; no front end is involved.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-
+use crate::engine::curate::ConsolidateRequest;
+use crate::engine::work::Work;
 use crate::model::{Millis, TaskState, now_millis};
 use crate::tasks::{Answer, Plan, Tasks, flatten, short_id};
 
@@ -38,10 +39,27 @@ const WAIT_STEP: Duration = Duration::from_millis(200);
 pub struct Schedule {
     /// The period (at least one second).
     pub every: Duration,
-    /// The tool whose task is started.
+    /// What the task is listed as (the tool that starts the same work).
     pub tool: String,
-    /// Its arguments.
-    pub args: Value,
+    /// The work.
+    pub work: Work,
+}
+
+impl Schedule {
+    /// A consolidation of every namespace with the default steps and policy, every `every`.
+    pub fn consolidation(every: Duration) -> Schedule {
+        Schedule {
+            every,
+            tool: "consolidate".into(),
+            work: Work::Consolidate {
+                request: ConsolidateRequest {
+                    started_by: OWNER.to_owned(),
+                    ..ConsolidateRequest::default()
+                },
+                inline_limit: None,
+            },
+        }
+    }
 }
 
 /// When the next run is due: one period after the newest scheduled run on record ended (or
@@ -136,7 +154,7 @@ impl Tasks {
             .run(
                 &super::Requester::full(OWNER),
                 &schedule.tool,
-                schedule.args.clone(),
+                schedule.work.clone(),
                 Plan::Task,
                 None,
                 None,

@@ -426,8 +426,15 @@ async fn a_cancelled_run_is_consistent_and_undoes_exactly_and_a_cli_run_meanwhil
         &log_of(&db, "server"),
     )
     .await;
-    // A client cannot pass for the scheduler.
-    let id = start_run(&c, json!({"_scheduled": true})).await;
+    // A client cannot pass for the scheduler: the server's own keys are no arguments.
+    match c.call("consolidate", json!({"_scheduled": true}), None).await {
+        Ok(CallToolResponse::Complete(r)) => {
+            assert_eq!(r.is_error, Some(true), "{r:?}");
+            assert!(format!("{r:?}").contains("unknown field `_scheduled`"), "{r:?}");
+        }
+        other => panic!("refused as an argument error: {other:?}"),
+    }
+    let id = start_run(&c, json!({})).await;
     let run = running_run(&db.path);
     let run_id = run["run_id"].as_str().expect("run id").to_owned();
     assert_eq!(run["started_by"], "tool:client:curator", "{run}");

@@ -47,7 +47,7 @@ const MAX_EXAMPLES: usize = 10;
 const PAGE: usize = 2_000;
 
 /// What to consolidate and how.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct ConsolidateRequest {
     /// Namespaces to consolidate (`None`: every namespace).
     pub namespaces: Option<Vec<String>>,

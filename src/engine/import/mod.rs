@@ -33,7 +33,7 @@ const SNIFF_BYTES: usize = 64 * 1024;
 const BYTES_PER_MS: f64 = 1_500.0;
 
 /// One import, as a caller asks for it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ImportRequest {
     pub source: Source,
     /// `None`: told from the data (per file for a folder).

@@ -15,7 +15,7 @@ pub const MAX_FILES: usize = 100_000;
 const MAX_DEPTH: usize = 32;
 
 /// What an import reads.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Source {
     /// The data itself.
     Inline(String),
