@@ -9,7 +9,7 @@
 //! the installed binaries, durable settings: fsync and synchronous commit on; or set
 //! `MNEMOGRAPH_TEST_PG=postgres://…` to a server whose user may create databases). With
 //! `-- --memories N` the fresh-instance row builds from N memories (default 100,000; the
-//! README's figure is for 1,000,000, which takes a few minutes to load).
+//! figure in docs/figures.md is for 1,000,000, which takes a few minutes to load).
 
 #[allow(dead_code)]
 #[path = "../benches/fixture/mod.rs"]

@@ -291,7 +291,7 @@ pub enum NamespaceScope {
 
 /// Hops of neighbours a recall merges into its ranking unless told otherwise. Measured on two
 /// conversation sets (turns linked to the turn before them): R@10 LoCoMo 0.606 → 0.664, RealMem
-/// 0.208 → 0.256 against no expansion (see ARCHITECTURE.md, "Expansion by default").
+/// 0.208 → 0.256 against no expansion (see docs/design/recall.md, "Expansion by default").
 pub const DEFAULT_EXPAND: u8 = 2;
 
 /// Filters and paging of a recall.

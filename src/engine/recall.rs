@@ -18,7 +18,7 @@ use crate::store::memories;
 /// Deepest page recall serves (offset + limit).
 const MAX_RECALL_DEPTH: usize = 1_000;
 /// Default fusion weights (text, vector): a static model's neighbours are a weaker signal than
-/// exact words, so they count a quarter (measured on LoCoMo and RealMem, see the README).
+/// exact words, so they count a quarter (measured on LoCoMo and RealMem, see docs/figures.md).
 pub const DEFAULT_WEIGHTS: (f32, f32) = (1.0, 0.25);
 /// Fewest candidates taken from each list (more for deep pages).
 const MIN_CANDIDATES: usize = 100;

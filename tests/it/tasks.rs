@@ -712,7 +712,7 @@ async fn cancel_stops_a_task_promptly() {
     // The server's own account of how promptly the work stopped: the work done after the
     // request (nodes visited, memories scored), which does not depend on the machine's load, is
     // within one cancellation check (2,048 nodes, or a batch of 512 scored memories, and the
-    // progress counted at those checks); the time, within the "milliseconds" the README
+    // progress counted at those checks); the time, within the "milliseconds" docs/tasks.md
     // promises, with room for a loaded machine.
     let done = c.get(&id).await.expect("tasks/get");
     let stopped = done
