@@ -1,11 +1,8 @@
-//! The only module that knows MCP: the server handler (tools, resources), the wire shapes and their
-//! conversion, and the mapping of errors. Both protocol eras are served over stdio and over
+//! The only module that knows MCP: the server handler (tools, resources), the tools by family
+//! with their wire shapes ([`tools`]), the long path to tasks, and the mapping of errors. Both protocol eras are served over stdio and over
 //! Streamable HTTP ([`http`]).
 
 pub mod auth;
-mod convert;
-mod curation;
-pub mod dto;
 mod errors;
 #[cfg(feature = "conformance")]
 mod fixtures;
@@ -18,7 +15,6 @@ mod resources;
 mod sessions;
 mod task_api;
 pub mod tools;
-pub mod transfer;
 mod transport;
 pub mod work;
 
@@ -144,17 +140,19 @@ impl MemoryServer {
         }
         let args = request.arguments.unwrap_or_default();
         let name = request.name.as_ref();
+        let Some(tool) = tools::find(name) else {
+            return Err(McpError::invalid_params(
+                format!("unknown tool `{name}`; call tools/list for the available tools"),
+                None,
+            ));
+        };
         if let Some(c) = caller(&context) {
-            let needed = tools::scope(name, &args);
+            let needed = (tool.scope)(&args);
             if c.scope < needed {
-                let files = if matches!(name, "import" | "export") {
-                    " (a `path` is a file on the server's machine; leave it out to send or receive the data inline)"
-                } else {
-                    ""
-                };
                 return Ok(CallToolResponse::Complete(errors::error_result(format!(
-                    "`{name}` needs a token with the {} scope{files}; this token ({}) has {}: ask the server's operator for one with `--scopes {}`",
+                    "`{name}` needs a token with the {} scope{}; this token ({}) has {}: ask the server's operator for one with `--scopes {}`",
                     needed.name(),
+                    tool.scope_note,
                     c.subject,
                     c.scope.name(),
                     needed.name()
@@ -162,16 +160,8 @@ impl MemoryServer {
             }
         }
         let who = Self::acting(&context);
-        if name == "tasks" {
-            task_api::list(&self.tasks, self.requester(&context), args).await
-        } else if name == "consolidate"
-            && !curation::is_run(&serde_json::Value::Object(args.clone()))
-        {
-            curation::call(&self.engine, self.owner(&context), args, &who)
-                .await
-                .map(CallToolResponse::Complete)
-        } else if work::is_long(name, &serde_json::Value::Object(args.clone())) {
-            task_api::call_long(
+        if work::is_long(name, &args) {
+            return task_api::call_long(
                 &self.tasks,
                 self.requester(&context),
                 name,
@@ -179,12 +169,24 @@ impl MemoryServer {
                 &context,
                 &who,
             )
-            .await
-        } else {
-            tools::call(&self.engine, name, args, who)
-                .await
-                .map(CallToolResponse::Complete)
+            .await;
         }
+        let Some(now) = tool.now else {
+            return Err(McpError::internal_error(
+                format!("`{name}` has no answer for this call"),
+                None,
+            ));
+        };
+        let call = tools::Call {
+            engine: Arc::clone(&self.engine),
+            tasks: Arc::clone(&self.tasks),
+            requester: self.requester(&context),
+            who,
+        };
+        now(call, args)
+            .await
+            .or_else(errors::tool_answer)
+            .map(CallToolResponse::Complete)
     }
 }
 

@@ -7,7 +7,7 @@ use rmcp::model::{ReadResourceResult, ResourceContents, ResourceTemplate};
 
 use crate::engine::{Access, Engine};
 use crate::error::Error;
-use crate::mcp::{convert, errors};
+use crate::mcp::errors;
 use crate::model::MemoryRef;
 
 const SCHEME: &str = "memory://";
@@ -62,7 +62,7 @@ pub(super) async fn read(
     {
         return Err(not_found());
     }
-    let text = serde_json::to_string(&convert::detail_out(detail))
+    let text = serde_json::to_string(&crate::mcp::tools::detail_out(detail))
         .map_err(|e| McpError::internal_error(e.to_string(), None))?;
     Ok(ReadResourceResult::new(vec![
         ResourceContents::text(text, uri).with_mime_type("application/json"),

@@ -14,7 +14,7 @@ use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 
 use crate::engine::control::{status_message, work_done};
-use crate::mcp::errors::{bad_arguments, request_error, tool_answer, worker_failed};
+use crate::mcp::errors::{request_error, tool_answer, worker_failed};
 use crate::mcp::work;
 use crate::model::{TaskRow, TaskState, format_time};
 use crate::tasks::{Answer, Capability, Requester, TaskView, Tasks, decide, short_id};
@@ -304,41 +304,4 @@ pub(crate) async fn update(
         .map_err(|e| worker_failed("tasks/update", e))?
         .map_err(request_error)?;
     if found { Ok(()) } else { Err(not_found(&id)) }
-}
-
-/// The `tasks` tool: the caller's recent tasks, and the server's scheduled consolidation runs
-/// (owner `scheduler`: background work on the memory the caller uses, shown with its progress).
-pub(crate) async fn list(
-    tasks: &Arc<Tasks>,
-    owner: Requester,
-    args: JsonObject,
-) -> Result<CallToolResponse, McpError> {
-    let p: crate::mcp::dto::TasksParams =
-        match serde_path_to_error::deserialize(Value::Object(args)) {
-            Ok(p) => p,
-            Err(e) => {
-                return tool_answer(bad_arguments("tasks", e)).map(CallToolResponse::Complete);
-            }
-        };
-    let limit = p.limit.unwrap_or(20);
-    if !(1..=100).contains(&limit) {
-        let e = crate::error::Error::invalid("limit", format!("is {limit}"), "give 1 to 100");
-        return tool_answer(e).map(CallToolResponse::Complete);
-    }
-    let t = Arc::clone(tasks);
-    let who = owner.clone();
-    let listed = tokio::task::spawn_blocking(move || t.list_for(&who, limit as usize))
-        .await
-        .map_err(|e| worker_failed("tools/call", e))?;
-    let views = match listed {
-        Ok(v) => v,
-        Err(e) => return tool_answer(e).map(CallToolResponse::Complete),
-    };
-    let out: Vec<_> = views
-        .iter()
-        .map(|v| work::task_out(v, &owner.owner))
-        .collect();
-    Ok(CallToolResponse::Complete(CallToolResult::structured(
-        json!({ "tasks": out }),
-    )))
 }

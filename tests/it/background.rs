@@ -427,10 +427,16 @@ async fn a_cancelled_run_is_consistent_and_undoes_exactly_and_a_cli_run_meanwhil
     )
     .await;
     // A client cannot pass for the scheduler: the server's own keys are no arguments.
-    match c.call("consolidate", json!({"_scheduled": true}), None).await {
+    match c
+        .call("consolidate", json!({"_scheduled": true}), None)
+        .await
+    {
         Ok(CallToolResponse::Complete(r)) => {
             assert_eq!(r.is_error, Some(true), "{r:?}");
-            assert!(format!("{r:?}").contains("unknown field `_scheduled`"), "{r:?}");
+            assert!(
+                format!("{r:?}").contains("unknown field `_scheduled`"),
+                "{r:?}"
+            );
         }
         other => panic!("refused as an argument error: {other:?}"),
     }

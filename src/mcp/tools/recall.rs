@@ -1,0 +1,218 @@
+//! The `recall` tool: a search by words and meaning; with `expand` beyond two hops it is long
+//! work (a walk from the hits) and may become a task.
+
+use rmcp::model::JsonObject;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{
+    Call, Descriptor, Hints, Long, Pending, blocking, input_schema, parse, read, structured, time,
+};
+use crate::engine::Access;
+use crate::engine::control::Progressing;
+use crate::engine::cursor::decode_cursor;
+use crate::engine::traverse::{DEFAULT_MAX_NODES, MAX_DEPTH};
+use crate::engine::work::{INLINE_EXPAND, Work};
+use crate::error::{Error, Result};
+use crate::mcp::work::Acting;
+use crate::model::{NamespaceScope, RecallMode, RecallQuery};
+
+/// Default page size.
+const DEFAULT_LIMIT: u32 = 10;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RecallParams {
+    /// Words or a question; no syntax.
+    pub(crate) query: String,
+    /// Only this namespace.
+    pub(crate) namespace: Option<String>,
+    /// Several namespaces; default all.
+    pub(crate) namespaces: Option<Vec<String>>,
+    /// Only these kinds.
+    pub(crate) kinds: Option<Vec<String>>,
+    /// Hits carry all of these.
+    pub(crate) tags: Option<Vec<String>>,
+    /// Created at or after (RFC 3339).
+    pub(crate) since: Option<String>,
+    /// Created at or before (RFC 3339).
+    pub(crate) until: Option<String>,
+    /// 0–1.
+    pub(crate) min_importance: Option<f64>,
+    /// 1–100, default 10 (~60 tokens a snippet hit).
+    pub(crate) limit: Option<u32>,
+    /// next_cursor of the previous page.
+    pub(crate) cursor: Option<String>,
+    /// Full content instead of snippets.
+    pub(crate) full: Option<bool>,
+    /// Hops of related memories to add, 0–8 (default 2).
+    pub(crate) expand: Option<u8>,
+    /// hybrid (default), text or vector.
+    pub(crate) mode: Option<ModeInput>,
+    /// Per-signal ranks and scores (for tuning; not in the schema).
+    #[schemars(skip)]
+    pub(crate) explain: Option<bool>,
+    /// Fusion weights [text, vector], default [1, 0.25] (for tuning; not in the schema).
+    #[schemars(skip)]
+    pub(crate) weights: Option<Vec<f32>>,
+    /// Also archived memories.
+    pub(crate) include_archived: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ModeInput {
+    Hybrid,
+    Text,
+    Vector,
+}
+
+pub(super) fn descriptor() -> Descriptor {
+    Descriptor {
+        name: "recall",
+        description: "Search memories by words and meaning. Snippets unless full=true; expand adds related memories.",
+        schema: input_schema::<RecallParams>,
+        hints: Hints(true, false, true),
+        scope: read,
+        scope_note: "",
+        long: Some(Long {
+            when: deep,
+            work: |args, who, _, _| work(parse("recall", args)?, who),
+        }),
+        now: Some(now),
+    }
+}
+
+/// Whether a call expands deeper than recall's own expansion (a walk from the hits).
+fn deep(args: &JsonObject) -> bool {
+    args.get("expand")
+        .and_then(Value::as_u64)
+        .is_some_and(|e| e > u64::from(INLINE_EXPAND))
+}
+
+fn now(c: Call, args: JsonObject) -> Pending {
+    Box::pin(async move {
+        let work = work(parse("recall", &Value::Object(args))?, &c.who)?;
+        let ctl = Progressing::default();
+        structured(blocking(&c.engine, move |e| work.run(e, &ctl)).await?)
+    })
+}
+
+/// A recall as work: its query within the caller's namespaces, and how deep its hits expand.
+fn work(p: RecallParams, who: &Acting) -> Result<Work> {
+    let expand = p.expand.unwrap_or(crate::model::DEFAULT_EXPAND);
+    if expand > MAX_DEPTH {
+        return Err(Error::invalid(
+            "expand",
+            format!("is {expand}"),
+            "give 0 to 8 hops",
+        ));
+    }
+    Ok(Work::Recall {
+        query: within(&p, &who.access)?,
+        expand,
+        max_nodes: DEFAULT_MAX_NODES,
+        full: p.full.unwrap_or(false),
+        access: who.access.clone(),
+    })
+}
+
+/// The recall a caller asked for, within the namespaces it may use.
+fn within(p: &RecallParams, access: &Access) -> Result<RecallQuery> {
+    let mut q = query(p)?;
+    let field = if p.namespaces.is_some() {
+        "namespaces"
+    } else {
+        "namespace"
+    };
+    q.namespaces = access.narrow(field, q.namespaces)?;
+    Ok(q)
+}
+
+fn query(p: &RecallParams) -> Result<RecallQuery> {
+    let namespaces = match (&p.namespace, &p.namespaces) {
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid(
+                "namespaces",
+                "is given together with namespace",
+                "give one of namespace or namespaces",
+            ));
+        }
+        (Some(ns), None) => NamespaceScope::Only(vec![ns.clone()]),
+        (None, Some(list)) if !list.is_empty() => NamespaceScope::Only(list.clone()),
+        _ => NamespaceScope::All,
+    };
+    let mut q = RecallQuery {
+        text: p.query.clone(),
+        namespaces,
+        kinds: p.kinds.clone().unwrap_or_default(),
+        tags: p.tags.clone().unwrap_or_default(),
+        since: time("since", p.since.as_deref())?,
+        until: time("until", p.until.as_deref())?,
+        min_importance: p.min_importance,
+        limit: p.limit.unwrap_or(DEFAULT_LIMIT) as usize,
+        offset: 0,
+        mode: match p.mode {
+            Some(ModeInput::Text) => RecallMode::Text,
+            Some(ModeInput::Vector) => RecallMode::Vector,
+            Some(ModeInput::Hybrid) | None => RecallMode::Hybrid,
+        },
+        expand: p.expand.unwrap_or(crate::model::DEFAULT_EXPAND).min(2),
+        explain: p.explain.unwrap_or(false),
+        include_archived: p.include_archived.unwrap_or(false),
+        weights: match p.weights.as_deref() {
+            None => None,
+            Some(&[t, v]) => Some((t, v)),
+            Some(other) => {
+                return Err(Error::invalid(
+                    "weights",
+                    format!("has {} numbers", other.len()),
+                    "give two: [text, vector]",
+                ));
+            }
+        },
+    };
+    if let Some(c) = &p.cursor {
+        q.offset = decode_cursor(&q, c)?;
+    }
+    Ok(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(query: &str, cursor: Option<String>) -> RecallParams {
+        RecallParams {
+            query: query.into(),
+            namespace: None,
+            namespaces: None,
+            kinds: None,
+            tags: None,
+            since: None,
+            until: None,
+            min_importance: None,
+            limit: None,
+            cursor,
+            full: None,
+            expand: None,
+            mode: None,
+            explain: None,
+            weights: None,
+            include_archived: None,
+        }
+    }
+
+    #[test]
+    fn cursors_round_trip_and_reject_tampering() {
+        let q = query(&params("tea", None)).unwrap();
+        let c = crate::engine::cursor::encode_cursor(&q, 10);
+        assert_eq!(query(&params("tea", Some(c.clone()))).unwrap().offset, 10);
+        assert!(query(&params("coffee", Some(c))).is_err());
+        for bad in ["", "garbage", "c1.x.0", "c1.10.0000000000000000.extra"] {
+            let e = query(&params("tea", Some(bad.into()))).unwrap_err();
+            assert!(e.to_string().contains("`cursor`"));
+        }
+    }
+}
