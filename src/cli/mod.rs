@@ -1,5 +1,8 @@
 //! The command line: argument parsing, configuration (flags > environment > defaults), logging to
 //! stderr, and the commands. The only module that reads the environment or prints.
+//!
+//! Size: every command's flags and their dispatch sit together, so what a command accepts is read
+//! in one place; the commands' work lives in the sibling files.
 
 mod curate;
 mod demo;

@@ -263,7 +263,7 @@ impl Engine {
     }
 
     /// Removes the partial files that unfinished exports left at the top of the folder roots
-    /// (see [`clean_stale_partials`]); returns how many.
+    /// (see `clean_stale_partials`); returns how many.
     pub fn clean_stale_exports(&self) -> usize {
         self.cfg
             .transfer_roots()

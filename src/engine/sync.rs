@@ -64,7 +64,7 @@ impl Engine {
         Ok(self.prepare_text_read_with_head()?.0)
     }
 
-    /// [`Engine::prepare_text_read`] for a change-log head the caller read (after its call
+    /// `Engine::prepare_text_read` for a change-log head the caller read (after its call
     /// began); the caller may make its other reads as of the same head.
     pub(crate) fn prepare_text_read_with_head(&self) -> Result<(i64, i64)> {
         let (head, _) = self.text_positions()?;
@@ -117,7 +117,7 @@ impl Engine {
     /// every write committed before it started. When another process holds the index writer,
     /// waits (briefly) for it to index instead; after that, reads what is there and logs the lag.
     /// For one-shot commands and rebuilds; a serving process's reads use
-    /// [`Engine::prepare_text_read`], which never waits.
+    /// `Engine::prepare_text_read`, which never waits.
     pub fn sync_text(&self) -> Result<()> {
         let (target, committed) = self.text_positions()?;
         if committed >= target {

@@ -1,4 +1,7 @@
 //! Engine behaviour on real files: a SQLite database and a tantivy index in a temporary folder.
+//!
+//! Size: the engine's cross-cutting tests (writes, reads, history, access, the graph file) share
+//! their fixtures; a module's own tests sit in that module.
 
 use super::*;
 use crate::error::Error;

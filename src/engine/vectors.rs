@@ -1,6 +1,9 @@
 //! Keeping the vector index in step with the change log: embeddings computed once and stored in
 //! SQLite, the HNSW loaded from its dump (or rebuilt from the stored vectors), caught up before
 //! reads, dumped again by the background job.
+//!
+//! Size: embedding what has no current vector, keeping the index in step, the read overlay and the
+//! dump share the engine's vector fields and their lock order.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

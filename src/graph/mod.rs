@@ -452,7 +452,7 @@ impl MemoryGraph {
         }
     }
 
-    /// The data of an edge named by [`MemoryGraph::for_each_adjacent`] or a [`traverse::Reached`].
+    /// The data of an edge named by `MemoryGraph::for_each_adjacent` or a [`traverse::Reached`].
     #[inline]
     pub fn edge(&self, edge: u32) -> &EdgeData {
         &self.g[petgraph::stable_graph::EdgeIndex::new(edge as usize)]

@@ -7,7 +7,7 @@
 //!
 //! Layout (little-endian): magic `MGGRAPH1`; header length (u32) and JSON header (position,
 //! relation kinds in id order, record count, checksum of the records); `count` records of
-//! [`RECORD`] bytes: relation key, source and target memory keys (i64), kind id (u32), weight
+//! `RECORD` bytes: relation key, source and target memory keys (i64), kind id (u32), weight
 //! (f32), valid from and until (i64, the open ends as `i64::MIN` / `i64::MAX`), the day it was
 //! last reinforced (i32). Strengths are computed from these when the graph is used.
 

@@ -176,7 +176,7 @@ impl TokenFile {
     }
 
     /// The tokens admitted now: the file is read again when it changed since it was last
-    /// looked at (at most once per [`RECHECK`]).
+    /// looked at (at most once per `RECHECK`).
     pub fn current(&self) -> Arc<Tokens> {
         let mut st = crate::lock::lock(&self.state);
         if st.checked.elapsed() >= RECHECK {

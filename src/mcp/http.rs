@@ -6,7 +6,7 @@
 //! sessions that belong to the caller that opened them (404 for another's), a body read within a
 //! deadline (408) and refused by its declared length (413), JSON-RPC errors for bodies that are
 //! not JSON-RPC (400), a per-request timeout (504), a cap on requests in flight (503) with a share
-//! per caller (429), request logs and the graceful shutdown; [`listener`](super::listener) holds
+//! per caller (429), request logs and the graceful shutdown; `listener` holds
 //! connections to their deadlines and to a cap.
 
 use std::collections::HashMap;

@@ -1,5 +1,5 @@
 //! The long path between the tools and the task runner: which calls are long work (a tool's
-//! [`crate::mcp::tools::Descriptor`] says, or a conformance fixture), the [`Work`] they become,
+//! `Descriptor` says, or a conformance fixture), the [`Work`] they become,
 //! its estimate, who a call acts for ([`Acting`]), and [`McpExecutor`], what the task runner
 //! runs work with — the engine's, plus the conformance fixtures and the task rows of older
 //! versions.
@@ -53,7 +53,7 @@ pub(crate) fn is_long(tool: &str, args: &JsonObject) -> bool {
 }
 
 /// The work a long call of `tool` asks for, checked and converted once (see
-/// [`tools::ToWork`]).
+/// `tools::ToWork`).
 pub fn work_of(tool: &str, args: &Value, who: &Acting, owner: &str, tasks: bool) -> Result<Work> {
     #[cfg(feature = "conformance")]
     if crate::mcp::fixtures::is_long(tool) {

@@ -2,6 +2,9 @@
 //! SQLite (through the engine), so handles survive restarts and any process on the database can
 //! answer for them; the process running a task keeps its live progress in memory and heartbeats
 //! it to the row. Also the inline/task decision and the maintenance loop (TTL sweep, orphans).
+//!
+//! Size: the runner's phases (inline race, row, heartbeat, cancel, input, adoption) share `Live`;
+//! about half of the file is their tests.
 
 pub mod policy;
 pub mod schedule;

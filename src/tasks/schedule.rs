@@ -64,7 +64,7 @@ impl Schedule {
 
 /// When the next run is due: one period after the newest scheduled run on record ended (or
 /// started, when it has not ended) and after this process's last attempt; with neither, one
-/// period after `started` but at most [`FIRST_RUN_WITHIN`].
+/// period after `started` but at most `FIRST_RUN_WITHIN`.
 pub fn next_due(
     started: Millis,
     every: Duration,

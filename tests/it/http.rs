@@ -3,6 +3,8 @@
 //! without authorisation, requests without a known bearer token, writes with a read-only token,
 //! another token's session, bodies that are not JSON-RPC), and what slow or idle clients cannot
 //! hold (connections past their deadlines, more connections than the cap, every request slot).
+//!
+//! Size: one test per HTTP behaviour over the real binary, sharing the server helpers at the top.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -5,6 +5,8 @@
 //! The graph: 200,000 memories and 1,000,000 relations, built once per run through the library
 //! (the fixture is not what is tested) and shared by every test here; each test runs its own
 //! server processes on it.
+//!
+//! Size: one test per task behaviour over the real binary, sharing the client helpers at the top.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,9 @@
 //! Source tidiness the compiler does not check: each heavy dependency is named only inside the
 //! module that wraps it (so replacing SQLite, tantivy, usearch, rmcp or the embedding back-ends
-//! is a change to one module), SQL appears only in `store`, and every source file opens with a
-//! `//!` line saying what it is for.
+//! is a change to one module), SQL appears only in `store`, the MCP layer names a tool only in
+//! its family, every source file opens with a `//!` line saying what it is for (and, over 1,000
+//! lines, why it is that long), and ARCHITECTURE.md's codemap names every module and no module
+//! that is gone.
 
 use std::path::{Path, PathBuf};
 
@@ -35,7 +37,26 @@ const OWNERS: &[(&str, &[&str])] = &[
     ("axum", &["src/mcp/"]),
     ("hyper", &["src/mcp/"]),
     ("hyper_util", &["src/mcp/"]),
+    ("petgraph", &["src/graph/"]),
+    // The engine and everything below it are synchronous; the runtime lives in the front ends
+    // (and in the TLS stream the PostgreSQL driver is given).
+    (
+        "tokio",
+        &[
+            "src/mcp/",
+            "src/tasks/",
+            "src/cli/",
+            "src/store/tls.rs",
+            "tests/",
+            "benches/",
+            "examples/",
+        ],
+    ),
 ];
+
+/// Source files over this many lines say at their top why they are that long (a `//! Size:`
+/// line), or are split.
+const LONG_FILE: usize = 1_000;
 
 /// Words that start SQL statements: string literals holding them belong in `store`.
 const SQL: &[&str] = &[
@@ -101,18 +122,53 @@ fn code(line: &str) -> &str {
     }
 }
 
-/// True when `line` names crate `name` as a path (`name::…`, `use name`, `name!`).
+/// True when `line` names crate `name` as a path (`name::…`, `::name::…`, `use name`,
+/// `use name as alias`, `name!`).
 fn names_crate(line: &str, name: &str) -> bool {
     let bytes = line.as_bytes();
+    let is_use = line.trim_start().starts_with("use ") || line.trim_start().starts_with("pub use ");
     line.match_indices(name).any(|(i, _)| {
         let before = i.checked_sub(1).map(|j| bytes[j]);
         let starts_word = before.is_none_or(|b| !(b.is_ascii_alphanumeric() || b == b'_'));
         let after = &line[i + name.len()..];
         let path_use = after.starts_with("::")
             || after.starts_with('!')
-            || (after.starts_with(';') && line.trim_start().starts_with("use "));
-        starts_word && path_use && before != Some(b':') && before != Some(b'"')
+            || (is_use && (after.starts_with(';') || after.starts_with(" as ")));
+        // `::name::` at the start of a path is the crate; `other::name::` is a module of that
+        // name inside something else.
+        let absolute = line[..i].ends_with("::")
+            && line[..i - 2]
+                .bytes()
+                .last()
+                .is_none_or(|b| !(b.is_ascii_alphanumeric() || b == b'_' || b == b'>'));
+        starts_word && path_use && (before != Some(b':') || absolute) && before != Some(b'"')
     })
+}
+
+/// `text` without its `#[cfg(test)]` modules (the code that ships).
+fn shipped(text: &str) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let is_test_mod = line.trim() == "#[cfg(test)]"
+            && lines
+                .peek()
+                .is_some_and(|next| next.trim_start().starts_with("mod ") && next.contains('{'));
+        if !is_test_mod {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        // Skip to the brace that closes the module.
+        let mut depth = 0i64;
+        for inner in lines.by_ref() {
+            depth += inner.matches('{').count() as i64 - inner.matches('}').count() as i64;
+            if depth <= 0 && inner.contains('}') {
+                break;
+            }
+        }
+    }
+    out
 }
 
 #[test]
@@ -142,8 +198,7 @@ fn sql_is_written_only_in_store() {
             continue;
         }
         // Unit tests may build broken databases on purpose.
-        let code_part = text.split("#[cfg(test)]").next().unwrap_or("");
-        for (n, line) in code_part.lines().enumerate() {
+        for (n, line) in shipped(&text).lines().enumerate() {
             let line = code(line);
             if let Some(word) = SQL.iter().find(|w| line.contains(&format!("\"{w}"))) {
                 wrong.push(format!("{path}:{}: SQL `{}`", n + 1, word.trim()));
@@ -167,7 +222,135 @@ fn every_source_file_says_what_it_is_for() {
 }
 
 #[test]
+fn long_files_say_why() {
+    let unexplained: Vec<String> = sources()
+        .into_iter()
+        .filter(|(_, text)| text.lines().count() > LONG_FILE)
+        .filter(|(_, text)| {
+            !text
+                .lines()
+                .take_while(|l| l.starts_with("//!"))
+                .any(|l| l.starts_with("//! Size:"))
+        })
+        .map(|(path, text)| format!("{path} ({} lines)", text.lines().count()))
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "over {LONG_FILE} lines without a `//! Size:` line at the top saying why (or split them): {unexplained:?}"
+    );
+}
+
+/// The tools' names, as `tools/list` gives them.
+fn tool_names() -> Vec<String> {
+    mnemograph::mcp::tools::all()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect()
+}
+
+#[test]
+fn the_mcp_layer_names_a_tool_only_in_its_family() {
+    // A metric family that happens to share a tool's name.
+    let allowed = [("src/mcp/metrics.rs", "\"tasks\"")];
+    let names = tool_names();
+    let mut wrong = Vec::new();
+    for (path, text) in sources() {
+        if !path.starts_with("src/mcp/")
+            || path.starts_with("src/mcp/tools/")
+            || path == "src/mcp/fixtures.rs"
+        {
+            continue;
+        }
+        for (n, line) in shipped(&text).lines().enumerate() {
+            let line = code(line);
+            for name in &names {
+                let quoted = format!("\"{name}\"");
+                if line.contains(&quoted) && !allowed.contains(&(path.as_str(), quoted.as_str())) {
+                    wrong.push(format!("{path}:{}: {quoted}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "tool names outside their family:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// The codemap section of ARCHITECTURE.md.
+fn codemap() -> String {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let start = text.find("## Codemap").expect("a Codemap section");
+    let rest = &text[start + 3..];
+    let end = rest.find("\n## ").map_or(rest.len(), |e| e);
+    rest[..end].to_owned()
+}
+
+/// The backticked words of `text`.
+fn ticked(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_codemap_names_every_module_and_no_module_that_is_gone() {
+    let map = codemap();
+    let words = ticked(&map);
+    let has = |w: &str| words.iter().any(|t| t == w);
+    let files: Vec<String> = sources()
+        .into_iter()
+        .map(|(p, _)| p)
+        .filter(|p| p.starts_with("src/"))
+        .collect();
+    let mut missing = Vec::new();
+    for path in &files {
+        let (folder, file) = path.rsplit_once('/').expect("under src/");
+        let folder_named = has(&format!("{folder}/"))
+            || folder
+                .rsplit_once('/')
+                .is_some_and(|(_, last)| has(&format!("{last}/")));
+        let named = has(path)
+            || (file == "mod.rs" && folder_named)
+            || (has(file) && folder_named)
+            || (folder == "src" && has(file));
+        if !named {
+            missing.push(path.clone());
+        }
+    }
+    let mut gone = Vec::new();
+    for w in &words {
+        let exists = if w.starts_with("src/") {
+            root().join(w.trim_end_matches('/')).exists()
+        } else if w.ends_with(".rs") && !w.contains(' ') && !w.contains('/') {
+            files.iter().any(|f| f.ends_with(&format!("/{w}")))
+        } else if w.ends_with('/') && !w.contains(' ') && !w.starts_with('/') && w.len() > 1 {
+            files.iter().any(|f| f.contains(&format!("/{w}")))
+        } else {
+            true
+        };
+        if !exists {
+            gone.push(w.clone());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "modules the codemap does not name: {missing:?}"
+    );
+    assert!(gone.is_empty(), "the codemap names what is gone: {gone:?}");
+}
+
+#[test]
 fn the_checks_see_what_they_look_for() {
+    assert!(names_crate("use rusqlite as db;", "rusqlite"));
+    assert!(names_crate("let c: ::rusqlite::Connection;", "rusqlite"));
+    assert!(!names_crate("let c: my::rusqlite::Connection;", "rusqlite"));
+    let shipped_part =
+        shipped("fn a() {}\n#[cfg(test)]\nmod tests {\n    fn b() {}\n}\nfn c() {}\n");
+    assert_eq!(shipped_part, "fn a() {}\nfn c() {}\n");
     assert!(names_crate("use rusqlite::Connection;", "rusqlite"));
     assert!(names_crate("fn f(c: &rusqlite::Connection) {}", "rusqlite"));
     assert!(names_crate("    tantivy::doc!(x)", "tantivy"));

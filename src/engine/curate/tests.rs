@@ -1,4 +1,7 @@
 //! Consolidation on small hand-made graphs in a real database, text index and vector index.
+//!
+//! Size: the curation steps' tests share one seeded engine and its readers; a step's tests move to
+//! their own file when they outgrow the rest.
 
 use std::sync::Arc;
 

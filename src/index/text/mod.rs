@@ -7,6 +7,9 @@
 //! after the committed position, fed by the engine from the change log. Searches answer from both
 //! (committed hits of overlaid memories are left out, so the overlay's newer version wins), so a
 //! read sees every committed write without waiting for whichever process holds the index writer.
+//!
+//! Size: the tantivy façade — schema, writer, reader, the search with its filters — shares one
+//! index handle and its commit position; the analyzer lives beside it.
 
 mod analyzer;
 

@@ -1,4 +1,4 @@
-//! The vector index of memory embeddings: an HNSW graph (usearch, in [`graph`]) over unit
+//! The vector index of memory embeddings: an HNSW graph (usearch, in `graph`) over unit
 //! vectors for approximate top-k search, an exact scan beside it, and a dump to disk reloaded at
 //! start. Derived state: SQLite holds every vector and the engine feeds them here; a dump that is
 //! missing, damaged, or made for another model or dimension loads as an empty index (with the

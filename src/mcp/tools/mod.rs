@@ -1,9 +1,9 @@
 //! The tool surface, one family per file: each family holds its tools' wire shapes, their
 //! conversion to the engine's requests and its handlers, and describes each tool once in a
-//! [`Descriptor`] — name, description, schema, annotations, the scope a call needs, whether a
+//! `Descriptor` — name, description, schema, annotations, the scope a call needs, whether a
 //! call may be long (and then the [`Work`] it becomes), how it is answered at once. `tools/list`,
 //! the scope check, the inline-or-task path and the metrics' tool labels all read the one
-//! table ([`table`]); nothing outside a family names its tools.
+//! table (`table`); nothing outside a family names its tools.
 
 mod curation;
 mod memory;
@@ -120,7 +120,7 @@ pub(crate) fn find(name: &str) -> Option<&'static Descriptor> {
 }
 
 /// Every tool as `tools/list` shows them.
-pub(crate) fn all() -> Vec<Tool> {
+pub fn all() -> Vec<Tool> {
     table().iter().map(Descriptor::tool).collect()
 }
 
