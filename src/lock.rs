@@ -15,9 +15,10 @@
 //!   loaded") first.
 //!
 //! Lock order, outer first (a thread holding one may take only those after it):
-//! `Engine::vector_sync` → `Engine::vectors` → `VectorIndex` writer → `VectorIndex` state;
-//! `Engine::graph` → `Store` writer or reader pool; the text index writer slot → `Store` reader
-//! pool. The graph and the vector locks are never held together.
+//! `Vectors::sync` → `Vectors::index` → `VectorIndex` writer → `VectorIndex` state (the overlay
+//! and the compact file are locked alone); `Graph::loading` → `Graph::state` → `Store` writer or
+//! reader pool; the text index writer slot → `Store` reader pool. The graph and the vector locks
+//! are never held together.
 
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 

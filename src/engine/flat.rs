@@ -50,7 +50,7 @@ impl Engine {
         let Some(e) = &self.embedder else {
             return Ok(None);
         };
-        let mut state = lock::lock_or_reset(&self.flat, |s| *s = FlatState::default());
+        let mut state = lock::lock_or_reset(&self.vectors.flat, |s| *s = FlatState::default());
         match &state.slot {
             Slot::Ready(f) => return Ok(Some(Arc::clone(f))),
             Slot::Absent => return Ok(None),
@@ -91,7 +91,7 @@ impl Engine {
 
     /// Frees the file's vectors once the index is loaded.
     pub(crate) fn drop_flat(&self) {
-        let mut state = lock::lock_or_reset(&self.flat, |s| *s = FlatState::default());
+        let mut state = lock::lock_or_reset(&self.vectors.flat, |s| *s = FlatState::default());
         if let Slot::Ready(f) = &state.slot {
             state.written_seq = state.written_seq.max(f.position().seq);
         }
@@ -102,7 +102,7 @@ impl Engine {
     /// enough time has passed.
     pub(crate) fn write_flat_if_due(&self, force: bool) -> Result<()> {
         let written = {
-            let state = lock::lock_or_reset(&self.flat, |s| *s = FlatState::default());
+            let state = lock::lock_or_reset(&self.vectors.flat, |s| *s = FlatState::default());
             if !force && state.written_at.elapsed() < WRITE_EVERY {
                 return Ok(());
             }
@@ -129,7 +129,7 @@ impl Engine {
     }
 
     fn flat_written(&self, seq: i64) {
-        let mut state = lock::lock_or_reset(&self.flat, |s| *s = FlatState::default());
+        let mut state = lock::lock_or_reset(&self.vectors.flat, |s| *s = FlatState::default());
         state.written_seq = state.written_seq.max(seq);
         state.written_at = Instant::now();
     }

@@ -15,6 +15,21 @@ use crate::model::MemoryKey;
 use crate::store::changes::{self, ChangeOp};
 use crate::store::{Db, relations};
 
+/// The engine's copy of the relation graph, one component: the loaded graph, the lock that lets
+/// one caller load it, and how long the last load took.
+///
+/// Lock order: `loading` → `state` → the store's writer or reader pool. No vector lock is held
+/// with any of them; walks hold an `Arc` snapshot of the graph, not its lock.
+#[derive(Default)]
+pub(crate) struct Graph {
+    /// The loaded graph, or none before the first use.
+    pub(crate) state: std::sync::RwLock<Option<GraphState>>,
+    /// Milliseconds the last load took.
+    pub(crate) load_ms: std::sync::Mutex<f64>,
+    /// Held while the graph loads, so two callers do not both load it.
+    pub(crate) loading: std::sync::Mutex<()>,
+}
+
 /// The loaded graph and the change-log position it reflects.
 pub(crate) struct GraphState {
     /// Shared with the walks running on it: a change copies it when a walk still holds it, so a
@@ -78,7 +93,7 @@ impl Engine {
             None => self.graph_from_database()?,
         };
         let ms = started.elapsed().as_secs_f64() * 1e3;
-        *lock::lock(&self.graph_load_ms) = ms;
+        *lock::lock(&self.graph.load_ms) = ms;
         tracing::info!(
             nodes = state.graph.node_count(),
             relations = state.graph.edge_count(),
@@ -190,7 +205,7 @@ impl Engine {
     /// holding the lock.
     pub(crate) fn write_graph_file_if_due(&self, force: bool) -> Result<()> {
         let (graph, seq) = {
-            let guard = lock::read_or_reset(&self.graph, unload);
+            let guard = lock::read_or_reset(&self.graph.state, unload);
             let Some(s) = guard.as_ref() else {
                 return Ok(());
             };
@@ -209,7 +224,7 @@ impl Engine {
         };
         let started = Instant::now();
         let written = graph_file::write(&self.cfg.index_dir, &position, &graph);
-        let mut guard = lock::write_or_reset(&self.graph, unload);
+        let mut guard = lock::write_or_reset(&self.graph.state, unload);
         if let Some(s) = guard.as_mut() {
             // Also after a failure: tried again after the interval, not on every tick.
             s.file_tried_at = Some(Instant::now());
@@ -229,7 +244,7 @@ impl Engine {
 
     /// True when the graph is in memory (walks need not load it first).
     pub(crate) fn graph_loaded(&self) -> bool {
-        lock::read_or_reset(&self.graph, unload).is_some()
+        lock::read_or_reset(&self.graph.state, unload).is_some()
     }
 
     /// Loads the graph when not loaded yet, then applies the change log up to now.
@@ -242,7 +257,7 @@ impl Engine {
     /// and no walk still holds the old snapshot (else a later tick tries again).
     pub(crate) fn freeze_graph_if_quiet(&self) -> Result<()> {
         let snapshot = {
-            let guard = lock::read_or_reset(&self.graph, unload);
+            let guard = lock::read_or_reset(&self.graph.state, unload);
             match guard.as_ref() {
                 Some(s) if !s.graph.is_frozen() && s.changed_at.elapsed() >= FREEZE_AFTER_QUIET => {
                     Arc::clone(&s.graph)
@@ -253,7 +268,7 @@ impl Engine {
         let started = Instant::now();
         let compact = snapshot.build_compact();
         drop(snapshot);
-        let mut guard = lock::write_or_reset(&self.graph, unload);
+        let mut guard = lock::write_or_reset(&self.graph.state, unload);
         let installed = guard
             .as_mut()
             .and_then(|s| Arc::get_mut(&mut s.graph))
@@ -277,7 +292,7 @@ impl Engine {
             if cancelled() {
                 return Err(crate::error::Error::Cancelled);
             }
-            match self.graph_loading.try_lock() {
+            match self.graph.loading.try_lock() {
                 // Nobody loads it: this call does.
                 Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => break,
                 Err(std::sync::TryLockError::WouldBlock) => {
@@ -298,7 +313,7 @@ impl Engine {
     pub(crate) fn synced_graph_at(&self, target: i64) -> Result<GraphView> {
         let day = today();
         {
-            let guard = lock::read_or_reset(&self.graph, unload);
+            let guard = lock::read_or_reset(&self.graph.state, unload);
             if let Some(s) = guard.as_ref()
                 && s.seq >= target
                 && s.graph.today() == day
@@ -309,16 +324,16 @@ impl Engine {
         if !self.graph_loaded() {
             // Loaded outside the lock (a second or so at a million relations), so calls that
             // only ask whether it is loaded, or could use an older snapshot, never wait for it.
-            let _one_loader = lock::lock(&self.graph_loading);
+            let _one_loader = lock::lock(&self.graph.loading);
             if !self.graph_loaded() {
                 let loaded = self.load_graph()?;
-                let mut guard = lock::write_or_reset(&self.graph, unload);
+                let mut guard = lock::write_or_reset(&self.graph.state, unload);
                 if guard.is_none() {
                     *guard = Some(loaded);
                 }
             }
         }
-        let mut guard = lock::write_or_reset(&self.graph, unload);
+        let mut guard = lock::write_or_reset(&self.graph.state, unload);
         let state = match guard.as_mut() {
             Some(s) => s,
             None => guard.insert(self.load_graph()?),
@@ -359,9 +374,9 @@ impl Engine {
 
     /// Nodes, relations and memory of the in-memory graph.
     pub fn graph_stats(&self) -> Result<GraphStats> {
-        let load_ms = *lock::lock(&self.graph_load_ms);
+        let load_ms = *lock::lock(&self.graph.load_ms);
         let view = self.synced_graph()?;
-        let from_file = lock::read_or_reset(&self.graph, unload)
+        let from_file = lock::read_or_reset(&self.graph.state, unload)
             .as_ref()
             .is_some_and(|s| s.from_file);
         Ok(GraphStats {

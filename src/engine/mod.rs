@@ -24,7 +24,7 @@ pub mod work;
 mod write;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
 use crate::embed::Embedder;
@@ -56,26 +56,14 @@ pub struct Engine {
     touched: Mutex<Vec<(MemoryKey, Millis)>>,
     /// Relations walks went through (their keys), recorded off the hot path like `touched`.
     walked: Mutex<Vec<(i64, Millis)>>,
-    /// The relation graph, loaded on first use (or by the background job at start).
-    graph: RwLock<Option<graph::GraphState>>,
-    graph_load_ms: Mutex<f64>,
-    /// Held while the graph loads, so two callers do not both load it.
-    graph_loading: Mutex<()>,
+    /// The relation graph's copy: loaded on first use (or by the background job at start).
+    graph: graph::Graph,
     /// The embedding provider (None: recall is text-only).
     embedder: Option<Arc<dyn Embedder>>,
     /// The chat endpoint for abstractive summaries (None: extractive only).
     summarizer: Option<Arc<dyn crate::embed::chat::Summarizer>>,
-    /// The vector index, loaded on first use (or by the background job at start).
-    vectors: RwLock<Option<vectors::VectorState>>,
-    /// Held while the vector index catches up, so two readers do not embed the same memories.
-    vector_sync: Mutex<()>,
-    /// Memories changed after what the vector index applied, searched beside it by reads.
-    vector_overlay: RwLock<vectors::VectorOverlay>,
-    /// The compact vector file searched while the index loads, and when it was last written.
-    flat: Mutex<flat::FlatState>,
-    /// Set while the background job loads the vector index; reads then answer by text instead
-    /// of waiting.
-    vectors_loading: AtomicBool,
+    /// The vector side: the index, its catch-up lock, the read overlay, the compact file.
+    vectors: vectors::Vectors,
     /// Imports running: the background job leaves the vector index alone meanwhile (its
     /// insertions would take the cores the import needs) and catches up afterwards.
     bulk: std::sync::atomic::AtomicUsize,
@@ -116,16 +104,10 @@ impl Engine {
             dirty: AtomicBool::new(false),
             touched: Mutex::new(Vec::new()),
             walked: Mutex::new(Vec::new()),
-            graph: RwLock::new(None),
-            graph_load_ms: Mutex::new(0.0),
-            graph_loading: Mutex::new(()),
+            graph: graph::Graph::default(),
             embedder,
             summarizer,
-            vectors: RwLock::new(None),
-            vector_sync: Mutex::new(()),
-            vector_overlay: RwLock::new(vectors::VectorOverlay::default()),
-            flat: Mutex::new(flat::FlatState::default()),
-            vectors_loading: AtomicBool::new(false),
+            vectors: vectors::Vectors::default(),
             bulk: std::sync::atomic::AtomicUsize::new(0),
             background: AtomicBool::new(false),
         };

@@ -1210,13 +1210,13 @@ fn a_panic_in_a_write_or_a_graph_change_leaves_the_engine_working() {
     assert!(panicked.is_err());
     // A panic while the graph is being changed.
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _g = e.graph.write();
+        let _g = e.graph.state.write();
         panic!("forced");
     }));
     assert!(panicked.is_err());
     // The same for the vector state and the writer of every other lock.
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _v = e.vectors.write();
+        let _v = e.vectors.index.write();
         panic!("forced");
     }));
     assert!(panicked.is_err());

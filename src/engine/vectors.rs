@@ -42,6 +42,27 @@ const STORE_CHUNK: usize = 2_000;
 /// Stored vectors read per statement when an empty index is filled from the database.
 const FILL_PAGE: usize = 5_000;
 
+/// The engine's vector side, one component: the index, the lock that lets one caller catch it
+/// up, the overlay reads search beside it, the compact file searched while it loads.
+///
+/// Lock order, outer first (a thread holding one takes only those after it): `sync` →
+/// `index` → the `VectorIndex` writer → its state. `overlay` and `flat` are taken alone, never
+/// while holding another of these. No lock of the relation graph is held with any of them.
+#[derive(Default)]
+pub(crate) struct Vectors {
+    /// The vector index, loaded on first use (or by the background job at start).
+    pub(crate) index: std::sync::RwLock<Option<VectorState>>,
+    /// Held while the vector index catches up, so two readers do not embed the same memories.
+    pub(crate) sync: std::sync::Mutex<()>,
+    /// Memories changed after what the vector index applied, searched beside it by reads.
+    pub(crate) overlay: std::sync::RwLock<VectorOverlay>,
+    /// The compact vector file searched while the index loads, and when it was last written.
+    pub(crate) flat: std::sync::Mutex<crate::engine::flat::FlatState>,
+    /// Set while the background job loads the vector index; reads then answer by text instead
+    /// of waiting.
+    pub(crate) loading: std::sync::atomic::AtomicBool,
+}
+
 /// The loaded vector index and the change-log position of its dump on disk.
 pub(crate) struct VectorState {
     pub(crate) index: VectorIndex,
@@ -126,7 +147,7 @@ impl Engine {
     }
 
     pub(crate) fn vectors_loaded(&self) -> bool {
-        lock::read_or_reset(&self.vectors, unload).is_some()
+        lock::read_or_reset(&self.vectors.index, unload).is_some()
     }
 
     /// Loads the vector index from its dump (or an empty one to be rebuilt) when not loaded yet.
@@ -138,10 +159,10 @@ impl Engine {
         if self.vectors_loaded() {
             return Ok(true);
         }
-        if !wait && self.vectors_loading.load(Ordering::Acquire) {
+        if !wait && self.vectors.loading.load(Ordering::Acquire) {
             // A small dump loads in milliseconds: worth a short wait; a big one is not.
             let deadline = Instant::now() + LOAD_WAIT;
-            while self.vectors_loading.load(Ordering::Acquire) && Instant::now() < deadline {
+            while self.vectors.loading.load(Ordering::Acquire) && Instant::now() < deadline {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
             if !self.vectors_loaded() {
@@ -151,7 +172,7 @@ impl Engine {
         }
         // Loading can take a second at 100k vectors: hold only the sync lock meanwhile, so
         // readers that do not wait see "not loaded" at once instead of blocking on the RwLock.
-        let _one_loader = lock::lock(&self.vector_sync);
+        let _one_loader = lock::lock(&self.vectors.sync);
         if self.vectors_loaded() {
             return Ok(true);
         }
@@ -190,7 +211,7 @@ impl Engine {
             }
         }
         let dumped_seq = index.seq();
-        *lock::write_or_reset(&self.vectors, unload) = Some(VectorState {
+        *lock::write_or_reset(&self.vectors.index, unload) = Some(VectorState {
             index,
             dumped_seq,
             dumped_at: Instant::now(),
@@ -219,7 +240,7 @@ impl Engine {
     /// True when the index moved since its last dump or lags the change log's `head` (cheap
     /// check for the background loop, which reads the head once for every index).
     pub(crate) fn vectors_behind(&self, head: Option<i64>) -> bool {
-        let guard = lock::read_or_reset(&self.vectors, unload);
+        let guard = lock::read_or_reset(&self.vectors.index, unload);
         let Some(state) = guard.as_ref() else {
             return false;
         };
@@ -228,7 +249,7 @@ impl Engine {
     }
 
     fn vector_seq(&self) -> Result<i64> {
-        Ok(lock::read_or_reset(&self.vectors, unload)
+        Ok(lock::read_or_reset(&self.vectors.index, unload)
             .as_ref()
             .map_or(0, |s| s.index.seq()))
     }
@@ -243,7 +264,7 @@ impl Engine {
         if !self.ensure_vectors(limit.is_none())? {
             return Ok(VectorSync::Loading);
         }
-        let _one_at_a_time = match self.vector_sync.try_lock() {
+        let _one_at_a_time = match self.vectors.sync.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::WouldBlock) => {
                 // Someone else is catching up; a read waits only when the backlog is short
@@ -254,9 +275,9 @@ impl Engine {
                         return Ok(VectorSync::Behind(lag));
                     }
                 }
-                lock::lock(&self.vector_sync)
+                lock::lock(&self.vectors.sync)
             }
-            Err(std::sync::TryLockError::Poisoned(_)) => lock::lock(&self.vector_sync),
+            Err(std::sync::TryLockError::Poisoned(_)) => lock::lock(&self.vectors.sync),
         };
         let target = self.store.read(changes::max_seq)?;
         let mut seq = self.vector_seq()?;
@@ -422,7 +443,7 @@ impl Engine {
 
     /// The change-log position the loaded index applied (`None`: not loaded).
     pub(crate) fn loaded_vector_seq(&self) -> Option<i64> {
-        lock::read_or_reset(&self.vectors, unload)
+        lock::read_or_reset(&self.vectors.index, unload)
             .as_ref()
             .map(|s| s.index.seq())
     }
@@ -432,13 +453,13 @@ impl Engine {
         &self,
         f: impl FnOnce(&VectorIndex) -> T,
     ) -> Option<T> {
-        lock::read_or_reset(&self.vectors, unload)
+        lock::read_or_reset(&self.vectors.index, unload)
             .as_ref()
             .map(|s| f(&s.index))
     }
 
     fn with_vector_index<T>(&self, f: impl FnOnce(&VectorIndex) -> T) -> Result<T> {
-        let guard = lock::read_or_reset(&self.vectors, unload);
+        let guard = lock::read_or_reset(&self.vectors.index, unload);
         let state = guard
             .as_ref()
             .ok_or_else(|| Error::Internal("vector index not loaded".into()))?;
@@ -483,7 +504,7 @@ impl Engine {
         if let VectorSync::Behind(_) = sync {
             self.mark_dirty();
         }
-        let overlay = lock::read_or_reset(&self.vector_overlay, reset_overlay);
+        let overlay = lock::read_or_reset(&self.vectors.overlay, reset_overlay);
         let n_over = overlay.items.len();
         // Overlaid memories the index also holds are dropped from its answer: ask for that many
         // more. Only those: a new memory is not in the index, and asking for more than needed
@@ -535,7 +556,7 @@ impl Engine {
         };
         let head = self.store.read(changes::max_seq)?;
         let from = {
-            let mut overlay = lock::write_or_reset(&self.vector_overlay, reset_overlay);
+            let mut overlay = lock::write_or_reset(&self.vectors.overlay, reset_overlay);
             if applied < overlay.base {
                 // Lies on an older base than before (the index loaded behind the compact file).
                 *overlay = VectorOverlay::default();
@@ -579,7 +600,7 @@ impl Engine {
         let fresh = embed_parallel(e, &texts)?;
         let mut computed: HashMap<MemoryKey, Vec<f32>> =
             todo.iter().map(|m| m.key).zip(fresh).collect();
-        let mut overlay = lock::write_or_reset(&self.vector_overlay, reset_overlay);
+        let mut overlay = lock::write_or_reset(&self.vectors.overlay, reset_overlay);
         for (seq, key, m) in &changed {
             let (seq, key) = (*seq, *key);
             let vector = if is_live(m) {
@@ -620,7 +641,7 @@ impl Engine {
         // Under the read lock, so searches go on while the files are written; only the
         // bookkeeping takes the write lock.
         let (seq, started) = {
-            let guard = lock::read_or_reset(&self.vectors, unload);
+            let guard = lock::read_or_reset(&self.vectors.index, unload);
             let Some(state) = guard.as_ref() else {
                 return Ok(());
             };
@@ -649,7 +670,7 @@ impl Engine {
                 None => return Ok(()), // vectors were staged meanwhile
             }
         };
-        let mut guard = lock::write_or_reset(&self.vectors, unload);
+        let mut guard = lock::write_or_reset(&self.vectors.index, unload);
         if let Some(state) = guard.as_mut() {
             state.dumped_seq = state.dumped_seq.max(seq);
             state.dumped_at = Instant::now();
@@ -669,7 +690,7 @@ impl Engine {
             return Ok(0);
         };
         {
-            let mut guard = lock::write_or_reset(&self.vectors, unload);
+            let mut guard = lock::write_or_reset(&self.vectors.index, unload);
             *guard = Some(VectorState {
                 index: VectorIndex::new(e.model_id(), e.dim())?,
                 dumped_seq: -1,
@@ -755,7 +776,7 @@ mod tests {
         }
         assert_eq!(vector_ids(&e, "kitten napping"), [first.as_str()]);
         // The background job is busy catching up (it holds the catch-up lock) from now on.
-        let busy = e.vector_sync.lock().unwrap();
+        let busy = e.vectors.sync.lock().unwrap();
         let (done, finished) = std::sync::mpsc::channel();
         let reader = Arc::clone(&e);
         std::thread::spawn(move || {
@@ -825,7 +846,8 @@ mod tests {
         );
         let e = Engine::open(cfg).unwrap();
         // As while the background job loads the index from its dump.
-        e.vectors_loading
+        e.vectors
+            .loading
             .store(true, std::sync::atomic::Ordering::Release);
         let (hits, warnings) = vector_hits(&e, "sleepy cat");
         assert!(warnings.is_empty(), "{warnings:?}");
@@ -993,7 +1015,8 @@ mod tests {
         crate::engine::tests::copy_db(&backup, &db);
         for loading in [false, true] {
             let e = Engine::open(cfg.clone()).unwrap();
-            e.vectors_loading
+            e.vectors
+                .loading
                 .store(loading, std::sync::atomic::Ordering::Release);
             let (hits, _) = vector_hits(&e, "rocket launch postponed by the wind");
             let alpha_score = hits.iter().find(|h| h.0 == alpha).map_or(0.0, |h| h.1);
