@@ -140,19 +140,21 @@ impl MemoryServer {
         }
         let args = request.arguments.unwrap_or_default();
         let name = request.name.as_ref();
-        let Some(tool) = tools::find(name) else {
+        // A conformance fixture has no descriptor; its long calls go the long path too.
+        let tool = tools::find(name);
+        if tool.is_none() && !work::is_long(name, &args) {
             return Err(McpError::invalid_params(
                 format!("unknown tool `{name}`; call tools/list for the available tools"),
                 None,
             ));
-        };
+        }
         if let Some(c) = caller(&context) {
-            let needed = (tool.scope)(&args);
+            let needed = tool.map_or(auth::Scope::Read, |t| (t.scope)(&args));
             if c.scope < needed {
                 return Ok(CallToolResponse::Complete(errors::error_result(format!(
                     "`{name}` needs a token with the {} scope{}; this token ({}) has {}: ask the server's operator for one with `--scopes {}`",
                     needed.name(),
-                    tool.scope_note,
+                    tool.map_or("", |t| t.scope_note),
                     c.subject,
                     c.scope.name(),
                     needed.name()
@@ -171,7 +173,7 @@ impl MemoryServer {
             )
             .await;
         }
-        let Some(now) = tool.now else {
+        let Some(now) = tool.and_then(|t| t.now) else {
             return Err(McpError::internal_error(
                 format!("`{name}` has no answer for this call"),
                 None,
