@@ -9,7 +9,6 @@ use std::time::Instant;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::index::vector::flat::FlatVectors;
-use crate::lock;
 use crate::store::{changes, vectors};
 
 /// How often the file is rewritten while the index moves (besides at close).
@@ -50,7 +49,7 @@ impl Engine {
         let Some(e) = &self.embedder else {
             return Ok(None);
         };
-        let mut state = lock::lock_or_reset(&self.vectors.flat, |s| *s = FlatState::default());
+        let mut state = self.vectors.flat();
         match &state.slot {
             Slot::Ready(f) => return Ok(Some(Arc::clone(f))),
             Slot::Absent => return Ok(None),
@@ -91,7 +90,7 @@ impl Engine {
 
     /// Frees the file's vectors once the index is loaded.
     pub(crate) fn drop_flat(&self) {
-        let mut state = lock::lock_or_reset(&self.vectors.flat, |s| *s = FlatState::default());
+        let mut state = self.vectors.flat();
         if let Slot::Ready(f) = &state.slot {
             state.written_seq = state.written_seq.max(f.position().seq);
         }
@@ -102,20 +101,20 @@ impl Engine {
     /// enough time has passed.
     pub(crate) fn write_flat_if_due(&self, force: bool) -> Result<()> {
         let written = {
-            let state = lock::lock_or_reset(&self.vectors.flat, |s| *s = FlatState::default());
+            let state = self.vectors.flat();
             if !force && state.written_at.elapsed() < WRITE_EVERY {
                 return Ok(());
             }
             state.written_seq
         };
-        let Some(seq) = self.loaded_vector_seq().filter(|seq| *seq > written) else {
+        let Some(seq) = self.vectors.loaded_seq().filter(|seq| *seq > written) else {
             return Ok(());
         };
         let Some(position) = self.store.read(|c| changes::position_at(c, seq))? else {
             return Ok(());
         };
         let started = Instant::now();
-        let Some(flat) = self.with_loaded_vector_index(|ix| ix.flat(position)) else {
+        let Some(flat) = self.vectors.with_loaded(|ix| ix.flat(position)) else {
             return Ok(());
         };
         flat.write(&self.cfg.vector_index_dir())?;
@@ -129,7 +128,7 @@ impl Engine {
     }
 
     fn flat_written(&self, seq: i64) {
-        let mut state = lock::lock_or_reset(&self.vectors.flat, |s| *s = FlatState::default());
+        let mut state = self.vectors.flat();
         state.written_seq = state.written_seq.max(seq);
         state.written_at = Instant::now();
     }

@@ -23,11 +23,110 @@ use crate::store::{Db, relations};
 #[derive(Default)]
 pub(crate) struct Graph {
     /// The loaded graph, or none before the first use.
-    pub(crate) state: std::sync::RwLock<Option<GraphState>>,
+    state: std::sync::RwLock<Option<GraphState>>,
     /// Milliseconds the last load took.
-    pub(crate) load_ms: std::sync::Mutex<f64>,
+    load_ms: std::sync::Mutex<f64>,
     /// Held while the graph loads, so two callers do not both load it.
-    pub(crate) loading: std::sync::Mutex<()>,
+    loading: std::sync::Mutex<()>,
+}
+
+impl Graph {
+    /// True when the graph is in memory (walks need not load it first).
+    fn loaded(&self) -> bool {
+        lock::read_or_reset(&self.state, unload).is_some()
+    }
+
+    /// The right to load the graph, waiting for whoever loads it.
+    fn one_loader(&self) -> std::sync::MutexGuard<'_, ()> {
+        lock::lock(&self.loading)
+    }
+
+    /// Notes how long the last load took.
+    fn loaded_in(&self, ms: f64) {
+        *lock::lock(&self.load_ms) = ms;
+    }
+
+    /// The loaded graph, to change it (keep the guard short: walks hold snapshots, not this).
+    fn state_mut(&self) -> std::sync::RwLockWriteGuard<'_, Option<GraphState>> {
+        lock::write_or_reset(&self.state, unload)
+    }
+
+    /// True while another caller loads the graph.
+    fn being_loaded(&self) -> bool {
+        matches!(
+            self.loading.try_lock(),
+            Err(std::sync::TryLockError::WouldBlock)
+        )
+    }
+
+    /// The loaded graph when it holds the change log up to `target` and strengths of `day`.
+    fn current(&self, target: i64, day: i32) -> Option<GraphView> {
+        let guard = lock::read_or_reset(&self.state, unload);
+        guard
+            .as_ref()
+            .filter(|s| s.seq >= target && s.graph.today() == day)
+            .map(|s| GraphView(Arc::clone(&s.graph)))
+    }
+
+    /// A snapshot of the graph and its position when the file beside the database is due (see
+    /// [`Engine::write_graph_file_if_due`]).
+    fn file_due(&self, force: bool) -> Option<(Arc<MemoryGraph>, i64)> {
+        let guard = lock::read_or_reset(&self.state, unload);
+        let s = guard.as_ref()?;
+        let due = s.seq > s.file_seq
+            && (force
+                || s.file_tried_at.is_none_or(|t| {
+                    t.elapsed() >= FILE_EVERY && s.changed_at.elapsed() >= FREEZE_AFTER_QUIET
+                }));
+        due.then(|| (Arc::clone(&s.graph), s.seq))
+    }
+
+    /// Notes a try to write the file at `seq` (`written`: it succeeded).
+    fn file_tried(&self, seq: i64, written: bool) {
+        let mut guard = lock::write_or_reset(&self.state, unload);
+        if let Some(s) = guard.as_mut() {
+            // Also after a failure: tried again after the interval, not on every tick.
+            s.file_tried_at = Some(Instant::now());
+            if written {
+                s.file_seq = s.file_seq.max(seq);
+            }
+        }
+    }
+
+    /// A snapshot of the graph when it has been quiet for a while and its compact adjacency is
+    /// not built yet.
+    fn quiet_unfrozen(&self) -> Option<Arc<MemoryGraph>> {
+        let guard = lock::read_or_reset(&self.state, unload);
+        guard
+            .as_ref()
+            .filter(|s| !s.graph.is_frozen() && s.changed_at.elapsed() >= FREEZE_AFTER_QUIET)
+            .map(|s| Arc::clone(&s.graph))
+    }
+
+    /// Installs a compact adjacency when nothing changed since it was built and no walk still
+    /// holds the graph; returns whether it did.
+    fn install_compact(&self, compact: crate::graph::Compact) -> bool {
+        let mut guard = lock::write_or_reset(&self.state, unload);
+        guard
+            .as_mut()
+            .and_then(|s| Arc::get_mut(&mut s.graph))
+            .is_some_and(|g| g.install_compact(compact))
+    }
+
+    /// Whether the loaded graph was read from the file, and how long the last load took.
+    fn origin(&self) -> (bool, f64) {
+        let from_file = lock::read_or_reset(&self.state, unload)
+            .as_ref()
+            .is_some_and(|s| s.from_file);
+        (from_file, *lock::lock(&self.load_ms))
+    }
+
+    /// Panics while holding the graph's write lock (tests of lock recovery).
+    #[cfg(test)]
+    pub(crate) fn panic_holding_state(&self) {
+        let _g = self.state.write();
+        panic!("forced");
+    }
 }
 
 /// The loaded graph and the change-log position it reflects.
@@ -93,7 +192,7 @@ impl Engine {
             None => self.graph_from_database()?,
         };
         let ms = started.elapsed().as_secs_f64() * 1e3;
-        *lock::lock(&self.graph.load_ms) = ms;
+        self.graph.loaded_in(ms);
         tracing::info!(
             nodes = state.graph.node_count(),
             relations = state.graph.edge_count(),
@@ -204,35 +303,15 @@ impl Engine {
     /// while and the last try is long enough ago. The graph is written from a snapshot, without
     /// holding the lock.
     pub(crate) fn write_graph_file_if_due(&self, force: bool) -> Result<()> {
-        let (graph, seq) = {
-            let guard = lock::read_or_reset(&self.graph.state, unload);
-            let Some(s) = guard.as_ref() else {
-                return Ok(());
-            };
-            let due = s.seq > s.file_seq
-                && (force
-                    || s.file_tried_at.is_none_or(|t| {
-                        t.elapsed() >= FILE_EVERY && s.changed_at.elapsed() >= FREEZE_AFTER_QUIET
-                    }));
-            if !due {
-                return Ok(());
-            }
-            (Arc::clone(&s.graph), s.seq)
+        let Some((graph, seq)) = self.graph.file_due(force) else {
+            return Ok(());
         };
         let Some(position) = self.store.read(|c| changes::position_at(c, seq))? else {
             return Ok(());
         };
         let started = Instant::now();
         let written = graph_file::write(&self.cfg.index_dir, &position, &graph);
-        let mut guard = lock::write_or_reset(&self.graph.state, unload);
-        if let Some(s) = guard.as_mut() {
-            // Also after a failure: tried again after the interval, not on every tick.
-            s.file_tried_at = Some(Instant::now());
-            if written.is_ok() {
-                s.file_seq = s.file_seq.max(seq);
-            }
-        }
-        drop(guard);
+        self.graph.file_tried(seq, written.is_ok());
         written?;
         tracing::debug!(
             relations = graph.edge_count(),
@@ -244,7 +323,7 @@ impl Engine {
 
     /// True when the graph is in memory (walks need not load it first).
     pub(crate) fn graph_loaded(&self) -> bool {
-        lock::read_or_reset(&self.graph.state, unload).is_some()
+        self.graph.loaded()
     }
 
     /// Loads the graph when not loaded yet, then applies the change log up to now.
@@ -256,23 +335,13 @@ impl Engine {
     /// job). Built on a snapshot without holding the lock; installed only if nothing changed
     /// and no walk still holds the old snapshot (else a later tick tries again).
     pub(crate) fn freeze_graph_if_quiet(&self) -> Result<()> {
-        let snapshot = {
-            let guard = lock::read_or_reset(&self.graph.state, unload);
-            match guard.as_ref() {
-                Some(s) if !s.graph.is_frozen() && s.changed_at.elapsed() >= FREEZE_AFTER_QUIET => {
-                    Arc::clone(&s.graph)
-                }
-                _ => return Ok(()),
-            }
+        let Some(snapshot) = self.graph.quiet_unfrozen() else {
+            return Ok(());
         };
         let started = Instant::now();
         let compact = snapshot.build_compact();
         drop(snapshot);
-        let mut guard = lock::write_or_reset(&self.graph.state, unload);
-        let installed = guard
-            .as_mut()
-            .and_then(|s| Arc::get_mut(&mut s.graph))
-            .is_some_and(|g| g.install_compact(compact));
+        let installed = self.graph.install_compact(compact);
         tracing::debug!(
             ms = started.elapsed().as_secs_f64() * 1e3,
             installed,
@@ -292,13 +361,11 @@ impl Engine {
             if cancelled() {
                 return Err(crate::error::Error::Cancelled);
             }
-            match self.graph.loading.try_lock() {
+            if !self.graph.being_loaded() {
                 // Nobody loads it: this call does.
-                Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => break,
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
+                break;
             }
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
         self.synced_graph()
     }
@@ -312,28 +379,22 @@ impl Engine {
     /// read after its call began (so the snapshot holds every write committed before it).
     pub(crate) fn synced_graph_at(&self, target: i64) -> Result<GraphView> {
         let day = today();
-        {
-            let guard = lock::read_or_reset(&self.graph.state, unload);
-            if let Some(s) = guard.as_ref()
-                && s.seq >= target
-                && s.graph.today() == day
-            {
-                return Ok(GraphView(Arc::clone(&s.graph)));
-            }
+        if let Some(view) = self.graph.current(target, day) {
+            return Ok(view);
         }
         if !self.graph_loaded() {
             // Loaded outside the lock (a second or so at a million relations), so calls that
             // only ask whether it is loaded, or could use an older snapshot, never wait for it.
-            let _one_loader = lock::lock(&self.graph.loading);
+            let _one_loader = self.graph.one_loader();
             if !self.graph_loaded() {
                 let loaded = self.load_graph()?;
-                let mut guard = lock::write_or_reset(&self.graph.state, unload);
+                let mut guard = self.graph.state_mut();
                 if guard.is_none() {
                     *guard = Some(loaded);
                 }
             }
         }
-        let mut guard = lock::write_or_reset(&self.graph.state, unload);
+        let mut guard = self.graph.state_mut();
         let state = match guard.as_mut() {
             Some(s) => s,
             None => guard.insert(self.load_graph()?),
@@ -374,11 +435,8 @@ impl Engine {
 
     /// Nodes, relations and memory of the in-memory graph.
     pub fn graph_stats(&self) -> Result<GraphStats> {
-        let load_ms = *lock::lock(&self.graph.load_ms);
         let view = self.synced_graph()?;
-        let from_file = lock::read_or_reset(&self.graph.state, unload)
-            .as_ref()
-            .is_some_and(|s| s.from_file);
+        let (from_file, load_ms) = self.graph.origin();
         Ok(GraphStats {
             nodes: view.node_count(),
             relations: view.edge_count(),

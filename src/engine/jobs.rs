@@ -73,7 +73,7 @@ impl Engine {
     pub fn start_background(self: &Arc<Self>) -> std::io::Result<Background> {
         if self.embedder.is_some() && !self.vectors_loaded() {
             // The first tick loads the vector index; reads until then answer by text.
-            self.vectors.loading.store(true, Ordering::Release);
+            self.vectors.set_loading(true);
         }
         self.background.store(true, Ordering::Release);
         let weak: Weak<Engine> = Arc::downgrade(self);
@@ -159,7 +159,7 @@ impl Engine {
             }
             Job::SyncVectors => {
                 let loaded = self.ensure_vectors(true);
-                self.vectors.loading.store(false, Ordering::Release);
+                self.vectors.set_loading(false);
                 loaded?;
                 self.sync_vectors(None)?;
                 if self.bulk.load(Ordering::Acquire) > 0 {

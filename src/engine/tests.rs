@@ -1210,14 +1210,12 @@ fn a_panic_in_a_write_or_a_graph_change_leaves_the_engine_working() {
     assert!(panicked.is_err());
     // A panic while the graph is being changed.
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _g = e.graph.state.write();
-        panic!("forced");
+        e.graph.panic_holding_state();
     }));
     assert!(panicked.is_err());
     // The same for the vector state and the writer of every other lock.
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _v = e.vectors.index.write();
-        panic!("forced");
+        e.vectors.panic_holding_index();
     }));
     assert!(panicked.is_err());
     let c = remember_one(&e, item("node c written after the panics"));

@@ -14,10 +14,11 @@ use rayon::prelude::*;
 
 use crate::embed::{Embedder, check_output};
 use crate::engine::Engine;
+use crate::engine::flat::FlatState;
 use crate::error::{Error, Result};
 use crate::index::vector::{LoadState, Scope, ScopeFilter, VectorIndex, unit_similarity};
 use crate::lock;
-use crate::model::MemoryKey;
+use crate::model::{LogPosition, MemoryKey};
 use crate::store::vectors::{self, Unembedded};
 use crate::store::{changes, memories};
 
@@ -51,16 +52,191 @@ const FILL_PAGE: usize = 5_000;
 #[derive(Default)]
 pub(crate) struct Vectors {
     /// The vector index, loaded on first use (or by the background job at start).
-    pub(crate) index: std::sync::RwLock<Option<VectorState>>,
+    index: std::sync::RwLock<Option<VectorState>>,
     /// Held while the vector index catches up, so two readers do not embed the same memories.
-    pub(crate) sync: std::sync::Mutex<()>,
+    sync: std::sync::Mutex<()>,
     /// Memories changed after what the vector index applied, searched beside it by reads.
-    pub(crate) overlay: std::sync::RwLock<VectorOverlay>,
+    overlay: std::sync::RwLock<VectorOverlay>,
     /// The compact vector file searched while the index loads, and when it was last written.
-    pub(crate) flat: std::sync::Mutex<crate::engine::flat::FlatState>,
+    flat: std::sync::Mutex<FlatState>,
     /// Set while the background job loads the vector index; reads then answer by text instead
     /// of waiting.
-    pub(crate) loading: std::sync::atomic::AtomicBool,
+    loading: std::sync::atomic::AtomicBool,
+}
+
+impl Vectors {
+    /// True when the index is in memory.
+    pub(crate) fn loaded(&self) -> bool {
+        lock::read_or_reset(&self.index, unload).is_some()
+    }
+
+    /// The change-log position the loaded index applied (`None`: not loaded).
+    pub(crate) fn loaded_seq(&self) -> Option<i64> {
+        lock::read_or_reset(&self.index, unload)
+            .as_ref()
+            .map(|s| s.index.seq())
+    }
+
+    /// The change-log position the index applied (0 when not loaded).
+    fn seq(&self) -> i64 {
+        self.loaded_seq().unwrap_or(0)
+    }
+
+    /// True when the index moved since its last dump or lags the change log's `head`.
+    pub(crate) fn behind(&self, head: Option<i64>) -> bool {
+        let guard = lock::read_or_reset(&self.index, unload);
+        let Some(state) = guard.as_ref() else {
+            return false;
+        };
+        let seq = state.index.seq();
+        seq > state.dumped_seq || head.is_some_and(|t| t > seq)
+    }
+
+    /// `f` on the loaded index (`None`: not loaded).
+    pub(crate) fn with_loaded<T>(&self, f: impl FnOnce(&VectorIndex) -> T) -> Option<T> {
+        lock::read_or_reset(&self.index, unload)
+            .as_ref()
+            .map(|s| f(&s.index))
+    }
+
+    /// `f` on the loaded index; an internal error when it is not loaded.
+    fn with_index<T>(&self, f: impl FnOnce(&VectorIndex) -> T) -> Result<T> {
+        self.with_loaded(f)
+            .ok_or_else(|| Error::Internal("vector index not loaded".into()))
+    }
+
+    /// Puts `index` in place of the loaded one, as dumped at `dumped_seq`.
+    fn install(&self, index: VectorIndex, dumped_seq: i64) {
+        *lock::write_or_reset(&self.index, unload) = Some(VectorState {
+            index,
+            dumped_seq,
+            dumped_at: Instant::now(),
+        });
+    }
+
+    /// Says that the background job is loading the index (reads then answer by text).
+    pub(crate) fn set_loading(&self, loading: bool) {
+        self.loading.store(loading, Ordering::Release);
+    }
+
+    fn is_loading(&self) -> bool {
+        self.loading.load(Ordering::Acquire)
+    }
+
+    /// The compact file's state (taken alone, never with another vector lock).
+    pub(crate) fn flat(&self) -> std::sync::MutexGuard<'_, FlatState> {
+        lock::lock_or_reset(&self.flat, |s| *s = FlatState::default())
+    }
+
+    /// The right to catch the index up (or load it), waiting for whoever holds it.
+    fn catching_up(&self) -> std::sync::MutexGuard<'_, ()> {
+        lock::lock(&self.sync)
+    }
+
+    /// The right to catch the index up when nobody else is doing it (`None`: somebody is).
+    fn try_catching_up(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        match self.sync.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+            Err(std::sync::TryLockError::Poisoned(_)) => Some(self.catching_up()),
+        }
+    }
+
+    /// The overlay as reads see it.
+    fn overlay(&self) -> std::sync::RwLockReadGuard<'_, VectorOverlay> {
+        lock::read_or_reset(&self.overlay, reset_overlay)
+    }
+
+    /// Lays the overlay on what the index (or the compact file) applied, dropping what that
+    /// covers; returns the position the overlay is complete up to.
+    fn rebase_overlay(&self, applied: i64) -> i64 {
+        let mut overlay = lock::write_or_reset(&self.overlay, reset_overlay);
+        if applied < overlay.base {
+            // Lies on an older base than before (the index loaded behind the compact file).
+            *overlay = VectorOverlay::default();
+        }
+        overlay.items.retain(|_, (seq, _)| *seq > applied);
+        overlay.base = applied;
+        if overlay.head < applied {
+            overlay.head = applied;
+        }
+        overlay.head
+    }
+
+    /// Puts changed memories into the overlay (each with its change's position and its vector,
+    /// `None` when it is not to be found by vector); complete up to `head` afterwards.
+    fn extend_overlay(
+        &self,
+        changed: impl IntoIterator<Item = (i64, MemoryKey, Option<Vec<f32>>)>,
+        head: i64,
+    ) {
+        let mut overlay = lock::write_or_reset(&self.overlay, reset_overlay);
+        for (seq, key, vector) in changed {
+            let slot = overlay.items.entry(key.0 as u64).or_insert((seq, None));
+            // Two reads may race to fill the overlay: the newer change wins.
+            if seq >= slot.0 {
+                *slot = (seq, vector);
+            }
+        }
+        overlay.head = overlay.head.max(head);
+    }
+
+    /// Writes the index to `dir` when it moved since the last dump and `force` or enough time
+    /// has passed; compacts it first when replacements left many dead slots. `position_of`
+    /// reads the change-log position the dump records.
+    fn dump_if_due(
+        &self,
+        force: bool,
+        dir: &std::path::Path,
+        position_of: impl FnOnce(i64) -> Result<Option<LogPosition>>,
+    ) -> Result<()> {
+        // Under the read lock, so searches go on while the files are written; only the
+        // bookkeeping takes the write lock.
+        let (seq, started) = {
+            let guard = lock::read_or_reset(&self.index, unload);
+            let Some(state) = guard.as_ref() else {
+                return Ok(());
+            };
+            let due = state.index.seq() > state.dumped_seq
+                && (force || state.dumped_at.elapsed() >= DUMP_EVERY);
+            let staged = state.index.staged();
+            if due && force && staged > 0 && staged <= DRAIN_AT_CLOSE {
+                state.index.index_staged(staged)?;
+            }
+            if !due || state.index.staged() > 0 {
+                // With staged vectors the dump waits until the graph has them; closing
+                // meanwhile keeps the previous dump, and the next start replays the change log
+                // from there.
+                return Ok(());
+            }
+            if state.index.needs_compaction() {
+                state.index.compact()?;
+            }
+            let started = Instant::now();
+            match state.index.dump_with(dir, position_of)? {
+                Some(seq) => (seq, started),
+                None => return Ok(()), // vectors were staged meanwhile
+            }
+        };
+        let mut guard = lock::write_or_reset(&self.index, unload);
+        if let Some(state) = guard.as_mut() {
+            state.dumped_seq = state.dumped_seq.max(seq);
+            state.dumped_at = Instant::now();
+            tracing::debug!(
+                vectors = state.index.len(),
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "vector index dumped"
+            );
+        }
+        Ok(())
+    }
+
+    /// Panics while holding the index's write lock (tests of lock recovery).
+    #[cfg(test)]
+    pub(crate) fn panic_holding_index(&self) {
+        let _v = self.index.write();
+        panic!("forced");
+    }
 }
 
 /// The loaded vector index and the change-log position of its dump on disk.
@@ -147,7 +323,7 @@ impl Engine {
     }
 
     pub(crate) fn vectors_loaded(&self) -> bool {
-        lock::read_or_reset(&self.vectors.index, unload).is_some()
+        self.vectors.loaded()
     }
 
     /// Loads the vector index from its dump (or an empty one to be rebuilt) when not loaded yet.
@@ -159,10 +335,10 @@ impl Engine {
         if self.vectors_loaded() {
             return Ok(true);
         }
-        if !wait && self.vectors.loading.load(Ordering::Acquire) {
+        if !wait && self.vectors.is_loading() {
             // A small dump loads in milliseconds: worth a short wait; a big one is not.
             let deadline = Instant::now() + LOAD_WAIT;
-            while self.vectors.loading.load(Ordering::Acquire) && Instant::now() < deadline {
+            while self.vectors.is_loading() && Instant::now() < deadline {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
             if !self.vectors_loaded() {
@@ -172,7 +348,7 @@ impl Engine {
         }
         // Loading can take a second at 100k vectors: hold only the sync lock meanwhile, so
         // readers that do not wait see "not loaded" at once instead of blocking on the RwLock.
-        let _one_loader = lock::lock(&self.vectors.sync);
+        let _one_loader = self.vectors.catching_up();
         if self.vectors_loaded() {
             return Ok(true);
         }
@@ -211,11 +387,7 @@ impl Engine {
             }
         }
         let dumped_seq = index.seq();
-        *lock::write_or_reset(&self.vectors.index, unload) = Some(VectorState {
-            index,
-            dumped_seq,
-            dumped_at: Instant::now(),
-        });
+        self.vectors.install(index, dumped_seq);
         self.drop_flat();
         Ok(true)
     }
@@ -232,7 +404,7 @@ impl Engine {
             return Ok(0);
         }
         self.ensure_vectors(true)?;
-        let seq = self.vector_seq()?;
+        let seq = self.vectors.seq();
         let target = self.store.read(changes::max_seq)?;
         Ok((target - seq).max(0))
     }
@@ -240,18 +412,7 @@ impl Engine {
     /// True when the index moved since its last dump or lags the change log's `head` (cheap
     /// check for the background loop, which reads the head once for every index).
     pub(crate) fn vectors_behind(&self, head: Option<i64>) -> bool {
-        let guard = lock::read_or_reset(&self.vectors.index, unload);
-        let Some(state) = guard.as_ref() else {
-            return false;
-        };
-        let seq = state.index.seq();
-        seq > state.dumped_seq || head.is_some_and(|t| t > seq)
-    }
-
-    fn vector_seq(&self) -> Result<i64> {
-        Ok(lock::read_or_reset(&self.vectors.index, unload)
-            .as_ref()
-            .map_or(0, |s| s.index.seq()))
+        self.vectors.behind(head)
     }
 
     /// Applies the change log to the vector index: embeds (and stores) what has no current
@@ -264,23 +425,22 @@ impl Engine {
         if !self.ensure_vectors(limit.is_none())? {
             return Ok(VectorSync::Loading);
         }
-        let _one_at_a_time = match self.vectors.sync.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::WouldBlock) => {
+        let _one_at_a_time = match self.vectors.try_catching_up() {
+            Some(g) => g,
+            None => {
                 // Someone else is catching up; a read waits only when the backlog is short
                 // (so is the wait), and otherwise uses the index as it is.
                 if let Some(limit) = limit {
-                    let lag = self.store.read(changes::max_seq)? - self.vector_seq()?;
+                    let lag = self.store.read(changes::max_seq)? - self.vectors.seq();
                     if lag > limit {
                         return Ok(VectorSync::Behind(lag));
                     }
                 }
-                lock::lock(&self.vectors.sync)
+                self.vectors.catching_up()
             }
-            Err(std::sync::TryLockError::Poisoned(_)) => lock::lock(&self.vectors.sync),
         };
         let target = self.store.read(changes::max_seq)?;
-        let mut seq = self.vector_seq()?;
+        let mut seq = self.vectors.seq();
         if seq >= target {
             return Ok(VectorSync::Current);
         }
@@ -291,14 +451,14 @@ impl Engine {
         }
         let started = Instant::now();
         let mut n_indexed = 0usize;
-        if seq == 0 && self.with_vector_index(|ix| ix.is_empty())? {
+        if seq == 0 && self.vectors.with_index(|ix| ix.is_empty())? {
             seq = self.fill_vectors(embedder.as_ref())?;
-            self.with_vector_index(|ix| ix.set_seq(seq))?;
+            self.vectors.with_index(|ix| ix.set_seq(seq))?;
         }
         while seq < target {
             let end = (seq + WINDOW).min(target);
             n_indexed += self.apply_vector_window(embedder.as_ref(), seq, end)?;
-            self.with_vector_index(|ix| ix.set_seq(end))?;
+            self.vectors.with_index(|ix| ix.set_seq(end))?;
             seq = end;
         }
         if n_indexed > 1_000 {
@@ -316,7 +476,9 @@ impl Engine {
     pub(crate) fn index_staged_vectors(&self, budget: std::time::Duration) -> Result<usize> {
         let started = Instant::now();
         loop {
-            let left = self.with_vector_index(|ix| ix.index_staged(GRAPH_CHUNK))??;
+            let left = self
+                .vectors
+                .with_index(|ix| ix.index_staged(GRAPH_CHUNK))??;
             if left == 0 || started.elapsed() >= budget {
                 return Ok(left);
             }
@@ -325,7 +487,7 @@ impl Engine {
 
     /// Vectors searchable by exact scan that the HNSW graph does not hold yet.
     pub fn vectors_staged(&self) -> usize {
-        self.with_vector_index(|ix| ix.staged()).unwrap_or(0)
+        self.vectors.with_index(|ix| ix.staged()).unwrap_or(0)
     }
 
     /// Indexes the memories changed in `(after, up_to]`; returns how many vectors were indexed.
@@ -371,7 +533,7 @@ impl Engine {
         }
         items.extend(fresh);
         let n = items.len();
-        self.with_vector_index(|ix| {
+        self.vectors.with_index(|ix| {
             ix.remove(&gone);
             ix.stage(&items)
         })??;
@@ -398,7 +560,7 @@ impl Engine {
                 let items: Vec<(u64, Vec<f32>)> =
                     page.into_iter().map(|v| (v.key.0 as u64, v.vec)).collect();
                 stored += items.len();
-                self.with_vector_index(|ix| ix.stage(&items))??;
+                self.vectors.with_index(|ix| ix.stage(&items))??;
             }
             Ok((head, stored, vectors::unembedded_keys(c, model)?))
         })?;
@@ -441,31 +603,6 @@ impl Engine {
         Ok(todo.iter().map(|m| m.key.0 as u64).zip(vecs).collect())
     }
 
-    /// The change-log position the loaded index applied (`None`: not loaded).
-    pub(crate) fn loaded_vector_seq(&self) -> Option<i64> {
-        lock::read_or_reset(&self.vectors.index, unload)
-            .as_ref()
-            .map(|s| s.index.seq())
-    }
-
-    /// `f` on the loaded index (`None`: not loaded).
-    pub(crate) fn with_loaded_vector_index<T>(
-        &self,
-        f: impl FnOnce(&VectorIndex) -> T,
-    ) -> Option<T> {
-        lock::read_or_reset(&self.vectors.index, unload)
-            .as_ref()
-            .map(|s| f(&s.index))
-    }
-
-    fn with_vector_index<T>(&self, f: impl FnOnce(&VectorIndex) -> T) -> Result<T> {
-        let guard = lock::read_or_reset(&self.vectors.index, unload);
-        let state = guard
-            .as_ref()
-            .ok_or_else(|| Error::Internal("vector index not loaded".into()))?;
-        Ok(f(&state.index))
-    }
-
     /// The query's vector and the `k` nearest memories in `scope` (unit-vector dot product).
     /// Memories changed after what the index applied are scored from the overlay (see
     /// [`Engine::prepare_vector_read`]), so the read waits neither for the background job nor
@@ -497,21 +634,21 @@ impl Engine {
         // Without a background job the read catches the index up itself (`None`).
         let applied = match &flat {
             Some(f) => Some(f.position().seq),
-            None if self.has_background() => Some(self.vector_seq()?),
+            None if self.has_background() => Some(self.vectors.seq()),
             None => None,
         };
         let sync = self.prepare_vector_read(e.as_ref(), applied)?;
         if let VectorSync::Behind(_) = sync {
             self.mark_dirty();
         }
-        let overlay = lock::read_or_reset(&self.vectors.overlay, reset_overlay);
+        let overlay = self.vectors.overlay();
         let n_over = overlay.items.len();
         // Overlaid memories the index also holds are dropped from its answer: ask for that many
         // more. Only those: a new memory is not in the index, and asking for more than needed
         // can turn a graph search into a scan of every vector.
         let (found, fell_back) = match &flat {
             Some(f) => (f.search(&q[0], k + n_over, scope), None),
-            None => self.with_vector_index(|ix| {
+            None => self.vectors.with_index(|ix| {
                 let shadowed = overlay
                     .items
                     .keys()
@@ -555,19 +692,7 @@ impl Engine {
             return self.sync_vectors(Some(READ_CATCH_UP));
         };
         let head = self.store.read(changes::max_seq)?;
-        let from = {
-            let mut overlay = lock::write_or_reset(&self.vectors.overlay, reset_overlay);
-            if applied < overlay.base {
-                // Lies on an older base than before (the index loaded behind the compact file).
-                *overlay = VectorOverlay::default();
-            }
-            overlay.items.retain(|_, (seq, _)| *seq > applied);
-            overlay.base = applied;
-            if overlay.head < applied {
-                overlay.head = applied;
-            }
-            overlay.head
-        };
+        let from = self.vectors.rebase_overlay(applied);
         if head <= from {
             return Ok(VectorSync::Current);
         }
@@ -600,23 +725,17 @@ impl Engine {
         let fresh = embed_parallel(e, &texts)?;
         let mut computed: HashMap<MemoryKey, Vec<f32>> =
             todo.iter().map(|m| m.key).zip(fresh).collect();
-        let mut overlay = lock::write_or_reset(&self.vectors.overlay, reset_overlay);
-        for (seq, key, m) in &changed {
-            let (seq, key) = (*seq, *key);
+        let vectors = changed.iter().map(|(seq, key, m)| {
             let vector = if is_live(m) {
-                have.remove(&key)
+                have.remove(key)
                     .map(|v| v.vec)
-                    .or_else(|| computed.remove(&key))
+                    .or_else(|| computed.remove(key))
             } else {
                 None
             };
-            let slot = overlay.items.entry(key.0 as u64).or_insert((seq, None));
-            // Two reads may race to fill the overlay: the newer change wins.
-            if seq >= slot.0 {
-                *slot = (seq, vector);
-            }
-        }
-        overlay.head = overlay.head.max(head);
+            (*seq, *key, vector)
+        });
+        self.vectors.extend_overlay(vectors, head);
         Ok(VectorSync::Current)
     }
 
@@ -638,49 +757,9 @@ impl Engine {
         if let Err(e) = self.write_flat_if_due(force) {
             tracing::warn!(error = %e, "could not write the compact vector file");
         }
-        // Under the read lock, so searches go on while the files are written; only the
-        // bookkeeping takes the write lock.
-        let (seq, started) = {
-            let guard = lock::read_or_reset(&self.vectors.index, unload);
-            let Some(state) = guard.as_ref() else {
-                return Ok(());
-            };
-            let due = state.index.seq() > state.dumped_seq
-                && (force || state.dumped_at.elapsed() >= DUMP_EVERY);
-            let staged = state.index.staged();
-            if due && force && staged > 0 && staged <= DRAIN_AT_CLOSE {
-                state.index.index_staged(staged)?;
-            }
-            if !due || state.index.staged() > 0 {
-                // With staged vectors the dump waits until the graph has them; closing
-                // meanwhile keeps the previous dump, and the next start replays the change log
-                // from there.
-                return Ok(());
-            }
-            if state.index.needs_compaction() {
-                state.index.compact()?;
-            }
-            let started = Instant::now();
-            let position_of = |seq| self.store.read(|c| changes::position_at(c, seq));
-            match state
-                .index
-                .dump_with(&self.cfg.vector_index_dir(), position_of)?
-            {
-                Some(seq) => (seq, started),
-                None => return Ok(()), // vectors were staged meanwhile
-            }
-        };
-        let mut guard = lock::write_or_reset(&self.vectors.index, unload);
-        if let Some(state) = guard.as_mut() {
-            state.dumped_seq = state.dumped_seq.max(seq);
-            state.dumped_at = Instant::now();
-            tracing::debug!(
-                vectors = state.index.len(),
-                ms = started.elapsed().as_secs_f64() * 1e3,
-                "vector index dumped"
-            );
-        }
-        Ok(())
+        let position_of = |seq| self.store.read(|c| changes::position_at(c, seq));
+        self.vectors
+            .dump_if_due(force, &self.cfg.vector_index_dir(), position_of)
     }
 
     /// Drops the vector index and builds it again from the stored vectors (embedding what has
@@ -689,18 +768,13 @@ impl Engine {
         let Some(e) = self.embedder.clone() else {
             return Ok(0);
         };
-        {
-            let mut guard = lock::write_or_reset(&self.vectors.index, unload);
-            *guard = Some(VectorState {
-                index: VectorIndex::new(e.model_id(), e.dim())?,
-                dumped_seq: -1,
-                dumped_at: Instant::now(),
-            });
-        }
+        self.vectors
+            .install(VectorIndex::new(e.model_id(), e.dim())?, -1);
         self.sync_vectors(None)?;
-        self.with_vector_index(|ix| ix.index_staged(usize::MAX))??;
+        self.vectors
+            .with_index(|ix| ix.index_staged(usize::MAX))??;
         self.dump_vectors_if_due(true)?;
-        self.with_vector_index(|ix| ix.len() as u64)
+        self.vectors.with_index(|ix| ix.len() as u64)
     }
 }
 
@@ -895,8 +969,8 @@ mod tests {
         // The next start loads it as it is: nothing to replay, nothing to rebuild.
         let e = Engine::open(cfg).unwrap();
         assert!(e.ensure_vectors(true).unwrap());
-        assert_eq!(e.vector_seq().unwrap(), head);
-        assert_eq!(e.with_vector_index(|ix| ix.len()).unwrap(), 1_500);
+        assert_eq!(e.vectors.seq(), head);
+        assert_eq!(e.vectors.with_index(|ix| ix.len()).unwrap(), 1_500);
     }
 
     /// The default embedder, recording every text it is asked to embed.
@@ -960,8 +1034,8 @@ mod tests {
         assert_eq!(vector_ids(&e, "sleepy cat")[0], kitten);
         assert_eq!(vector_ids(&e, "rocket takeoff postponed")[0], launch);
         let head = e.store.read(crate::store::changes::max_seq).unwrap();
-        assert_eq!(e.vector_seq().unwrap(), head);
-        assert_eq!(e.with_vector_index(|ix| ix.len()).unwrap(), 3);
+        assert_eq!(e.vectors.seq(), head);
+        assert_eq!(e.vectors.with_index(|ix| ix.len()).unwrap(), 3);
         // Embedded here: the queries, the memory without a vector and the changed one.
         let texts = embedder.texts.lock().unwrap().clone();
         let queries = [
