@@ -1,31 +1,18 @@
 //! Relation rows: create or update on (src, dst, kind), list around a memory, soft delete.
 
-use super::{Arg, Db, Row, args};
+use super::{Arg, Db, Row, ToArg, args};
 use crate::error::Result;
 use crate::model::{EdgeRow, MemoryKey, Millis, Relation};
 
-const COLS: &str = "r.key, r.id, s.id, d.id, r.kind, r.weight, r.metadata, r.created_at, \
-    r.reinforced_at, r.valid_from, r.valid_until, r.deleted_at";
+/// A relation's own columns (as [`ROW_COLS`], decoded by [`relation_row`]) and then the external
+/// ids of its ends.
+const COLS: &str = "r.key, r.id, r.src, r.dst, r.kind, r.weight, r.metadata, r.created_at, \
+    r.reinforced_at, r.valid_from, r.valid_until, r.deleted_at, s.id, d.id";
 const FROM: &str = "relations r JOIN memories s ON s.key = r.src JOIN memories d ON d.key = r.dst";
 
 fn from_row(r: &Row<'_>) -> Result<(i64, Relation)> {
-    let metadata: String = r.get(6)?;
-    Ok((
-        r.get(0)?,
-        Relation {
-            id: r.get(1)?,
-            from: r.get(2)?,
-            to: r.get(3)?,
-            kind: r.get(4)?,
-            weight: r.get(5)?,
-            metadata: serde_json::from_str(&metadata).unwrap_or(serde_json::Value::Null),
-            created_at: r.get(7)?,
-            reinforced_at: r.get(8)?,
-            valid_from: r.get(9)?,
-            valid_until: r.get(10)?,
-            deleted_at: r.get(11)?,
-        },
-    ))
+    let row = relation_row(r)?;
+    Ok((row.key, row.with_ends(r.get(12)?, r.get(13)?)))
 }
 
 /// A relation to create or reinforce.
@@ -139,12 +126,13 @@ pub fn live_page(
     n: usize,
 ) -> Result<Vec<(i64, MemoryKey, MemoryKey, Relation)>> {
     let sql = format!(
-        "SELECT {COLS}, r.src, r.dst FROM {FROM} WHERE r.key > ?1 AND r.deleted_at IS NULL \
+        "SELECT {COLS} FROM {FROM} WHERE r.key > ?1 AND r.deleted_at IS NULL \
          AND s.deleted_at IS NULL AND d.deleted_at IS NULL ORDER BY r.key LIMIT ?2"
     );
-    db.query_all(&sql, args![after, n], |row| {
-        let (key, rel) = from_row(row)?;
-        Ok((key, MemoryKey(row.get(12)?), MemoryKey(row.get(13)?), rel))
+    db.query_all(&sql, args![after, n], |r| {
+        let row = relation_row(r)?;
+        let (key, src, dst) = (row.key, MemoryKey(row.src), MemoryKey(row.dst));
+        Ok((key, src, dst, row.with_ends(r.get(12)?, r.get(13)?)))
     })
 }
 
@@ -292,6 +280,25 @@ pub struct RelationRow {
     pub deleted_at: Option<Millis>,
 }
 
+impl RelationRow {
+    /// The relation as callers see it, its ends named by their external ids.
+    fn with_ends(self, from: String, to: String) -> Relation {
+        Relation {
+            id: self.id,
+            from,
+            to,
+            kind: self.kind,
+            weight: self.weight,
+            metadata: self.metadata,
+            created_at: self.created_at,
+            reinforced_at: self.reinforced_at,
+            valid_from: self.valid_from,
+            valid_until: self.valid_until,
+            deleted_at: self.deleted_at,
+        }
+    }
+}
+
 const ROW_COLS: &str = "key, id, src, dst, kind, weight, metadata, created_at, reinforced_at, \
     valid_from, valid_until, deleted_at";
 
@@ -345,49 +352,45 @@ pub fn rows_page_in(db: &Db, namespace: &str, after: i64, n: usize) -> Result<Ve
     db.query_all(&sql, args![namespace, after, n], relation_row)
 }
 
+/// Every column of `r` but its key, in [`ROW_COLS`] order (`metadata`: its JSON text).
+fn row_args<'a>(r: &'a RelationRow, metadata: &'a str) -> [Arg<'a>; 11] {
+    [
+        r.id.to_arg(),
+        r.src.to_arg(),
+        r.dst.to_arg(),
+        r.kind.to_arg(),
+        r.weight.to_arg(),
+        metadata.to_arg(),
+        r.created_at.to_arg(),
+        r.reinforced_at.to_arg(),
+        r.valid_from.to_arg(),
+        r.valid_until.to_arg(),
+        r.deleted_at.to_arg(),
+    ]
+}
+
 /// Writes every column of `r` to the row with its key.
 pub fn write_row(db: &Db, r: &RelationRow) -> Result<()> {
+    let metadata = serde_json::to_string(&r.metadata)?;
+    let mut args = row_args(r, &metadata).to_vec();
+    args.push(r.key.to_arg());
     db.execute(
-        "UPDATE relations SET id = ?2, src = ?3, dst = ?4, kind = ?5, weight = ?6, metadata = ?7, \
-         created_at = ?8, reinforced_at = ?9, valid_from = ?10, valid_until = ?11, \
-         deleted_at = ?12 WHERE key = ?1",
-        args![
-            r.key,
-            r.id,
-            r.src,
-            r.dst,
-            r.kind,
-            r.weight,
-            serde_json::to_string(&r.metadata)?,
-            r.created_at,
-            r.reinforced_at,
-            r.valid_from,
-            r.valid_until,
-            r.deleted_at
-        ],
+        "UPDATE relations SET id = ?1, src = ?2, dst = ?3, kind = ?4, weight = ?5, metadata = ?6, \
+         created_at = ?7, reinforced_at = ?8, valid_from = ?9, valid_until = ?10, \
+         deleted_at = ?11 WHERE key = ?12",
+        &args,
     )?;
     Ok(())
 }
 
 /// Inserts `r` (its `key` is ignored); returns the new key.
 pub fn insert_row(db: &Db, r: &RelationRow) -> Result<i64> {
+    let metadata = serde_json::to_string(&r.metadata)?;
     db.query_one(
         "INSERT INTO relations (id, src, dst, kind, weight, metadata, created_at, reinforced_at, \
          valid_from, valid_until, deleted_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
          RETURNING key",
-        args![
-            r.id,
-            r.src,
-            r.dst,
-            r.kind,
-            r.weight,
-            serde_json::to_string(&r.metadata)?,
-            r.created_at,
-            r.reinforced_at,
-            r.valid_from,
-            r.valid_until,
-            r.deleted_at
-        ],
+        &row_args(r, &metadata),
         |row| row.get(0),
     )
 }
