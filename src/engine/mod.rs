@@ -33,7 +33,7 @@ use crate::index::text::{OpenState, TextIndex};
 use crate::model::{MemoryKey, Millis};
 use crate::store::Store;
 
-pub use crate::store::tasks::Answered;
+pub use crate::store::tasks::{Answered, Beat, Ending};
 pub use access::{Access, Grant, Scope};
 pub use estimate::Estimate;
 pub use export::{ExportOutput, ExportRequest, ExportTarget, OutFormat};

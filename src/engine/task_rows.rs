@@ -3,7 +3,7 @@
 
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::model::{Millis, RunRow, TaskRow, TaskState};
+use crate::model::{Millis, RunRow, TaskRow};
 use crate::store::{runs, tasks};
 
 impl Engine {
@@ -20,45 +20,28 @@ impl Engine {
         self.store.read(|c| tasks::get(c, id))
     }
 
+    /// Records a heartbeat of a live task this process runs (see [`tasks::heartbeat`]).
     pub fn task_heartbeat(
         &self,
         id: &str,
         boot_id: &str,
-        status_message: &str,
-        progress: &serde_json::Value,
-        checkpoint: Option<&serde_json::Value>,
+        beat: &tasks::Beat<'_>,
         now: Millis,
     ) -> Result<Option<bool>> {
-        self.store.write(|tx| {
-            tasks::heartbeat(tx, id, boot_id, status_message, progress, checkpoint, now)
-        })
+        self.store
+            .write(|tx| tasks::heartbeat(tx, id, boot_id, beat, now))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Ends a live task this process runs (see [`tasks::finish`]).
     pub fn task_finish(
         &self,
         id: &str,
         boot_id: &str,
-        status: TaskState,
-        status_message: &str,
-        progress: &serde_json::Value,
-        result: Option<&serde_json::Value>,
-        error: Option<&serde_json::Value>,
+        end: &tasks::Ending<'_>,
         now: Millis,
     ) -> Result<bool> {
-        self.store.write(|tx| {
-            tasks::finish(
-                tx,
-                id,
-                boot_id,
-                status,
-                status_message,
-                progress,
-                result,
-                error,
-                now,
-            )
-        })
+        self.store
+            .write(|tx| tasks::finish(tx, id, boot_id, end, now))
     }
 
     pub fn task_request_cancel(&self, id: &str, now: Millis) -> Result<bool> {

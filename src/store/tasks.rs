@@ -92,9 +92,7 @@ pub fn heartbeat(
     db: &Db,
     id: &str,
     boot_id: &str,
-    status_message: &str,
-    progress: &serde_json::Value,
-    checkpoint: Option<&serde_json::Value>,
+    beat: &Beat<'_>,
     now: Millis,
 ) -> Result<Option<bool>> {
     db.query_opt(
@@ -107,28 +105,36 @@ pub fn heartbeat(
         args![
             id,
             boot_id,
-            status_message,
-            progress.to_string(),
-            checkpoint.map(|c| c.to_string()),
+            beat.status_message,
+            beat.progress.to_string(),
+            beat.checkpoint.map(|c| c.to_string()),
             now
         ],
         |r| r.get(0),
     )
 }
 
+/// What a heartbeat records of a live task.
+#[derive(Debug, Clone, Copy)]
+pub struct Beat<'a> {
+    pub status_message: &'a str,
+    pub progress: &'a serde_json::Value,
+    /// Where a resumed task starts again (`None`: the stored one stays).
+    pub checkpoint: Option<&'a serde_json::Value>,
+}
+
+/// How a task ends: its terminal state, last word and progress, and its result or error.
+#[derive(Debug, Clone, Copy)]
+pub struct Ending<'a> {
+    pub status: TaskState,
+    pub status_message: &'a str,
+    pub progress: &'a serde_json::Value,
+    pub result: Option<&'a serde_json::Value>,
+    pub error: Option<&'a serde_json::Value>,
+}
+
 /// Moves a live task of this process to a terminal state; false when it was not ours or not live.
-#[allow(clippy::too_many_arguments)]
-pub fn finish(
-    db: &Db,
-    id: &str,
-    boot_id: &str,
-    status: TaskState,
-    status_message: &str,
-    progress: &serde_json::Value,
-    result: Option<&serde_json::Value>,
-    error: Option<&serde_json::Value>,
-    now: Millis,
-) -> Result<bool> {
+pub fn finish(db: &Db, id: &str, boot_id: &str, end: &Ending<'_>, now: Millis) -> Result<bool> {
     let n = db.execute(
         &format!(
             "UPDATE tasks SET status = ?3, status_message = ?4, progress = ?5, result = ?6, error = ?7, \
@@ -138,11 +144,11 @@ pub fn finish(
         args![
             id,
             boot_id,
-            status.as_str(),
-            status_message,
-            progress.to_string(),
-            result.map(|v| v.to_string()),
-            error.map(|v| v.to_string()),
+            end.status.as_str(),
+            end.status_message,
+            end.progress.to_string(),
+            end.result.map(|v| v.to_string()),
+            end.error.map(|v| v.to_string()),
             now
         ],
     )?;

@@ -20,7 +20,7 @@ use crate::engine::control::{
     Control, Progressing, WorkKind, WorkProgress, progress_json, status_message, work_done,
 };
 use crate::engine::work::Work;
-use crate::engine::{Engine, Grant};
+use crate::engine::{Beat, Ending, Engine, Grant};
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use crate::model::{Millis, TaskRow, TaskState, now_millis};
@@ -576,7 +576,9 @@ impl Tasks {
                         let p = live.progress();
                         let (engine, id2, boot) = (Arc::clone(&me.engine), id.clone(), me.boot_id.clone());
                         let beat = tokio::task::spawn_blocking(move || {
-                            engine.task_heartbeat(&id2, &boot, &status_message(&p), &progress_json(&p), None, now_millis())
+                            let (message, progress) = (status_message(&p), progress_json(&p));
+                            let beat = Beat { status_message: &message, progress: &progress, checkpoint: None };
+                            engine.task_heartbeat(&id2, &boot, &beat, now_millis())
                         }).await;
                         match flatten(beat) {
                             Ok(Some(true)) | Ok(None) => live.stop(),
@@ -678,16 +680,14 @@ impl Tasks {
             );
         }
         let res = tokio::task::spawn_blocking(move || {
-            engine.task_finish(
-                &id2,
-                &boot,
+            let end = Ending {
                 status,
-                &msg,
-                &prog,
-                result.as_ref(),
-                error.as_ref(),
-                now_millis(),
-            )
+                status_message: &msg,
+                progress: &prog,
+                result: result.as_ref(),
+                error: error.as_ref(),
+            };
+            engine.task_finish(&id2, &boot, &end, now_millis())
         })
         .await;
         match flatten(res) {
@@ -971,16 +971,14 @@ pub fn cancel_for_operator(
                 .as_deref()
                 .unwrap_or("no progress recorded");
             let message = format!("cancelled by an operator; no process was running it · {last}");
-            if engine.task_finish(
-                &row.id,
-                &me,
-                TaskState::Cancelled,
-                &message,
-                &row.progress,
-                None,
-                None,
-                now_millis(),
-            )? {
+            let end = Ending {
+                status: TaskState::Cancelled,
+                status_message: &message,
+                progress: &row.progress,
+                result: None,
+                error: None,
+            };
+            if engine.task_finish(&row.id, &me, &end, now_millis())? {
                 tracing::info!(task = short_id(&row.id), "orphaned task cancelled");
                 return Ok(OperatorCancel::Cancelled);
             }

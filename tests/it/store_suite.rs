@@ -14,6 +14,7 @@ use mnemograph::store::changes::{self, ChangeOp};
 use mnemograph::store::history::{self, Entity};
 use mnemograph::store::memories::{self, Stamps};
 use mnemograph::store::relations::{self, NewRelation, RelationStamps};
+use mnemograph::store::tasks::{Beat, Ending};
 use mnemograph::store::{Store, import_keys, in_savepoint, runs, tasks, vectors};
 use serde_json::json;
 
@@ -40,14 +41,9 @@ fn stores(name: &str) -> Vec<(&'static str, Store, tempfile::TempDir)> {
 fn note(ns: &str, name: Option<&str>, content: &str) -> NewMemory {
     NewMemory {
         namespace: ns.into(),
-        kind: "note".into(),
         name: name.map(str::to_owned),
-        content: content.into(),
         tags: vec!["a".into()],
-        importance: 0.5,
-        metadata: json!({}),
-        valid_from: None,
-        valid_until: None,
+        ..NewMemory::note(content)
     }
 }
 
@@ -426,48 +422,35 @@ fn task_rows_live_heartbeat_and_finish_alike() {
             .unwrap();
         store
             .write(|db| {
-                let beat = tasks::heartbeat(
-                    db,
-                    "t1",
-                    "boot_a",
-                    "half",
-                    &json!({"visited": 5}),
-                    Some(&json!({"at": 5})),
-                    150,
-                )?;
+                let (progress, at) = (json!({"visited": 5}), json!({"at": 5}));
+                let half = Beat {
+                    status_message: "half",
+                    progress: &progress,
+                    checkpoint: Some(&at),
+                };
+                let beat = tasks::heartbeat(db, "t1", "boot_a", &half, 150)?;
+                let empty = json!({});
+                let x = Beat {
+                    status_message: "x",
+                    progress: &empty,
+                    checkpoint: None,
+                };
                 assert_eq!(beat, Some(false), "{backend}");
-                assert_eq!(
-                    tasks::heartbeat(db, "t1", "boot_b", "x", &json!({}), None, 150)?,
-                    None
-                );
+                assert_eq!(tasks::heartbeat(db, "t1", "boot_b", &x, 150)?, None);
                 assert!(tasks::request_cancel(db, "t1", 160)?);
-                assert_eq!(
-                    tasks::heartbeat(db, "t1", "boot_a", "x", &json!({}), None, 170)?,
-                    Some(true)
-                );
+                assert_eq!(tasks::heartbeat(db, "t1", "boot_a", &x, 170)?, Some(true));
                 assert!(tasks::set_checkpoint(db, "t1", &json!({"at": 9}))?);
-                assert!(tasks::finish(
-                    db,
-                    "t1",
-                    "boot_a",
-                    TaskState::Cancelled,
-                    "stopped",
-                    &json!({}),
-                    None,
-                    None,
-                    180
-                )?);
-                assert!(!tasks::finish(
-                    db,
-                    "t1",
-                    "boot_a",
-                    TaskState::Completed,
-                    "x",
-                    &json!({}),
-                    None,
-                    None,
-                    190
-                )?);
+                let end = |status, status_message| Ending {
+                    status,
+                    status_message,
+                    progress: &empty,
+                    result: None,
+                    error: None,
+                };
+                let stopped = end(TaskState::Cancelled, "stopped");
+                assert!(tasks::finish(db, "t1", "boot_a", &stopped, 180)?);
+                let late = end(TaskState::Completed, "x");
+                assert!(!tasks::finish(db, "t1", "boot_a", &late, 190)?);
                 Ok(())
             })
             .unwrap();
