@@ -1,7 +1,6 @@
 //! Reader for LoCoMo conversation transcripts: per sample, a memory for each session and one for
 //! each turn, turns linked to their session and to the turn before them.
 
-use std::cell::Cell;
 use std::fmt;
 use std::io::BufRead;
 use std::rc::Rc;
@@ -11,88 +10,42 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
 use crate::formats::{
-    BadRecord, Flow, Item, LineCounter, LineValue, LinkRecord, MemoryRecord, Record, Ref, Sink,
+    BadRecord, Item, JsonCtx, JsonSource, LineValue, LinkRecord, MemoryRecord, Record, Ref, Sink,
+    read_json, seed_visits,
 };
 use crate::model::Millis;
-
-/// The field named in whole-source errors.
-const FIELD: &str = "input";
 
 /// Reads a LoCoMo file (an array of samples, or one sample object), one sample at a time, and
 /// pushes each sample's session and turn records in session order.
 pub fn read(input: &mut dyn BufRead, sink: &mut Sink<'_>) -> crate::Result<()> {
-    let counter = LineCounter::new(input);
-    let lines = counter.lines();
-    let mut de = serde_json::Deserializer::from_reader(counter);
-    let mut ctx = Ctx {
-        sink,
-        lines,
-        halt: None,
+    let source = JsonSource {
+        what: "LoCoMo file",
+        data_hint: "give LoCoMo's JSON: an array of samples with \"sample_id\" and \"conversation\"",
+        syntax_hint: "the file is not complete, valid JSON; check it near that line",
     };
-    let res = Samples { ctx: &mut ctx }
-        .deserialize(&mut de)
-        .and_then(|()| de.end());
-    if let Some(halt) = ctx.halt.take() {
-        return halt;
-    }
-    res.map_err(|e| {
-        let msg = e.to_string();
-        let msg = msg.rfind(" at line ").map_or(msg.as_str(), |i| &msg[..i]);
-        let hint = match e.classify() {
-            serde_json::error::Category::Data => {
-                "give LoCoMo's JSON: an array of samples with \"sample_id\" and \"conversation\""
-            }
-            _ => "the file is not complete, valid JSON; check it near that line",
-        };
-        crate::Error::invalid(
-            FIELD,
-            format!("line {}: not a readable LoCoMo file: {msg}", e.line()),
-            hint,
-        )
+    read_json(input, sink, &source, |ctx, de| {
+        Samples { ctx }.deserialize(de)
     })
 }
 
-/// A serde error that only says the reader stopped early; the reason is in [`Ctx::halt`].
-const HALT: &str = "reader halted";
-
-struct Ctx<'s, 'a> {
-    sink: &'s mut Sink<'a>,
-    lines: Rc<Cell<u64>>,
-    /// Set when reading must end: `Ok` when the sink said stop, `Err` for its error.
-    halt: Option<crate::Result<()>>,
-}
-
-impl Ctx<'_, '_> {
-    fn sample<E: de::Error>(&mut self, line: u64, sample: &Value) -> Result<(), E> {
-        for item in sample_items(line, sample) {
-            match (self.sink)(item) {
-                Ok(Flow::Continue) => {}
-                Ok(Flow::Stop) => {
-                    self.halt = Some(Ok(()));
-                    return Err(E::custom(HALT));
-                }
-                Err(e) => {
-                    self.halt = Some(Err(e));
-                    return Err(E::custom(HALT));
-                }
-            }
-        }
-        Ok(())
+/// Pushes the records of one sample.
+fn push_sample<E: de::Error>(
+    ctx: &mut JsonCtx<'_, '_>,
+    line: u64,
+    sample: &Value,
+) -> Result<(), E> {
+    for item in sample_items(line, sample) {
+        ctx.push(item)?;
     }
+    Ok(())
 }
 
 /// The top level: an array of samples, or one sample.
 struct Samples<'c, 's, 'a> {
-    ctx: &'c mut Ctx<'s, 'a>,
+    ctx: &'c mut JsonCtx<'s, 'a>,
 }
 
-impl<'de> DeserializeSeed<'de> for Samples<'_, '_, '_> {
-    type Value = ();
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
+seed_visits!(Samples, deserialize_any);
 
 impl<'de> Visitor<'de> for Samples<'_, '_, '_> {
     type Value = ();
@@ -104,16 +57,16 @@ impl<'de> Visitor<'de> for Samples<'_, '_, '_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let lines = Rc::clone(&self.ctx.lines);
         while let Some((line, sample)) = seq.next_element_seed(LineValue(&lines))? {
-            self.ctx.sample(line, &sample)?;
+            push_sample(self.ctx, line, &sample)?;
         }
         Ok(())
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
         // The opening brace has been read: its line is the sample's.
-        let line = self.ctx.lines.get() + 1;
+        let line = self.ctx.line();
         let sample = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
-        self.ctx.sample(line, &sample)
+        push_sample(self.ctx, line, &sample)
     }
 }
 
@@ -344,14 +297,11 @@ fn parse_session_time(s: &str) -> Option<Millis> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::Flow;
+    use crate::formats::testing::{collect, reasons, sink_error_ends_the_read, stops_when_told};
 
     fn read_all(input: &str) -> crate::Result<Vec<Item>> {
-        let mut items = Vec::new();
-        read(&mut input.as_bytes(), &mut |item| {
-            items.push(item);
-            Ok(Flow::Continue)
-        })?;
-        Ok(items)
+        collect(|sink| read(&mut input.as_bytes(), sink))
     }
 
     fn memory(item: &Item) -> (u64, &MemoryRecord) {
@@ -584,10 +534,7 @@ mod tests {
                 (13, true),
             ]
         );
-        let reasons: Vec<&str> = items
-            .iter()
-            .filter_map(|i| i.as_ref().err().map(|b| b.reason.as_str()))
-            .collect();
+        let reasons = reasons(&items);
         assert_eq!(
             reasons[0],
             "line 2: sample \"a\" session 1 turn 2 has no \"dia_id\" (every turn needs a dia_id \
@@ -621,25 +568,8 @@ mod tests {
 
     #[test]
     fn stop_and_sink_errors_end_reading() {
-        let mut seen = 0;
-        read(&mut SAMPLE.as_bytes(), &mut |_| {
-            seen += 1;
-            Ok(if seen == 3 {
-                Flow::Stop
-            } else {
-                Flow::Continue
-            })
-        })
-        .expect("stop is not an error");
-        assert_eq!(seen, 3);
-        let mut seen = 0;
-        let err = read(&mut SAMPLE.as_bytes(), &mut |_| {
-            seen += 1;
-            Err(crate::Error::Cancelled)
-        })
-        .expect_err("sink error");
-        assert!(matches!(err, crate::Error::Cancelled));
-        assert_eq!(seen, 1);
+        stops_when_told(|sink| read(&mut SAMPLE.as_bytes(), sink), 3);
+        sink_error_ends_the_read(|sink| read(&mut SAMPLE.as_bytes(), sink), 1);
     }
 
     #[test]

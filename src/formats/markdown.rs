@@ -431,6 +431,7 @@ impl<'d, 's, 'a> Chunker<'d, 's, 'a> {
 mod tests {
     use super::*;
     use crate::formats::Item;
+    use crate::formats::testing::{sink_error_ends_the_read, stops_when_told};
 
     fn read_doc(input: &[u8], doc: &str) -> crate::Result<Vec<(u64, MemoryRecord)>> {
         let mut out = Vec::new();
@@ -716,25 +717,8 @@ text\n";
 
     #[test]
     fn stop_is_honoured() {
-        let mut seen = 0;
-        read(&mut NOTES.as_bytes(), "n.md", &mut |_| {
-            seen += 1;
-            Ok(if seen == 2 {
-                Flow::Stop
-            } else {
-                Flow::Continue
-            })
-        })
-        .expect("read");
-        assert_eq!(seen, 2);
-        let mut seen = 0;
-        let err = read(&mut NOTES.as_bytes(), "n.md", &mut |_| {
-            seen += 1;
-            Err(crate::Error::Cancelled)
-        })
-        .expect_err("sink error");
-        assert!(matches!(err, crate::Error::Cancelled));
-        assert_eq!(seen, 1);
+        stops_when_told(|sink| read(&mut NOTES.as_bytes(), "n.md", sink), 2);
+        sink_error_ends_the_read(|sink| read(&mut NOTES.as_bytes(), "n.md", sink), 1);
     }
 
     #[test]

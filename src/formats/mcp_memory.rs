@@ -192,6 +192,7 @@ fn json_kind(v: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::testing::{sink_error_ends_the_read, stops_when_told};
 
     fn read_all(input: &[u8]) -> Vec<Item> {
         let mut items = Vec::new();
@@ -364,31 +365,14 @@ mod tests {
         let input = br#"{"type":"entity","name":"A","entityType":"x","observations":[]}
 {"type":"entity","name":"B","entityType":"x","observations":[]}
 {"type":"entity","name":"C","entityType":"x","observations":[]}"#;
-        let mut seen = 0;
-        read(&mut &input[..], &mut |_| {
-            seen += 1;
-            Ok(if seen == 2 {
-                Flow::Stop
-            } else {
-                Flow::Continue
-            })
-        })
-        .expect("read");
-        assert_eq!(seen, 2);
+        stops_when_told(|sink| read(&mut &input[..], sink), 2);
     }
 
     #[test]
     fn sink_error_is_returned() {
         let input = br#"{"type":"entity","name":"A","entityType":"x","observations":[]}
 {"type":"entity","name":"B","entityType":"x","observations":[]}"#;
-        let mut seen = 0;
-        let err = read(&mut &input[..], &mut |_| {
-            seen += 1;
-            Err(crate::Error::Cancelled)
-        })
-        .expect_err("sink error");
-        assert!(matches!(err, crate::Error::Cancelled));
-        assert_eq!(seen, 1);
+        sink_error_ends_the_read(|sink| read(&mut &input[..], sink), 1);
     }
 
     #[test]

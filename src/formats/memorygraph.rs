@@ -1,7 +1,6 @@
 //! Reader for MemoryGraph's JSON export (`format_version` 2.0): its `memories` and
 //! `relationships` arrays, streamed one element at a time.
 
-use std::cell::Cell;
 use std::fmt;
 use std::io::BufRead;
 use std::rc::Rc;
@@ -10,8 +9,8 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor
 use serde_json::{Map, Value};
 
 use crate::formats::{
-    BadRecord, Flow, Item, LineCounter, LineValue, MemoryRecord, Record, Ref, RelationRecord, Sink,
-    parse_timestamp,
+    BadRecord, JsonCtx, JsonSource, LineValue, MemoryRecord, Record, Ref, RelationRecord, Sink,
+    parse_timestamp, read_json, seed_visits,
 };
 
 /// The export version this reader understands.
@@ -23,86 +22,23 @@ const FIELD: &str = "input";
 /// Reads a MemoryGraph export and pushes a memory record per element of `memories` and a
 /// relation record per element of `relationships`, in file order.
 pub fn read(input: &mut dyn BufRead, sink: &mut Sink<'_>) -> crate::Result<()> {
-    let counter = LineCounter::new(input);
-    let lines = counter.lines();
-    let mut de = serde_json::Deserializer::from_reader(counter);
-    let mut ctx = Ctx {
-        sink,
-        lines,
-        halt: None,
-        version: None,
+    let source = JsonSource {
+        what: "MemoryGraph export",
+        data_hint: "give a file written by MemoryGraph's `export --format json`",
+        syntax_hint: "the file is not complete, valid JSON; check it near that line or export it \
+                      again",
     };
-    let res = Export { ctx: &mut ctx }
-        .deserialize(&mut de)
-        .and_then(|()| de.end());
-    if let Some(halt) = ctx.halt.take() {
-        return halt;
-    }
-    res.map_err(json_error)
-}
-
-/// A serde error that is not about the JSON but about why the reader stopped early.
-const HALT: &str = "reader halted";
-
-struct Ctx<'s, 'a> {
-    sink: &'s mut Sink<'a>,
-    lines: Rc<Cell<u64>>,
-    /// Set when reading must end: `Ok` when the sink said stop, `Err` for the error to return.
-    halt: Option<crate::Result<()>>,
-    /// The `format_version` found, once accepted.
-    version: Option<String>,
-}
-
-impl Ctx<'_, '_> {
-    fn push<E: de::Error>(&mut self, item: Item) -> Result<(), E> {
-        match (self.sink)(item) {
-            Ok(Flow::Continue) => Ok(()),
-            Ok(Flow::Stop) => {
-                self.halt = Some(Ok(()));
-                Err(E::custom(HALT))
-            }
-            Err(e) => self.fail(e),
-        }
-    }
-
-    fn fail<E: de::Error>(&mut self, e: crate::Error) -> Result<(), E> {
-        self.halt = Some(Err(e));
-        Err(E::custom(HALT))
-    }
-}
-
-/// A broken or unexpected document as an error naming the line.
-fn json_error(e: serde_json::Error) -> crate::Error {
-    let msg = e.to_string();
-    let msg = msg.rfind(" at line ").map_or(msg.as_str(), |i| &msg[..i]);
-    let hint = match e.classify() {
-        serde_json::error::Category::Data => {
-            "give a file written by MemoryGraph's `export --format json`"
-        }
-        _ => "the file is not complete, valid JSON; check it near that line or export it again",
-    };
-    crate::Error::invalid(
-        FIELD,
-        format!(
-            "line {}: not a readable MemoryGraph export: {msg}",
-            e.line()
-        ),
-        hint,
-    )
+    read_json(input, sink, &source, |ctx, de| {
+        Export { ctx }.deserialize(de)
+    })
 }
 
 /// The top-level object.
 struct Export<'c, 's, 'a> {
-    ctx: &'c mut Ctx<'s, 'a>,
+    ctx: &'c mut JsonCtx<'s, 'a>,
 }
 
-impl<'de> DeserializeSeed<'de> for Export<'_, '_, '_> {
-    type Value = ();
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
+seed_visits!(Export, deserialize_map);
 
 impl<'de> Visitor<'de> for Export<'_, '_, '_> {
     type Value = ();
@@ -113,11 +49,13 @@ impl<'de> Visitor<'de> for Export<'_, '_, '_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let ctx = self.ctx;
+        // Whether the `format_version` found was accepted.
+        let mut versioned = false;
         let mut old_version: Option<Value> = None;
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
                 "format_version" => {
-                    let line = ctx.lines.get() + 1;
+                    let line = ctx.line();
                     let v: Value = map.next_value()?;
                     let ok = match &v {
                         Value::String(s) => s.trim() == VERSION,
@@ -134,23 +72,20 @@ impl<'de> Visitor<'de> for Export<'_, '_, '_> {
                             "export again with a MemoryGraph release that writes format 2.0",
                         ));
                     }
-                    ctx.version = Some(VERSION.into());
+                    versioned = true;
                 }
-                "export_version" if ctx.version.is_none() => {
+                "export_version" if !versioned => {
                     old_version = Some(map.next_value()?);
                 }
                 "memories" | "relationships" => {
-                    if ctx.version.is_none() {
-                        let found = match &old_version {
-                            Some(v) => format!(" (found \"export_version\" {v})"),
-                            None => String::new(),
-                        };
+                    if !versioned {
+                        let found = found(old_version.as_ref());
                         return ctx.fail(crate::Error::invalid(
                             FIELD,
                             format!(
                                 "line {}: MemoryGraph export has no \"format_version\" before \
                                  {key:?}{found}; only {VERSION} is supported",
-                                ctx.lines.get() + 1
+                                ctx.line()
                             ),
                             "export again with a MemoryGraph release that writes format 2.0 \
                              (\"format_version\": \"2.0\" comes first)",
@@ -171,11 +106,8 @@ impl<'de> Visitor<'de> for Export<'_, '_, '_> {
                 }
             }
         }
-        if ctx.version.is_none() {
-            let found = match &old_version {
-                Some(v) => format!(" (found \"export_version\" {v})"),
-                None => String::new(),
-            };
+        if !versioned {
+            let found = found(old_version.as_ref());
             return ctx.fail(crate::Error::invalid(
                 FIELD,
                 format!("MemoryGraph export has no \"format_version\"{found}; only {VERSION} is supported"),
@@ -183,6 +115,14 @@ impl<'de> Visitor<'de> for Export<'_, '_, '_> {
             ));
         }
         Ok(())
+    }
+}
+
+/// What an export without a `format_version` had instead, for its error message.
+fn found(old_version: Option<&Value>) -> String {
+    match old_version {
+        Some(v) => format!(" (found \"export_version\" {v})"),
+        None => String::new(),
     }
 }
 
@@ -203,17 +143,11 @@ impl Kind {
 
 /// The `memories` or `relationships` array, one element at a time.
 struct Elements<'c, 's, 'a> {
-    ctx: &'c mut Ctx<'s, 'a>,
+    ctx: &'c mut JsonCtx<'s, 'a>,
     kind: Kind,
 }
 
-impl<'de> DeserializeSeed<'de> for Elements<'_, '_, '_> {
-    type Value = ();
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
+seed_visits!(Elements, deserialize_any);
 
 impl<'de> Visitor<'de> for Elements<'_, '_, '_> {
     type Value = ();
@@ -420,14 +354,11 @@ fn relationship(value: &Value) -> Result<Record, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::testing::{collect, reasons, sink_error_ends_the_read, stops_when_told};
+    use crate::formats::{Flow, Item};
 
     fn read_all(input: &str) -> crate::Result<Vec<Item>> {
-        let mut items = Vec::new();
-        read(&mut input.as_bytes(), &mut |item| {
-            items.push(item);
-            Ok(Flow::Continue)
-        })?;
-        Ok(items)
+        collect(|sink| read(&mut input.as_bytes(), sink))
     }
 
     const EXPORT: &str = r#"{
@@ -598,10 +529,7 @@ mod tests {
                 (true, 9)
             ]
         );
-        let reasons: Vec<&str> = items
-            .iter()
-            .filter_map(|i| i.as_ref().err().map(|b| b.reason.as_str()))
-            .collect();
+        let reasons = reasons(&items);
         assert_eq!(
             reasons[0],
             "line 3: memory has no \"id\" (every MemoryGraph memory needs its id)"
@@ -664,25 +592,8 @@ mod tests {
 
     #[test]
     fn stop_and_sink_errors_end_reading() {
-        let mut seen = 0;
-        read(&mut EXPORT.as_bytes(), &mut |_| {
-            seen += 1;
-            Ok(Flow::Stop)
-        })
-        .expect("stop is not an error");
-        assert_eq!(seen, 1);
-        let mut seen = 0;
-        let err = read(&mut EXPORT.as_bytes(), &mut |_| {
-            seen += 1;
-            if seen == 2 {
-                Err(crate::Error::Cancelled)
-            } else {
-                Ok(Flow::Continue)
-            }
-        })
-        .expect_err("sink error");
-        assert!(matches!(err, crate::Error::Cancelled));
-        assert_eq!(seen, 2);
+        stops_when_told(|sink| read(&mut EXPORT.as_bytes(), sink), 1);
+        sink_error_ends_the_read(|sink| read(&mut EXPORT.as_bytes(), sink), 2);
     }
 
     #[test]

@@ -285,6 +285,172 @@ impl<'de> serde::de::DeserializeSeed<'de> for LineValue<'_> {
     }
 }
 
+/// What every streaming JSON reader (LoCoMo, MemoryGraph) keeps while serde drives it: where
+/// records go, the line counter, and why reading stopped early.
+pub(crate) struct JsonCtx<'s, 'a> {
+    sink: &'s mut Sink<'a>,
+    pub(crate) lines: std::rc::Rc<std::cell::Cell<u64>>,
+    /// Set when reading must end: `Ok` when the sink said stop, `Err` for the error to return.
+    halt: Option<crate::Result<()>>,
+}
+
+/// A serde error that only says the reader stopped early; the reason is in the context's halt.
+const HALT: &str = "reader halted";
+
+impl JsonCtx<'_, '_> {
+    /// Hands `item` to the sink; stops serde when the sink says stop or fails.
+    pub(crate) fn push<E: serde::de::Error>(&mut self, item: Item) -> Result<(), E> {
+        match (self.sink)(item) {
+            Ok(Flow::Continue) => Ok(()),
+            Ok(Flow::Stop) => {
+                self.halt = Some(Ok(()));
+                Err(E::custom(HALT))
+            }
+            Err(e) => self.fail(e),
+        }
+    }
+
+    /// Stops serde; the read returns `e`.
+    pub(crate) fn fail<E: serde::de::Error>(&mut self, e: crate::Error) -> Result<(), E> {
+        self.halt = Some(Err(e));
+        Err(E::custom(HALT))
+    }
+
+    /// The 1-based line the parser is on (where the next value starts).
+    pub(crate) fn line(&self) -> u64 {
+        self.lines.get() + 1
+    }
+}
+
+/// How a streaming JSON reader names its source in a whole-source error, and what it tells the
+/// user to do when the JSON is readable but not of the format, or not readable at all.
+pub(crate) struct JsonSource {
+    /// "LoCoMo file", "MemoryGraph export".
+    pub(crate) what: &'static str,
+    pub(crate) data_hint: &'static str,
+    pub(crate) syntax_hint: &'static str,
+}
+
+/// The JSON parser a streaming reader's top-level seed is run on.
+pub(crate) type JsonParser<'r> =
+    serde_json::Deserializer<serde_json::de::IoRead<LineCounter<&'r mut dyn BufRead>>>;
+
+/// Streams one JSON document from `input` through `top` (which deserializes the top-level seed
+/// on the parser it is given, pushing records through the context): a stop or error of the sink
+/// ends the read with it, and JSON that is broken or not of the format is one whole-source
+/// error naming the line.
+pub(crate) fn read_json(
+    input: &mut dyn BufRead,
+    sink: &mut Sink<'_>,
+    source: &JsonSource,
+    top: impl FnOnce(&mut JsonCtx<'_, '_>, &mut JsonParser<'_>) -> Result<(), serde_json::Error>,
+) -> crate::Result<()> {
+    let counter = LineCounter::new(input);
+    let lines = counter.lines();
+    let mut de = serde_json::Deserializer::from_reader(counter);
+    let mut ctx = JsonCtx {
+        sink,
+        lines,
+        halt: None,
+    };
+    let res = top(&mut ctx, &mut de).and_then(|()| de.end());
+    if let Some(halt) = ctx.halt.take() {
+        return halt;
+    }
+    res.map_err(|e| {
+        let msg = e.to_string();
+        let msg = msg.rfind(" at line ").map_or(msg.as_str(), |i| &msg[..i]);
+        let hint = match e.classify() {
+            serde_json::error::Category::Data => source.data_hint,
+            _ => source.syntax_hint,
+        };
+        crate::Error::invalid(
+            "input",
+            format!("line {}: not a readable {}: {msg}", e.line(), source.what),
+            hint,
+        )
+    })
+}
+
+/// A seed that is its own visitor: `seed_visits!(Type, deserialize_any)` lets serde drive
+/// `Type`'s `Visitor` impl through the named `Deserializer` method.
+macro_rules! seed_visits {
+    ($ty:ident, $how:ident) => {
+        impl<'de> serde::de::DeserializeSeed<'de> for $ty<'_, '_, '_> {
+            type Value = ();
+
+            fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+                d.$how(self)
+            }
+        }
+    };
+}
+pub(crate) use seed_visits;
+
+/// Helpers the readers' tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{Flow, Item};
+
+    /// Every item a reader pushes, or its whole-source error.
+    pub(crate) fn collect(
+        read: impl FnOnce(&mut super::Sink<'_>) -> crate::Result<()>,
+    ) -> crate::Result<Vec<Item>> {
+        let mut items = Vec::new();
+        read(&mut |item| {
+            items.push(item);
+            Ok(Flow::Continue)
+        })?;
+        Ok(items)
+    }
+
+    /// The reasons of the bad records among `items`, in order.
+    pub(crate) fn reasons(items: &[Item]) -> Vec<&str> {
+        items
+            .iter()
+            .filter_map(|i| i.as_ref().err().map(|b| b.reason.as_str()))
+            .collect()
+    }
+
+    /// Checks that a reader stops at the `at`-th item when the sink says stop, without error.
+    pub(crate) fn stops_when_told(
+        read: impl FnOnce(&mut super::Sink<'_>) -> crate::Result<()>,
+        at: usize,
+    ) {
+        let mut seen = 0;
+        read(&mut |_| {
+            seen += 1;
+            Ok(if seen == at {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            })
+        })
+        .expect("stop is not an error");
+        assert_eq!(seen, at);
+    }
+
+    /// Checks that a reader stops at the `at`-th item when the sink fails there, and returns
+    /// the sink's error.
+    pub(crate) fn sink_error_ends_the_read(
+        read: impl FnOnce(&mut super::Sink<'_>) -> crate::Result<()>,
+        at: usize,
+    ) {
+        let mut seen = 0;
+        let err = read(&mut |_| {
+            seen += 1;
+            if seen == at {
+                Err(crate::Error::Cancelled)
+            } else {
+                Ok(Flow::Continue)
+            }
+        })
+        .expect_err("sink error");
+        assert!(matches!(err, crate::Error::Cancelled));
+        assert_eq!(seen, at);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
