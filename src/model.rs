@@ -91,6 +91,24 @@ pub struct NewMemory {
     pub valid_until: Option<Millis>,
 }
 
+impl NewMemory {
+    /// A plain note: `content` in the default namespace, kind `note`, no name, tags, metadata
+    /// or validity bounds, importance 0.5.
+    pub fn note(content: &str) -> NewMemory {
+        NewMemory {
+            namespace: "default".into(),
+            kind: "note".into(),
+            name: None,
+            content: content.into(),
+            tags: Vec::new(),
+            importance: 0.5,
+            metadata: serde_json::json!({}),
+            valid_from: None,
+            valid_until: None,
+        }
+    }
+}
+
 /// Changes to one memory; `None` leaves a field as it is.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MemoryPatch {

@@ -795,20 +795,6 @@ mod tests {
         (cfg, store)
     }
 
-    fn note(content: &str) -> NewMemory {
-        NewMemory {
-            namespace: "default".into(),
-            kind: "note".into(),
-            name: None,
-            content: content.into(),
-            tags: vec![],
-            importance: 0.5,
-            metadata: serde_json::json!({}),
-            valid_from: None,
-            valid_until: None,
-        }
-    }
-
     /// `n` memories, each with a change-log entry, a vector and an import key, each but the
     /// first related to the one before; a history row, a task, a run and a lease.
     fn fill(store: &Store, n: usize) {
@@ -819,7 +805,7 @@ mod tests {
                     let m = super::super::memories::insert(
                         db,
                         &format!("m_{i}"),
-                        &note(&format!("memory {i}")),
+                        &NewMemory::note(&format!("memory {i}")),
                         1_000 + i as i64,
                     )?;
                     changes::log_memory(db, m.key, ChangeOp::Insert)?;
@@ -929,7 +915,8 @@ mod tests {
         let before = head(&target).seq;
         let (key, seq) = target
             .write(|db| {
-                let m = super::super::memories::insert(db, "m_new", &note("new"), 9_000)?;
+                let m =
+                    super::super::memories::insert(db, "m_new", &NewMemory::note("new"), 9_000)?;
                 changes::log_memory(db, m.key, ChangeOp::Insert)?;
                 super::super::history::record(
                     db,
@@ -999,7 +986,8 @@ mod tests {
         }
         source_store
             .write(|db| {
-                let m = super::super::memories::insert(db, "m_late", &note("late"), 9_000)?;
+                let m =
+                    super::super::memories::insert(db, "m_late", &NewMemory::note("late"), 9_000)?;
                 changes::log_memory(db, m.key, ChangeOp::Insert)
             })
             .unwrap();

@@ -678,15 +678,10 @@ mod tests {
 
     fn new(name: Option<&str>, kind: &str, valid_from: Option<Millis>) -> NewMemory {
         NewMemory {
-            namespace: "default".into(),
             kind: kind.into(),
             name: name.map(str::to_owned),
-            content: "ok".into(),
-            tags: Vec::new(),
-            importance: 0.5,
-            metadata: serde_json::json!({}),
             valid_from,
-            valid_until: None,
+            ..NewMemory::note("ok")
         }
     }
 

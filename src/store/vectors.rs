@@ -236,20 +236,6 @@ mod tests {
     use crate::model::NewMemory;
     use crate::store::memories;
 
-    fn note(content: &str) -> NewMemory {
-        NewMemory {
-            namespace: "default".into(),
-            kind: "note".into(),
-            name: None,
-            content: content.into(),
-            tags: vec![],
-            importance: 0.5,
-            metadata: serde_json::json!({}),
-            valid_from: None,
-            valid_until: None,
-        }
-    }
-
     #[test]
     fn stale_versions_and_other_models_are_not_current() {
         let mut conn = rusqlite::Connection::open_in_memory().unwrap();
@@ -257,8 +243,8 @@ mod tests {
         let db = Db {
             conn: crate::store::sql::Conn::Lite(conn),
         };
-        let m = memories::insert(&db, "m1", &note("hello"), 1).unwrap();
-        let other = memories::insert(&db, "m2", &note("world"), 1).unwrap();
+        let m = memories::insert(&db, "m1", &NewMemory::note("hello"), 1).unwrap();
+        let other = memories::insert(&db, "m2", &NewMemory::note("world"), 1).unwrap();
         assert!(put(&db, m.key, "a", m.version, &[1.0, 0.0]).unwrap());
         assert!(!put(&db, m.key, "a", m.version + 1, &[1.0, 0.0]).unwrap());
         let cur = current(&db, "a", &[m.key, other.key]).unwrap();

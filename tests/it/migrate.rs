@@ -84,20 +84,6 @@ fn counts(store: &Store) -> Vec<(&'static str, i64)> {
         .expect("count the rows")
 }
 
-fn note(content: &str) -> NewMemory {
-    NewMemory {
-        namespace: "default".into(),
-        kind: "note".into(),
-        name: None,
-        content: content.into(),
-        tags: vec![],
-        importance: 0.5,
-        metadata: json!({}),
-        valid_from: None,
-        valid_until: None,
-    }
-}
-
 /// Writes a memory into a copy: it must take the key after the largest copied and the log
 /// position after the copied head.
 fn write_after_copy(cfg: &Config, what: &str) {
@@ -114,7 +100,7 @@ fn write_after_copy(cfg: &Config, what: &str) {
         .expect("read the copy");
     let key = store
         .write(|db| {
-            let m = memories::insert(db, "m_after_the_copy", &note("written after"), 1)?;
+            let m = memories::insert(db, "m_after_the_copy", &NewMemory::note("written after"), 1)?;
             changes::log_memory(db, m.key, ChangeOp::Insert)?;
             Ok(m.key.0)
         })
