@@ -10,8 +10,11 @@
 #[allow(dead_code)]
 #[path = "../benches/fixture/mod.rs"]
 mod fixture;
+#[allow(dead_code, unused_macros)]
+#[macro_use]
+#[path = "common/report.rs"]
+mod report;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
@@ -32,22 +35,6 @@ const FLOOR_P99_MS: f64 = 50.0;
 const FLOOR_AUTH_MS: f64 = 0.1;
 
 type Client = RunningService<RoleClient, ()>;
-
-/// A line of the report, on stdout.
-macro_rules! out {
-    ($($t:tt)*) => {{
-        use std::io::Write;
-        let _ = writeln!(std::io::stdout().lock(), $($t)*);
-    }};
-}
-
-/// A progress line, on stderr.
-macro_rules! note {
-    ($($t:tt)*) => {{
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr().lock(), $($t)*);
-    }};
-}
 
 async fn open(transport_url: Option<&str>, token: Option<&str>, stdio: Option<&Path>) -> Client {
     let lifecycle = ClientLifecycleMode::Discover {
@@ -163,35 +150,6 @@ async fn load(
     }
 }
 
-/// A `serve --http` child on `db` and the URL it listens on.
-fn serve_http(db: &Path, extra: &[&str]) -> (std::process::Child, String) {
-    let bin = fixture::server_binary().expect("build the server first: cargo build --release");
-    let mut child = std::process::Command::new(bin)
-        .arg("serve")
-        .arg("--db")
-        .arg(db)
-        .args(["--http", "127.0.0.1:0"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the server");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(url) = line.split_whitespace().find_map(|w| w.strip_prefix("url=")) {
-                let _ = tx.send(url.to_owned());
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the server names its URL");
-    (child, url)
-}
-
 fn args() -> Result<(usize, u64), String> {
     let mut clients = 64;
     let mut seconds = 10;
@@ -285,7 +243,8 @@ fn main() -> ExitCode {
         } else {
             Vec::new()
         };
-        let (mut child, url) = serve_http(&db, &extra);
+        let bin = fixture::server_binary().expect("build the server first: cargo build --release");
+        let (mut child, url) = report::serve_http(&bin, &db, &extra, None, Duration::from_secs(60));
         note!("{label}…");
         let l = runtime.block_on(load(
             Some(&url),

@@ -8,6 +8,10 @@
 #[allow(dead_code)]
 #[path = "../benches/fixture/mod.rs"]
 mod fixture;
+#[allow(dead_code, unused_macros)]
+#[macro_use]
+#[path = "common/report.rs"]
+mod report;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -21,6 +25,7 @@ use mnemograph::{Config, Engine};
 use serde_json::{Value, json};
 
 use fixture::{BIG_CORPUS, Corpus, FRESH_BASE};
+use report::{Summary, summarize};
 
 /// Calls of `remember` with one memory, timed one by one.
 const SINGLE_CALLS: usize = 2_000;
@@ -72,28 +77,6 @@ fn memories_arg() -> Result<usize, String> {
     Ok(n)
 }
 
-/// Percentiles (nearest rank) of a series of durations, in milliseconds.
-struct Summary {
-    n: usize,
-    p50: f64,
-    p90: f64,
-    p99: f64,
-    max: f64,
-}
-
-fn summarize(samples: &[Duration]) -> Summary {
-    let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
-    ms.sort_by(f64::total_cmp);
-    let at = |p: f64| ms[((p * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
-    Summary {
-        n: ms.len(),
-        p50: at(0.50),
-        p90: at(0.90),
-        p99: at(0.99),
-        max: ms[ms.len() - 1],
-    }
-}
-
 /// One row of the table.
 struct Row {
     what: String,
@@ -112,10 +95,6 @@ fn ms_row(what: &str, s: &Summary, floor: &str, pass: Option<bool>) -> Row {
         floor: floor.to_owned(),
         pass,
     }
-}
-
-fn log(msg: std::fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr().lock(), "{msg}");
 }
 
 /// `remember` of one memory per call into the database at `db`, each commit on disk as
@@ -344,16 +323,16 @@ fn start_once(bin: &Path, db: &Path, query: &str) -> Start {
 
 fn main() -> ExitCode {
     let Some(bin) = fixture::server_binary() else {
-        log(format_args!(
+        note!(
             "target/release/mnemograph not found next to this example: run `cargo build --release` first \
              (then `cargo run --release --example latency`)"
-        ));
+        );
         return ExitCode::from(2);
     };
     let n = match memories_arg() {
         Ok(n) => n,
         Err(e) => {
-            log(format_args!("latency: {e}"));
+            note!("latency: {e}");
             return ExitCode::from(2);
         }
     };
@@ -414,9 +393,7 @@ fn main() -> ExitCode {
 
 /// `remember` one at a time and in batches, into an empty and a 100,000-memory database.
 fn remember_rows(corpus: &Corpus, rows: &mut Vec<Row>) {
-    log(format_args!(
-        "remember, one memory per call ({SINGLE_CALLS} calls)…"
-    ));
+    note!("remember, one memory per call ({SINGLE_CALLS} calls)…");
     let (_empty_dir, empty_db) = fixture::scratch_copy(0);
     let s = summarize(&remember_single(corpus, &empty_db, Durability::Normal));
     rows.push(ms_row(
@@ -443,9 +420,9 @@ fn remember_rows(corpus: &Corpus, rows: &mut Vec<Row>) {
     ));
     drop(dir);
 
-    log(format_args!(
+    note!(
         "remember, {BATCHES} batches of {BATCH} memories into an empty db, {BATCHES_BIG} into 100k…"
-    ));
+    );
     let rate = |ms: f64| format!("{:.0}/s", BATCH as f64 / (ms / 1e3));
     let (dir, db) = fixture::scratch_copy(0);
     let (batches, overall) = remember_batches(corpus, &db, BATCHES);
@@ -475,9 +452,7 @@ fn remember_rows(corpus: &Corpus, rows: &mut Vec<Row>) {
 
 /// `recall` in each mode over the corpus of `n` memories, and right after a write.
 fn recall_rows(corpus: &Corpus, n: usize, size: &str, rows: &mut Vec<Row>) {
-    log(format_args!(
-        "recall, {RECALL_QUERIES} queries over {n} memories…"
-    ));
+    note!("recall, {RECALL_QUERIES} queries over {n} memories…");
     let (dir, db) = fixture::scratch_copy(n);
     let s = summarize(&recall(corpus, &db, RecallMode::Text));
     rows.push(ms_row(
@@ -510,9 +485,7 @@ fn recall_rows(corpus: &Corpus, n: usize, size: &str, rows: &mut Vec<Row>) {
     ));
     drop(dir);
 
-    log(format_args!(
-        "recall right after remember, {WRITE_THEN_READ} pairs…"
-    ));
+    note!("recall right after remember, {WRITE_THEN_READ} pairs…");
     let (dir, db) = fixture::scratch_copy(n);
     let s = summarize(&recall_after_write(corpus, &db));
     rows.push(ms_row(
@@ -532,10 +505,7 @@ fn start_rows(bin: &Path, corpus: &Corpus, n: usize, size: &str, rows: &mut Vec<
         FLOOR_START_MS
     };
     let floor_label = format!("p50 ≤ {floor_ms:.0} ms");
-    log(format_args!(
-        "server start-up, {STARTS} runs of {}…",
-        bin.display()
-    ));
+    note!("server start-up, {STARTS} runs of {}…", bin.display());
     let (_server_dir, db) = fixture::scratch_copy(n);
     let _ = start_once(bin, &db, &corpus.query(999_999)); // untimed: warms the page cache
     let starts: Vec<Start> = (0..STARTS)

@@ -14,6 +14,10 @@
 #[allow(dead_code)]
 #[path = "../benches/fixture/mod.rs"]
 mod fixture;
+#[allow(dead_code, unused_macros)]
+#[macro_use]
+#[path = "common/report.rs"]
+mod report;
 #[allow(dead_code)]
 #[path = "../tests/it/pg.rs"]
 mod pg;
@@ -26,6 +30,7 @@ use mnemograph::model::{RecallMode, RecallQuery};
 use mnemograph::{Config, Engine};
 
 use fixture::{Corpus, FRESH_BASE};
+use report::summarize;
 
 /// `remember` calls of one memory, timed one by one.
 const SINGLE_CALLS: usize = 1_000;
@@ -41,27 +46,6 @@ const PROPAGATIONS: usize = 200;
 const POLL: Duration = Duration::from_millis(50);
 /// Untimed calls before each series.
 const WARMUP: usize = 50;
-
-struct Summary {
-    n: usize,
-    p50: f64,
-    p99: f64,
-}
-
-fn summarize(samples: &[Duration]) -> Summary {
-    let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
-    ms.sort_by(f64::total_cmp);
-    let at = |p: f64| ms[((p * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
-    Summary {
-        n: ms.len(),
-        p50: at(0.50),
-        p99: at(0.99),
-    }
-}
-
-fn log(msg: std::fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr().lock(), "{msg}");
-}
 
 /// The two stores to compare: a SQLite file and a fresh PostgreSQL database, as configs for one
 /// instance (`index` names the instance's index folder).
@@ -182,20 +166,20 @@ fn main() {
     let corpus = Corpus::new();
     let dir = tempfile::tempdir().expect("temp dir");
     let Some(url) = pg::database("bench") else {
-        log(format_args!("no PostgreSQL: nothing to measure"));
+        note!("no PostgreSQL: nothing to measure");
         return;
     };
     durable(&url);
     let mut rows = Vec::new();
     for t in targets(dir.path(), &url) {
         let engine = Engine::open((t.cfg)("a")).expect("open");
-        log(format_args!("{}: remember, one memory per call…", t.name));
+        note!("{}: remember, one memory per call…", t.name);
         let s = summarize(&remember_single(&corpus, &engine, FRESH_BASE));
         rows.push(format!(
             "| {} | `remember` 1 memory | {} calls | {:.2} ms | {:.2} ms |",
             t.name, s.n, s.p50, s.p99
         ));
-        log(format_args!("{}: remember, batches of {BATCH}…", t.name));
+        note!("{}: remember, batches of {BATCH}…", t.name);
         let rate = remember_batches(&corpus, &engine, FRESH_BASE + 100_000, BATCHES);
         rows.push(format!(
             "| {} | `remember` batches of {BATCH} | {} memories | {:.0} memories/s | |",
@@ -203,7 +187,7 @@ fn main() {
             BATCHES * BATCH,
             rate
         ));
-        log(format_args!("{}: recall…", t.name));
+        note!("{}: recall…", t.name);
         let s = summarize(&recall(&corpus, &engine));
         rows.push(format!(
             "| {} | `recall` hybrid, {} memories | {} queries | {:.2} ms | {:.2} ms |",
@@ -214,10 +198,7 @@ fn main() {
             s.p99
         ));
         if t.name == "PostgreSQL" {
-            log(format_args!(
-                "{}: propagation between two instances…",
-                t.name
-            ));
+            note!("{}: propagation between two instances…", t.name);
             // Both as servers run them: with their background jobs (which commit the indexes,
             // so a read only overlays what came since).
             let a = std::sync::Arc::new(engine);
@@ -248,17 +229,17 @@ fn main() {
             let engine = a;
             drop(b);
             drop(engine);
-            log(format_args!("{}: loading {memories} memories…", t.name));
+            note!("{}: loading {memories} memories…", t.name);
             let fresh =
                 std::sync::Arc::new(Engine::open((t.cfg)("loader")).expect("open the loader"));
             let have = fresh.stats().expect("stats").memories as usize;
             let started = Instant::now();
             let more = memories.saturating_sub(have).div_ceil(BATCH);
             let rate = remember_batches(&corpus, &fresh, FRESH_BASE + 1_000_000, more);
-            log(format_args!(
+            note!(
                 "loaded in {:.0} s ({rate:.0} memories/s); embedding…",
                 started.elapsed().as_secs_f64()
-            ));
+            );
             rows.push(format!(
                 "| {} | loading {} memories in batches of {BATCH} | | {rate:.0} memories/s | |",
                 t.name,
@@ -277,16 +258,13 @@ fn main() {
                     format!("{} of {}", s.vectors, s.memories),
                 )
             });
-            log(format_args!(
+            note!(
                 "vectors stored in {:.0} s",
                 embedding.elapsed().as_secs_f64()
-            ));
+            );
             drop(loader_jobs);
             drop(fresh);
-            log(format_args!(
-                "{}: a fresh instance builds its indexes…",
-                t.name
-            ));
+            note!("{}: a fresh instance builds its indexes…", t.name);
             let started = Instant::now();
             let new =
                 std::sync::Arc::new(Engine::open((t.cfg)("fresh")).expect("open a fresh instance"));
@@ -340,7 +318,7 @@ fn wait_for(what: &str, every: Duration, mut done: impl FnMut() -> (bool, String
             return;
         }
         if said.elapsed() >= Duration::from_secs(10) {
-            log(format_args!("waiting for {what}: {progress}"));
+            note!("waiting for {what}: {progress}");
             said = Instant::now();
         }
         std::thread::sleep(every);

@@ -13,10 +13,13 @@
 #[allow(dead_code)]
 #[path = "../benches/fixture/mod.rs"]
 mod fixture;
+#[allow(dead_code, unused_macros)]
+#[macro_use]
+#[path = "common/report.rs"]
+mod report;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -40,22 +43,6 @@ const SLOW_HEADS: usize = 300;
 const SLOW_BODIES: usize = 256;
 /// Between two bytes of a slow client.
 const TRICKLE: Duration = Duration::from_millis(500);
-
-/// A line of the report, on stdout.
-macro_rules! out {
-    ($($t:tt)*) => {{
-        use std::io::Write;
-        let _ = writeln!(std::io::stdout().lock(), $($t)*);
-    }};
-}
-
-/// A progress line, on stderr.
-macro_rules! note {
-    ($($t:tt)*) => {{
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr().lock(), $($t)*);
-    }};
-}
 
 struct Options {
     memories: usize,
@@ -81,35 +68,6 @@ fn args() -> Result<Options, String> {
     }
     o.seconds = o.seconds.max(1);
     Ok(o)
-}
-
-/// A `serve --http` child on `db` and the URL it listens on.
-fn serve_http(bin: &Path, db: &Path, extra: &[&str]) -> (std::process::Child, String) {
-    let mut child = std::process::Command::new(bin)
-        .arg("serve")
-        .arg("--db")
-        .arg(db)
-        .args(["--http", "127.0.0.1:0"])
-        .args(extra)
-        .env("MNEMOGRAPH_LOG", "warn,mnemograph::mcp::http=info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the server");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(url) = line.split_whitespace().find_map(|w| w.strip_prefix("url=")) {
-                let _ = tx.send(url.to_owned());
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(120))
-        .expect("the server names its URL");
-    (child, url)
 }
 
 async fn open(url: &str, token: &str) -> Result<Client, String> {
@@ -319,7 +277,13 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("runtime");
-    let (mut child, url) = serve_http(&bin, &db, &["--tokens", tokens.to_str().expect("UTF-8")]);
+    let (mut child, url) = report::serve_http(
+        &bin,
+        &db,
+        &["--tokens", tokens.to_str().expect("UTF-8")],
+        Some("warn,mnemograph::mcp::http=info"),
+        Duration::from_secs(120),
+    );
     let authority = url
         .trim_start_matches("http://")
         .split('/')
