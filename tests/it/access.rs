@@ -199,8 +199,13 @@ async fn the_tokens_file_is_private_and_a_removed_line_revokes_its_token_without
         assert!(!listed.contains(t.as_str()), "no token is listed");
     }
 
-    let log = db.path.with_file_name("revoke.log");
-    let http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
+    let http = HttpChild::beside(
+        &db.path,
+        "revoke.log",
+        &["--tokens", file.to_str().unwrap()],
+    )
+    .await;
+    let log = http.log.clone();
     let at = http.authority().to_owned();
     for t in [&alice, &bob, &carol, &dave] {
         assert_eq!(status_with(&at, t).await, 200);

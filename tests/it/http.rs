@@ -87,8 +87,7 @@ async fn remember_recall_and_resources_work_over_http_in_both_eras() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_origins_and_oversized_bodies_are_refused() {
     let db = TestDb::new();
-    let log = db.path.with_file_name("http.log");
-    let http = HttpChild::spawn(&db.path, &["--http-max-body", "4096"], &log).await;
+    let http = HttpChild::beside(&db.path, "http.log", &["--http-max-body", "4096"]).await;
     let at = http.authority().to_owned();
 
     let (status, answer) = http_request(&at, "GET", "/healthz", &[], b"").await;
@@ -230,8 +229,8 @@ async fn bearer_tokens_admit_their_subjects_with_their_scopes() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown scope"));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), saved);
 
-    let log = db.path.with_file_name("auth.log");
-    let http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
+    let http = HttpChild::beside(&db.path, "auth.log", &["--tokens", file.to_str().unwrap()]).await;
+    let log = http.log.clone();
     let at = http.authority().to_owned();
     let (status, answer) = http_request(&at, "POST", "/mcp", &MCP_HEADERS, &tools_list()).await;
     assert_eq!(status, 401, "{answer}");
@@ -340,8 +339,8 @@ async fn a_token_for_some_namespaces_reads_and_writes_those_only() {
         saved.contains("carol ") && saved.contains("namespaces=office"),
         "{saved}"
     );
-    let log = db.path.with_file_name("ns.log");
-    let http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
+    let http = HttpChild::beside(&db.path, "ns.log", &["--tokens", file.to_str().unwrap()]).await;
+    let log = http.log.clone();
     let era = Era::Discover;
     let a = Server::attach(&http.url, era, Some(&admin), &log).await;
     let ids = a
@@ -543,15 +542,9 @@ async fn one_process_serves_stdio_and_http_and_ends_with_its_stdio_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ending_a_session_is_answered_200() {
     let db = TestDb::new();
-    let log = db.path.with_file_name("delete.log");
-    let http = HttpChild::spawn(&db.path, &[], &log).await;
+    let http = HttpChild::beside(&db.path, "delete.log", &[]).await;
     let at = http.authority().to_owned();
-    let init = serde_json::to_vec(&json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "raw", "version": "1"}}
-    }))
-    .unwrap();
+    let init = initialize_2025();
     let headers = [
         ("Content-Type", "application/json"),
         ("Accept", "application/json, text/event-stream"),
@@ -604,15 +597,14 @@ async fn a_session_belongs_to_the_token_that_opened_it() {
     let file = db.path.with_file_name("tokens");
     let alice = format!("Bearer {}", add_token(&file, "alice", "read"));
     let bob = format!("Bearer {}", add_token(&file, "bob", "read"));
-    let log = db.path.with_file_name("sessions.log");
-    let http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
+    let http = HttpChild::beside(
+        &db.path,
+        "sessions.log",
+        &["--tokens", file.to_str().unwrap()],
+    )
+    .await;
     let at = http.authority().to_owned();
-    let init = serde_json::to_vec(&json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "raw", "version": "1"}}
-    }))
-    .unwrap();
+    let init = initialize_2025();
     let post = |token: &str, session: &str| {
         vec![
             ("Content-Type", "application/json".to_owned()),
@@ -684,8 +676,12 @@ async fn a_session_belongs_to_the_token_that_opened_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_checks_the_host() {
     let db = TestDb::new();
-    let log = db.path.with_file_name("hosts.log");
-    let http = HttpChild::spawn(&db.path, &["--allow-host", "memory.example.com"], &log).await;
+    let http = HttpChild::beside(
+        &db.path,
+        "hosts.log",
+        &["--allow-host", "memory.example.com"],
+    )
+    .await;
     let at = http.authority().to_owned();
     let port = at.rsplit(':').next().unwrap().to_owned();
     for path in ["/healthz", "/readyz", "/metrics", "/mcp", "/nowhere"] {
@@ -716,8 +712,7 @@ async fn every_endpoint_checks_the_host() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_that_are_not_json_rpc_get_json_rpc_errors() {
     let db = TestDb::new();
-    let log = db.path.with_file_name("bodies.log");
-    let http = HttpChild::spawn(&db.path, &[], &log).await;
+    let http = HttpChild::beside(&db.path, "bodies.log", &[]).await;
     let at = http.authority().to_owned();
     for (body, code, id) in [
         (&b"this is not JSON"[..], -32700, Value::Null),
@@ -791,11 +786,10 @@ fn post_head(authority: &str, length: usize, token: Option<&str>) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_bodies_get_408_and_overlong_ones_413_unread() {
     let db = TestDb::new();
-    let log = db.path.with_file_name("bodies.log");
-    let http = HttpChild::spawn(
+    let http = HttpChild::beside(
         &db.path,
+        "bodies.log",
         &["--http-body-timeout-ms", "1000", "--http-max-body", "4096"],
-        &log,
     )
     .await;
     let at = http.authority().to_owned();
@@ -825,16 +819,15 @@ async fn slow_bodies_get_408_and_overlong_ones_413_unread() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_heads_and_idle_connections_are_cut() {
     let db = TestDb::new();
-    let log = db.path.with_file_name("deadlines.log");
-    let http = HttpChild::spawn(
+    let http = HttpChild::beside(
         &db.path,
+        "deadlines.log",
         &[
             "--http-header-timeout-ms",
             "1000",
             "--http-idle-timeout-ms",
             "3000",
         ],
-        &log,
     )
     .await;
     let at = http.authority().to_owned();
@@ -898,8 +891,7 @@ async fn slow_heads_and_idle_connections_are_cut() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_the_cap_are_answered_503() {
     let db = TestDb::new();
-    let log = db.path.with_file_name("cap.log");
-    let http = HttpChild::spawn(&db.path, &["--http-max-connections", "4"], &log).await;
+    let http = HttpChild::beside(&db.path, "cap.log", &["--http-max-connections", "4"]).await;
     let at = http.authority().to_owned();
     let mut held = Vec::new();
     for _ in 0..4 {
@@ -935,8 +927,8 @@ async fn slow_clients_do_not_hold_the_server() {
     let writer = add_token(&file, "writer", "read,write");
     let slow = add_token(&file, "slow", "read");
     let steady = add_token(&file, "steady", "read");
-    let log = db.path.with_file_name("slow.log");
-    let http = HttpChild::spawn(&db.path, &["--tokens", file.to_str().unwrap()], &log).await;
+    let http = HttpChild::beside(&db.path, "slow.log", &["--tokens", file.to_str().unwrap()]).await;
+    let log = http.log.clone();
     let at = http.authority().to_owned();
     let w = Server::attach(&http.url, Era::Discover, Some(&writer), &log).await;
     let memories: Vec<Value> = (0..50)
@@ -1074,4 +1066,14 @@ async fn slow_clients_do_not_hold_the_server() {
     );
     s.stop().await;
     http.stop().await;
+}
+
+/// The body of a 2025-11-25 `initialize` request of a raw client.
+fn initialize_2025() -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}
+    }))
+    .expect("JSON")
 }

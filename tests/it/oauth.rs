@@ -97,8 +97,8 @@ async fn jwt_access_tokens_are_checked_against_the_key_set_and_its_rotation() {
     let jwks = db.path.with_file_name("jwks.json");
     let first = SigningKey::new("k1");
     std::fs::write(&jwks, key_set(&[&first])).unwrap();
-    let log = db.path.with_file_name("oauth.log");
-    let http = HttpChild::spawn(&db.path, &oauth_args(jwks.to_str().unwrap()), &log).await;
+    let http = HttpChild::beside(&db.path, "oauth.log", &oauth_args(jwks.to_str().unwrap())).await;
+    let log = http.log.clone();
     let at = http.authority().to_owned();
 
     // The protected-resource metadata names this resource and its authorisation server.

@@ -55,6 +55,8 @@ pub(crate) enum Wire {
 pub(crate) struct HttpChild {
     pub(crate) child: tokio::process::Child,
     pub(crate) url: String,
+    /// The file its stderr goes to.
+    pub(crate) log: PathBuf,
 }
 
 impl HttpChild {
@@ -71,7 +73,16 @@ impl HttpChild {
             .spawn()
             .expect("spawn mnemograph serve --http");
         let url = http_url(log).await;
-        HttpChild { child, url }
+        HttpChild {
+            child,
+            url,
+            log: log.to_owned(),
+        }
+    }
+
+    /// [`HttpChild::spawn`] on the SQLite file `db`, logging to the file `log_name` beside it.
+    pub(crate) async fn beside(db: &Path, log_name: &str, extra: &[&str]) -> HttpChild {
+        HttpChild::spawn(db, extra, &db.with_file_name(log_name)).await
     }
 
     /// Stops the server as a service manager would (SIGTERM) and waits for it to exit.
