@@ -312,6 +312,17 @@ struct ServeArgs {
     /// Owner recorded on tasks instead of the client's name.
     #[arg(long, env = "MNEMOGRAPH_OWNER")]
     owner: Option<String>,
+    /// Most tokens a tool result takes, inline or a task's (about 4 bytes of compact JSON per
+    /// token, text and structured content together; at least 500). What does not fit is
+    /// behind resource links the host reads page by page. A call may ask for less with
+    /// `_meta["mnemograph/resultBudgetTokens"]`.
+    #[arg(
+        long,
+        env = "MNEMOGRAPH_RESULT_BUDGET_TOKENS",
+        default_value_t = 4_000,
+        value_parser = clap::value_parser!(u64).range(500..)
+    )]
+    result_budget_tokens: u64,
     /// Consolidate every namespace this often (e.g. 6h, 30m, 90s; default: never), as a task of
     /// owner `scheduler`. Due a period after the last scheduled run in the database ended —
     /// the first within a minute of start when none is on record or it is overdue — and one at
@@ -769,6 +780,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .context("cannot start the async runtime")?;
             let options = crate::mcp::ServerOptions {
                 owner: serve.owner,
+                result_budget_tokens: Some(serve.result_budget_tokens as usize),
                 schedule: serve
                     .consolidate_every
                     .map(crate::tasks::Schedule::consolidation),

@@ -307,8 +307,11 @@ impl Engine {
                         text: Some(String::from_utf8_lossy(&w.buf).into_owned()),
                     }),
                     Err(_) if w.over => Err(Error::invalid(
-                        "path",
-                        format!("the export is larger than {cap} bytes, too big to answer inline"),
+                        "export",
+                        format!(
+                            "is larger than {} MiB, too big to send to the client",
+                            cap / (1024 * 1024)
+                        ),
                         "give `path` (a new file inside the import roots) to write it to a file, or narrow it with namespaces/subgraph",
                     )),
                     Err(e) => Err(e),

@@ -3,6 +3,7 @@
 //! Streamable HTTP ([`http`]).
 
 pub mod auth;
+mod budget;
 mod errors;
 #[cfg(feature = "conformance")]
 mod fixtures;
@@ -50,6 +51,8 @@ const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 pub struct ServerOptions {
     /// Owner of every task, instead of the client's name (for hosts that share one identity).
     pub owner: Option<String>,
+    /// Most tokens a tool result takes (`None`: 4,000); see `serve --result-budget-tokens`.
+    pub result_budget_tokens: Option<usize>,
     pub tasks: TaskConfig,
     /// Scheduled work (`serve --consolidate-every`), started as tasks of owner `scheduler`.
     pub schedule: Option<crate::tasks::Schedule>,
@@ -61,6 +64,8 @@ pub struct MemoryServer {
     engine: Arc<Engine>,
     tasks: Arc<Tasks>,
     owner: Option<String>,
+    /// Most tokens a result takes unless a call asks for less.
+    budget: usize,
     /// Counts tool calls when set (HTTP serves them at `/metrics`).
     metrics: Option<Arc<metrics::Metrics>>,
 }
@@ -82,6 +87,10 @@ impl MemoryServer {
             engine,
             tasks,
             owner: options.owner,
+            budget: options
+                .result_budget_tokens
+                .unwrap_or(budget::DEFAULT_TOKENS)
+                .max(budget::MIN_TOKENS),
             metrics: None,
         }
     }
@@ -124,6 +133,54 @@ impl MemoryServer {
             access: c.access.clone(),
             subject: Some(c.subject.clone()),
         })
+    }
+
+    /// The result budget of a request: the server's, or less when the request's `_meta` asks
+    /// (never under [`budget::MIN_TOKENS`]).
+    fn budget(&self, ctx: &RequestContext<RoleServer>) -> usize {
+        ctx.meta
+            .0
+            .0
+            .get(budget::REQUEST_KEY)
+            .and_then(serde_json::Value::as_u64)
+            .map_or(self.budget, |asked| {
+                (asked as usize).clamp(budget::MIN_TOKENS, self.budget)
+            })
+    }
+
+    /// `tools/call` within the result budget: an answer too long to show whole is kept as a
+    /// completed task of the caller and shown cut, with links to the rest.
+    async fn call_tool_bounded(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, McpError> {
+        let tokens = self.budget(&context);
+        let who = self.requester(&context);
+        let tool = request.name.to_string();
+        let answer = self.call_tool_unguarded(request, context).await?;
+        let CallToolResponse::Complete(result) = answer else {
+            return Ok(answer);
+        };
+        if !budget::over(&result, tokens) {
+            return Ok(CallToolResponse::Complete(result));
+        }
+        let full = result.structured_content.clone().unwrap_or_default();
+        let tasks = Arc::clone(&self.tasks);
+        let kept = tokio::task::spawn_blocking(move || tasks.keep(&who, &tool, full))
+            .await
+            .map_err(|e| errors::worker_failed("tools/call", e))?;
+        let cut = match kept {
+            Ok(row) => budget::cut(&result, tokens, |c| resources::rest_of(&row.id, c)),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not keep a cut result; its rest is not linked");
+                budget::cut(&result, tokens, |_| {
+                    "not kept (the memory database is unavailable): call again for the rest"
+                        .to_owned()
+                })
+            }
+        };
+        Ok(CallToolResponse::Complete(cut))
     }
 
     /// `tools/call`: inline, or as a task when the call is long and the client can poll.
@@ -184,6 +241,7 @@ impl MemoryServer {
             tasks: Arc::clone(&self.tasks),
             requester: self.requester(&context),
             who,
+            budget: self.budget(&context),
         };
         now(call, args)
             .await
@@ -229,7 +287,7 @@ impl ServerHandler for MemoryServer {
     ) -> std::result::Result<CallToolResponse, McpError> {
         let started = std::time::Instant::now();
         let name = request.name.to_string();
-        let res = guard::caught("tools/call", self.call_tool_unguarded(request, context)).await;
+        let res = guard::caught("tools/call", self.call_tool_bounded(request, context)).await;
         let elapsed = started.elapsed().as_secs_f64();
         tracing::debug!(elapsed_ms = elapsed * 1e3, ok = res.is_ok(), "tool call");
         if let Some(m) = &self.metrics {
@@ -251,9 +309,10 @@ impl ServerHandler for MemoryServer {
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<GetTaskResult, McpError> {
         let who = self.requester(&context);
+        let tokens = self.budget(&context);
         guard::caught(
             "tasks/get",
-            task_api::get(&self.tasks, who, request.task_id),
+            task_api::get(&self.tasks, who, request.task_id, tokens),
         )
         .await
     }
@@ -305,11 +364,12 @@ impl ServerHandler for MemoryServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> std::result::Result<ListResourceTemplatesResult, McpError> {
-        Ok(
-            ListResourceTemplatesResult::with_all_items(vec![resources::template()])
-                .with_ttl_ms(LIST_TTL_MS)
-                .with_cache_scope(CacheScope::Public),
-        )
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            resources::template(),
+            resources::results_template(),
+        ])
+        .with_ttl_ms(LIST_TTL_MS)
+        .with_cache_scope(CacheScope::Public))
     }
 
     async fn list_resources(
@@ -328,6 +388,15 @@ impl ServerHandler for MemoryServer {
         #[cfg(feature = "conformance")]
         if let Some(fixture) = fixtures::read_resource(&request.uri) {
             return Ok(fixture.into());
+        }
+        if request.uri.starts_with(resources::RESULTS) {
+            let (who, tokens) = (self.requester(&context), self.budget(&context));
+            return guard::caught(
+                "resources/read",
+                resources::read_rest(&self.tasks, who, request.uri, tokens),
+            )
+            .await
+            .map(Into::into);
         }
         let access = Self::acting(&context).access;
         guard::caught(

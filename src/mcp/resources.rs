@@ -1,16 +1,100 @@
-//! Memories as MCP resources: `memory://{namespace}/{id}` reads one memory with its relations.
+//! What the server serves as MCP resources: memories (`memory://{namespace}/{id}`, one memory
+//! with its relations) and the rest of cut tool results (`mnemograph://results/{taskId}/…`,
+//! paged), each read with the caller's rights.
 
 use std::sync::Arc;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{ReadResourceResult, ResourceContents, ResourceTemplate};
+use serde_json::{Value, json};
 
 use crate::engine::{Access, Engine};
 use crate::error::Error;
+use crate::mcp::budget::{self, Cut};
 use crate::mcp::errors;
 use crate::model::MemoryRef;
+use crate::tasks::{Requester, Tasks};
 
 const SCHEME: &str = "memory://";
+
+/// Where the rest of cut results is read: `mnemograph://results/{taskId}{JSON pointer}?from=N`.
+pub(super) const RESULTS: &str = "mnemograph://results/";
+
+/// The template of the rest of cut results.
+pub(super) fn results_template() -> ResourceTemplate {
+    ResourceTemplate::new("mnemograph://results/{taskId}/{field}", "result")
+        .with_description(
+            "The rest of a tool result too long to show whole, paged (follow `next`); kept as \
+             long as its task",
+        )
+        .with_mime_type("application/json")
+}
+
+/// The address of the rest of what `cut` cut from the result kept under task `id`.
+pub(super) fn rest_of(id: &str, cut: &Cut) -> String {
+    format!("{RESULTS}{id}{}?from={}", cut.pointer, cut.shown)
+}
+
+/// `resources/read` of a cut result's rest: a page that fits `tokens`, with the address of the
+/// next. The result must belong to a task `who` may see (its own, with rights that cover it).
+pub(super) async fn read_rest(
+    tasks: &Arc<Tasks>,
+    who: Requester,
+    uri: String,
+    tokens: usize,
+) -> Result<ReadResourceResult, McpError> {
+    let gone = |why: &str| {
+        McpError::resource_not_found(
+            format!(
+                "no result at {uri}: {why}; a cut result is kept as long as its task (an hour \
+                 unless the call asked otherwise): call the tool again"
+            ),
+            Some(json!({ "uri": uri })),
+        )
+    };
+    let Some(rest) = uri.strip_prefix(RESULTS) else {
+        return Err(gone("not a result address"));
+    };
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (id, pointer) = match path.find('/') {
+        Some(i) => (&path[..i], &path[i..]),
+        None => (path, ""),
+    };
+    let from = match query.strip_prefix("from=") {
+        Some(n) => n
+            .parse::<usize>()
+            .map_err(|_| gone("`from` is not a number"))?,
+        None if query.is_empty() => 0,
+        None => return Err(gone("the only query it takes is `from=N`")),
+    };
+    let (t, task) = (Arc::clone(tasks), id.to_owned());
+    let view = tokio::task::spawn_blocking(move || t.get(&who, &task))
+        .await
+        .map_err(|e| errors::worker_failed("resources/read", e))?
+        .map_err(errors::request_error)?
+        .ok_or_else(|| gone("it expired, or it is not one of your results"))?;
+    let Some(full) = &view.row.result else {
+        return Err(gone(&format!(
+            "its task is {}, with no result",
+            view.row.status.as_str()
+        )));
+    };
+    let page = budget::page(
+        full,
+        pointer,
+        from,
+        budget::bytes(tokens).saturating_sub(256),
+    )
+    .ok_or_else(|| gone("that result has no such field"))?;
+    let mut body = page.body;
+    if let (Some(next), Value::Object(o)) = (page.next, &mut body) {
+        o.insert("next".into(), json!(format!("{RESULTS}{path}?from={next}")));
+    }
+    let text = body.to_string();
+    Ok(ReadResourceResult::new(vec![
+        ResourceContents::text(text, uri).with_mime_type("application/json"),
+    ]))
+}
 
 pub(super) fn template() -> ResourceTemplate {
     ResourceTemplate::new("memory://{namespace}/{id}", "memory")

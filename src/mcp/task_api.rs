@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::engine::control::{status_message, work_done};
 use crate::mcp::errors::{request_error, tool_answer, worker_failed};
 use crate::mcp::work;
+use crate::mcp::{budget, resources};
 use crate::model::{TaskRow, TaskState, format_time};
 use crate::tasks::{Answer, Capability, Requester, TaskView, Tasks, decide, short_id};
 
@@ -197,6 +198,7 @@ pub(crate) async fn get(
     tasks: &Arc<Tasks>,
     owner: Requester,
     id: String,
+    tokens: usize,
 ) -> Result<rmcp::model::GetTaskResult, McpError> {
     let t = Arc::clone(tasks);
     let id2 = id.clone();
@@ -205,10 +207,12 @@ pub(crate) async fn get(
         .map_err(|e| worker_failed("tasks/get", e))?
         .map_err(request_error)?
         .ok_or_else(|| not_found(&id))?;
-    Ok(detailed(&view))
+    Ok(detailed(&view, tokens))
 }
 
-fn detailed(view: &TaskView) -> GetTaskResult {
+/// A task as `tasks/get` answers it; a result over `tokens` is cut, with links to its rest in
+/// the task's row.
+fn detailed(view: &TaskView, tokens: usize) -> GetTaskResult {
     let row = &view.row;
     let payload = match row.status {
         TaskState::Working => TaskPayload::Working,
@@ -226,6 +230,11 @@ fn detailed(view: &TaskView) -> GetTaskResult {
                         .to_owned(),
                 )]),
                 (None, None) => CallToolResult::structured(Value::Null),
+            };
+            let result = if budget::over(&result, tokens) {
+                budget::cut(&result, tokens, |c| resources::rest_of(&row.id, c))
+            } else {
+                result
             };
             TaskPayload::Completed {
                 result: object(serde_json::to_value(result).unwrap_or(Value::Null)),

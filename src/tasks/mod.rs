@@ -95,6 +95,12 @@ impl Default for TaskConfig {
     }
 }
 
+/// Key of the arguments of a row that keeps an inline answer (see [`Tasks::keep`]).
+pub const KEPT_KEY: &str = "keptResult";
+
+/// Status message of a row that keeps an inline answer.
+const KEPT_MESSAGE: &str = "a result kept for its links (answered at once; too long to show whole)";
+
 /// How a call was answered.
 pub enum Answer {
     /// The output (or the error) of work that ran to its end.
@@ -718,6 +724,37 @@ impl Tasks {
         }
         let progress = lock(&self.live).get(id).map(|l| l.progress());
         Ok(Some(TaskView { row, progress }))
+    }
+
+    /// Keeps the full output of a call of `tool` answered inline whose result had to be cut, as
+    /// a completed task of `who` (visible by the same rules, for the default time to live), so
+    /// that the links of the cut result can be read; returns the row.
+    pub fn keep(&self, who: &Requester, tool: &str, output: Value) -> Result<TaskRow> {
+        let now = now_millis();
+        let row = TaskRow {
+            id: random_task_id(),
+            owner: who.owner.clone(),
+            tool: tool.to_owned(),
+            arguments: json!({ KEPT_KEY: true }),
+            status: TaskState::Completed,
+            status_message: Some(KEPT_MESSAGE.to_owned()),
+            progress: json!({}),
+            result: Some(output),
+            error: None,
+            created_at: now,
+            updated_at: now,
+            ttl_ms: Some(self.ttl(None) as i64),
+            poll_interval_ms: None,
+            checkpoint: None,
+            boot_id: self.boot_id.clone(),
+            heartbeat_at: now,
+            cancel_requested: false,
+            input_requests: None,
+            input_responses: None,
+            grant: Some(who.grant.to_json()),
+        };
+        self.engine.task_insert(&row)?;
+        Ok(row)
     }
 
     fn expired(&self, row: &TaskRow, now: Millis) -> bool {

@@ -5,6 +5,7 @@
 mod access;
 mod background;
 mod bad_input;
+mod budget;
 mod cli;
 mod concurrency;
 mod curation;

@@ -197,7 +197,14 @@ async fn memories_are_resources() {
             .iter()
             .filter_map(|t| t["uriTemplate"].as_str())
             .collect();
-        assert_eq!(uris, ["memory://{namespace}/{id}"], "{era:?}");
+        assert_eq!(
+            uris,
+            [
+                "memory://{namespace}/{id}",
+                "mnemograph://results/{taskId}/{field}"
+            ],
+            "{era:?}"
+        );
 
         let uri = format!("memory://team/{}", ids[0]);
         let read = s.read_resource(&uri).await.expect("resources/read");

@@ -307,6 +307,33 @@ impl Client {
         self.service.call_tool_once(params).await
     }
 
+    /// `tools/call` with `meta` as the request's `_meta`.
+    pub(crate) async fn call_meta(
+        &self,
+        tool: &str,
+        args: Value,
+        meta: Value,
+    ) -> Result<CallToolResponse, ServiceError> {
+        let (Value::Object(args), Value::Object(meta)) = (args, meta) else {
+            panic!("args and meta must be objects")
+        };
+        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+        let mut m = RequestMetaObject::default();
+        m.0.0.extend(meta);
+        params.meta = Some(m);
+        self.service.call_tool_once(params).await
+    }
+
+    /// `resources/read` of `uri`.
+    pub(crate) async fn read(
+        &self,
+        uri: &str,
+    ) -> Result<rmcp::model::ReadResourceResult, ServiceError> {
+        self.service
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(uri))
+            .await
+    }
+
     pub(crate) async fn get(&self, id: &str) -> Result<GetTaskResult, ServiceError> {
         self.service.get_task(GetTaskParams::new(id)).await
     }

@@ -47,6 +47,9 @@ pub(crate) struct Call {
     pub(crate) tasks: Arc<Tasks>,
     pub(crate) requester: Requester,
     pub(crate) who: Acting,
+    /// The result budget of this call, in tokens (a tool that pages itself fits its page to
+    /// it; any result over it is cut with links to the rest).
+    pub(crate) budget: usize,
 }
 
 /// An answer being computed.

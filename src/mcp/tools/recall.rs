@@ -11,10 +11,11 @@ use super::{
 };
 use crate::engine::Access;
 use crate::engine::control::Progressing;
-use crate::engine::cursor::decode_cursor;
+use crate::engine::cursor::{decode_cursor, encode_cursor};
 use crate::engine::traverse::{DEFAULT_MAX_NODES, MAX_DEPTH};
 use crate::engine::work::{INLINE_EXPAND, Work};
 use crate::error::{Error, Result};
+use crate::mcp::budget;
 use crate::mcp::work::Acting;
 use crate::model::{NamespaceScope, RecallMode, RecallQuery};
 
@@ -94,10 +95,42 @@ fn deep(args: &JsonObject) -> bool {
 fn now(c: Call, args: JsonObject) -> Pending {
     Box::pin(async move {
         let work = work(parse("recall", &Value::Object(args))?, &c.who)?;
+        let query = match &work {
+            Work::Recall { query, .. } => query.clone(),
+            _ => return Err(Error::Internal("recall became other work".into())),
+        };
         let ctl = Progressing::default();
-        structured(blocking(&c.engine, move |e| work.run(e, &ctl)).await?)
+        let mut out = blocking(&c.engine, move |e| work.run(e, &ctl)).await?;
+        page_within(&mut out, &query, c.budget);
+        structured(out)
     })
 }
+
+/// Shows as many hits as the result budget allows, the best first, and points the cursor at
+/// the first one left out, so that the next page starts there (the budget counts the result
+/// twice: as structured content and as its text).
+fn page_within(out: &mut Value, q: &RecallQuery, tokens: usize) {
+    let room = (budget::bytes(tokens) / 2).saturating_sub(PAGE_MARGIN);
+    let mut total = budget::size(out);
+    if total <= room {
+        return;
+    }
+    let Some(hits) = out.get_mut("hits").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let listed = hits.len();
+    while total > room && hits.len() > 1 {
+        let last = hits.pop().map_or(0, |h| budget::size(&h) + 1);
+        total = total.saturating_sub(last);
+    }
+    let shown = hits.len();
+    if shown < listed {
+        out["next_cursor"] = Value::String(encode_cursor(q, q.offset + shown));
+    }
+}
+
+/// Bytes left for what a cut may add (its note, links) when recall fits its own page.
+const PAGE_MARGIN: usize = 512;
 
 /// A recall as work: its query within the caller's namespaces, and how deep its hits expand.
 fn work(p: RecallParams, who: &Acting) -> Result<Work> {

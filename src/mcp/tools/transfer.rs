@@ -67,7 +67,7 @@ pub(crate) struct ExportParams {
     pub(crate) namespaces: Option<Vec<String>>,
     /// Only what this walk reaches.
     pub(crate) subgraph: Option<SubgraphInput>,
-    /// New file in the import roots (default inline: ≤ 256 KiB, ~64k tokens).
+    /// New file in the import roots (default: inline ≤ 8 MiB, paged by links).
     pub(crate) path: Option<String>,
     /// Include vectors (jsonl).
     pub(crate) vectors: Option<bool>,
@@ -143,8 +143,9 @@ fn export(args: &Value, who: &Acting, _owner: &str, _tasks: bool) -> Result<Work
     Ok(Work::Export { request, target })
 }
 
-/// Largest inline export; bigger ones need `path`.
-pub(crate) const MAX_INLINE_EXPORT: usize = 256 * 1024;
+/// Largest export to the client (its window sees the result budget; the rest is kept with the
+/// call's result and read by links); bigger ones need `path`.
+pub(crate) const MAX_INLINE_EXPORT: usize = 8 * 1024 * 1024;
 /// Records an inline import (client without tasks) may change before it stops; a repeat goes on.
 pub(crate) const INLINE_IMPORT_LIMIT: u64 = 10_000;
 
