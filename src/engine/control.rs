@@ -20,6 +20,9 @@ pub struct WorkProgress {
     /// Items done and expected in a phase that counts items (scoring, importing); 0 when unknown.
     pub done: u64,
     pub total: u64,
+    /// Most units of work a walk may take (nodes it may settle, plus memories it will score
+    /// against a focus); 0 when not known. Only shrinks, to the truth once the walk has ended.
+    pub bound: u64,
     /// What the counters count.
     pub kind: WorkKind,
     /// Records that failed (imports).
@@ -72,7 +75,7 @@ pub trait Control: Sync {
         Err(Error::invalid(
             "input",
             "this call needs answers from the client, and only a task can wait for them",
-            "call it from a client with MCP tasks support (protocol 2026-07-28 and the tasks extension)",
+            "call it from a client that declares the MCP tasks extension (io.modelcontextprotocol/tasks)",
         ))
     }
 }
@@ -84,6 +87,7 @@ pub struct Progressing {
     pub frontier: AtomicU64,
     pub depth: AtomicU64,
     pub max_depth: AtomicU64,
+    pub bound: AtomicU64,
     pub cancelled: AtomicBool,
 }
 
@@ -94,6 +98,7 @@ impl Progressing {
             frontier: self.frontier.load(Ordering::Relaxed),
             depth: self.depth.load(Ordering::Relaxed) as u8,
             max_depth: self.max_depth.load(Ordering::Relaxed) as u8,
+            bound: self.bound.load(Ordering::Relaxed),
             ..WorkProgress::default()
         }
     }
@@ -106,6 +111,7 @@ impl Control for Progressing {
         self.depth.store(u64::from(p.depth), Ordering::Relaxed);
         self.max_depth
             .store(u64::from(p.max_depth), Ordering::Relaxed);
+        self.bound.store(p.bound, Ordering::Relaxed);
     }
 
     fn is_cancelled(&self) -> bool {
@@ -159,6 +165,12 @@ pub fn status_message(p: &WorkProgress) -> String {
     if p.total > 0 {
         s.push_str(&format!(" · scored {} / {}", group(p.done), group(p.total)));
     }
+    if p.bound > 0 {
+        s.push_str(&format!(
+            " · {}%",
+            work_done(p) * 100 / work_total(p).max(1)
+        ));
+    }
     s
 }
 
@@ -171,8 +183,32 @@ pub fn work_done(p: &WorkProgress) -> u64 {
     }
 }
 
-/// Machine-readable counters of progress.
+/// The most [`work_done`] will reach (the `total` of notifications), never below it: a walk's
+/// bound (nodes it may settle, plus memories to score against a focus; exact once the walk has
+/// ended); an import's records in its files; an export's memories in its scope; a consolidation's
+/// memories in its plan. Unknown counts read as the work done so far.
+pub fn work_total(p: &WorkProgress) -> u64 {
+    let total = match p.kind {
+        WorkKind::Walk if p.bound > 0 => p.bound,
+        WorkKind::Walk => p.visited + p.total,
+        WorkKind::Import | WorkKind::Export | WorkKind::Consolidate => p.total,
+    };
+    total.max(work_done(p))
+}
+
+/// Machine-readable counters of progress: those of its kind, and the pair a host draws as a bar
+/// (`progress` of `progressTotal`: [`work_done`] of [`work_total`]).
 pub fn progress_json(p: &WorkProgress) -> Value {
+    let mut v = counters_json(p);
+    if let Value::Object(o) = &mut v {
+        o.insert("progress".into(), json!(work_done(p)));
+        o.insert("progressTotal".into(), json!(work_total(p)));
+    }
+    v
+}
+
+/// The counters of `p`'s kind.
+fn counters_json(p: &WorkProgress) -> Value {
     match p.kind {
         WorkKind::Walk => {
             json!({"visited": p.visited, "frontier": p.frontier, "depth": p.depth, "maxDepth": p.max_depth, "done": p.done, "total": p.total})
@@ -203,6 +239,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_pair_never_has_more_done_than_total() {
+        let walk = WorkProgress {
+            visited: 500,
+            bound: 300,
+            ..WorkProgress::default()
+        };
+        assert_eq!((work_done(&walk), work_total(&walk)), (500, 500));
+        let focus = WorkProgress {
+            visited: 1_000,
+            done: 200,
+            total: 1_000,
+            bound: 2_000,
+            ..WorkProgress::default()
+        };
+        assert_eq!((work_done(&focus), work_total(&focus)), (1_200, 2_000));
+        let import = WorkProgress {
+            kind: WorkKind::Import,
+            done: 10,
+            ..WorkProgress::default()
+        };
+        assert_eq!((work_done(&import), work_total(&import)), (10, 10));
+        let v = progress_json(&focus);
+        assert_eq!(
+            (v["progress"].as_u64(), v["progressTotal"].as_u64()),
+            (Some(1_200), Some(2_000))
+        );
+    }
+
+    #[test]
     fn messages_read_well() {
         let p = WorkProgress {
             visited: 48_211,
@@ -225,6 +290,14 @@ mod tests {
         assert_eq!(
             status_message(&import),
             "imported 41,200 / 100,000 items · 3 errors"
+        );
+        let bounded = WorkProgress {
+            bound: 200_000,
+            ..p
+        };
+        assert_eq!(
+            status_message(&bounded),
+            "visited 48,211 nodes · depth 3/5 · frontier 9,804 · 24%"
         );
         assert_eq!(group(1_000_000), "1,000,000");
         assert_eq!(group(999), "999");

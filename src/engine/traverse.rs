@@ -136,20 +136,30 @@ pub struct PathsResult {
     pub visited: u64,
 }
 
-fn direction_progress(p: &Progress) -> WorkProgress {
+/// A walk's counters as progress, of at most `bound` units of work (see [`WorkProgress::bound`]).
+fn direction_progress(p: &Progress, bound: u64) -> WorkProgress {
     WorkProgress {
         visited: p.visited,
         frontier: p.frontier,
         depth: p.depth,
         max_depth: p.max_depth,
+        bound,
         ..WorkProgress::default()
     }
 }
 
-/// A graph visitor that reports to `ctl` and stops when it is cancelled.
-fn watch(ctl: &dyn Control) -> impl FnMut(&Progress) -> ControlFlow<()> + '_ {
+/// Most nodes a walk of at most `max_nodes` settles in `graph`, times the memories it will
+/// score (`focus`): the bound of its progress.
+fn walk_bound(graph: &MemoryGraph, max_nodes: usize, focus: bool) -> u64 {
+    let nodes = max_nodes.min(graph.node_count()) as u64;
+    if focus { 2 * nodes } else { nodes }
+}
+
+/// A graph visitor that reports to `ctl`, of at most `bound` units of work, and stops when it
+/// is cancelled.
+fn watch(ctl: &dyn Control, bound: u64) -> impl FnMut(&Progress) -> ControlFlow<()> + '_ {
     move |p: &Progress| {
-        ctl.report(&direction_progress(p));
+        ctl.report(&direction_progress(p, bound));
         if ctl.is_cancelled() {
             ControlFlow::Break(())
         } else {
@@ -268,12 +278,16 @@ impl Engine {
         let view = self.synced_graph_or_cancelled(|| ctl.is_cancelled())?;
         let graph: &MemoryGraph = &view;
         let spec = walk_spec(graph, req, Order::Breadth, self.within(&req.access)?);
-        let mut visitor = watch(ctl);
+        let mut visitor = watch(ctl, walk_bound(graph, req.max_nodes, false));
         let seed_keys: Vec<i64> = seeds.iter().map(|k| k.0).collect();
         let outcome = traverse(graph, &seed_keys, &spec, &mut visitor);
         if outcome.cancelled {
             return Err(cancelled());
         }
+        ctl.report(&direction_progress(
+            &outcome.progress,
+            outcome.progress.visited,
+        ));
         Ok(outcome.reached.iter().map(|r| MemoryKey(r.key)).collect())
     }
 
@@ -320,13 +334,21 @@ impl Engine {
             Order::Breadth
         };
         let spec = walk_spec(graph, req, order, self.within(&req.access)?);
-        let mut visitor = watch(ctl);
+        let focus = req.focus.is_some();
+        let mut visitor = watch(ctl, walk_bound(graph, req.max_nodes, focus));
         let seed_keys: Vec<i64> = seeds.iter().map(|k| k.0).collect();
         let outcome = traverse(graph, &seed_keys, &spec, &mut visitor);
         if outcome.cancelled {
             return Err(cancelled());
         }
-        let mut progress = direction_progress(&outcome.progress);
+        // The walk has ended: the bound is now what it settled, plus what it will score.
+        let to_score = if focus {
+            outcome.reached.len() as u64
+        } else {
+            0
+        };
+        let mut progress =
+            direction_progress(&outcome.progress, outcome.progress.visited + to_score);
         ctl.report(&progress);
 
         // Rank: by relevance to `focus` when asked (scoring every reached memory), else by depth
@@ -529,12 +551,14 @@ impl Engine {
             max_hops: spec.max_hops,
             within: self.within(&spec.access)?,
         };
-        let mut visitor = watch(ctl);
+        // Each of the `k` searches settles at most every node (Yen's spur searches are smaller).
+        let bound = (graph.node_count() as u64).saturating_mul(k.max(1) as u64);
+        let mut visitor = watch(ctl, bound);
         let out = find_paths(graph, a.key.0, b.key.0, k, &pspec, &mut visitor);
         if out.cancelled {
             return Err(cancelled());
         }
-        ctl.report(&direction_progress(&out.progress));
+        ctl.report(&direction_progress(&out.progress, out.progress.visited));
         let now = now_millis();
         self.note_walked(
             out.paths

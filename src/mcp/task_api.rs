@@ -13,12 +13,12 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 
-use crate::engine::control::{status_message, work_done};
+use crate::engine::control::{status_message, work_done, work_total};
 use crate::mcp::errors::{request_error, tool_answer, worker_failed};
 use crate::mcp::work;
 use crate::mcp::{budget, resources};
 use crate::model::{TaskRow, TaskState, format_time};
-use crate::tasks::{Answer, Capability, Requester, TaskView, Tasks, decide, short_id};
+use crate::tasks::{Answer, Capability, Decision, Requester, TaskView, Tasks, decide, short_id};
 
 /// `_meta` key of the decision on a tool result or task handle.
 const DECISION_KEY: &str = "mnemograph/decision";
@@ -27,19 +27,21 @@ const PROGRESS_KEY: &str = "mnemograph/progress";
 /// Request `_meta` key a client may use to ask for a task time-to-live, in milliseconds.
 const TTL_KEY: &str = "mnemograph/taskTtlMs";
 
-/// Whether this request may receive a task (the spec forbids tasks before 2026-07-28 even when a
-/// legacy session listed the extension).
+/// Whether this request may receive a task: when its client declared the tasks extension, in
+/// either era (a 2025-11-25 client that lists it in `initialize` speaks its `tasks/*` methods).
 pub(crate) fn capability(ctx: &RequestContext<RoleServer>) -> Capability {
     let modern = ctx
         .protocol_version()
         .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
-    if !modern {
-        Capability::OldProtocol
-    } else if ctx
+    // Declared on the request (2026-07-28) or, in a 2025-11-25 session, in `initialize`: a
+    // client that declared the extension polls its tasks, whatever the era.
+    if ctx
         .client_capabilities()
         .is_some_and(|c| c.supports_tasks())
     {
         Capability::Tasks
+    } else if !modern {
+        Capability::OldProtocol
     } else {
         Capability::NotDeclared
     }
@@ -63,7 +65,7 @@ fn wire_status(s: TaskState) -> TaskStatus {
     }
 }
 
-fn wire_task(row: &TaskRow, message: Option<String>) -> Task {
+fn wire_task(row: &TaskRow, message: Option<String>, poll_interval_ms: Option<u64>) -> Task {
     let mut t = Task::new(
         row.id.clone(),
         wire_status(row.status),
@@ -72,7 +74,7 @@ fn wire_task(row: &TaskRow, message: Option<String>) -> Task {
     );
     t.status_message = message;
     t.ttl_ms = row.ttl_ms.map(|t| t.max(0) as u64);
-    t.poll_interval_ms = row.poll_interval_ms.map(|t| t.max(0) as u64);
+    t.poll_interval_ms = poll_interval_ms;
     t
 }
 
@@ -133,6 +135,7 @@ pub(crate) async fn call_long(
             let fw = tokio::spawn(async move {
                 while let Some(p) = rx.recv().await {
                     let n = ProgressNotificationParam::new(token.clone(), work_done(&p) as f64)
+                        .with_total(work_total(&p) as f64)
                         .with_message(status_message(&p));
                     if let Err(e) = peer.notify_progress(n).await {
                         tracing::debug!(error = %e, "progress notification not sent");
@@ -155,7 +158,10 @@ pub(crate) async fn call_long(
             &owner,
             tool,
             work,
-            plan,
+            Decision {
+                plan,
+                estimate: std::time::Duration::from_secs_f64(estimate_ms.max(0.0) / 1e3),
+            },
             ttl,
             on_progress,
             ctx.ct.cancelled(),
@@ -175,7 +181,8 @@ pub(crate) async fn call_long(
                 tool,
                 "answered with a task handle"
             );
-            let task = wire_task(&row, row.status_message.clone());
+            let poll = row.poll_interval_ms.map(|t| t.max(0) as u64);
+            let task = wire_task(&row, row.status_message.clone(), poll);
             Ok(CallToolResponse::Task(
                 CreateTaskResult::new(task).with_meta(meta(decision)),
             ))
@@ -253,7 +260,7 @@ fn detailed(view: &TaskView, tokens: usize) -> GetTaskResult {
         }
     };
     let mut res = GetTaskResult::new(DetailedTask::new(
-        wire_task(row, view.status_message()),
+        wire_task(row, view.status_message(), view.poll_interval_ms()),
         payload,
     ));
     res.meta = Some(meta(

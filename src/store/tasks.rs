@@ -99,6 +99,7 @@ pub fn heartbeat(
         &format!(
             "UPDATE tasks SET status_message = CASE status WHEN 'working' THEN ?3 ELSE status_message END, \
              progress = ?4, checkpoint = coalesce(?5, checkpoint), \
+             poll_interval_ms = coalesce(?7, poll_interval_ms), \
              heartbeat_at = ?6, updated_at = ?6 WHERE id = ?1 AND boot_id = ?2 AND {LIVE} \
              RETURNING cancel_requested"
         ),
@@ -108,7 +109,8 @@ pub fn heartbeat(
             beat.status_message,
             beat.progress.to_string(),
             beat.checkpoint.map(|c| c.to_string()),
-            now
+            now,
+            beat.poll_interval_ms
         ],
         |r| r.get(0),
     )
@@ -121,6 +123,8 @@ pub struct Beat<'a> {
     pub progress: &'a serde_json::Value,
     /// Where a resumed task starts again (`None`: the stored one stays).
     pub checkpoint: Option<&'a serde_json::Value>,
+    /// How long a poller should wait now (`None`: the stored advice stays).
+    pub poll_interval_ms: Option<i64>,
 }
 
 /// How a task ends: its terminal state, last word and progress, and its result or error.

@@ -6,6 +6,7 @@
 //! Size: the runner's phases (inline race, row, heartbeat, cancel, input, adoption) share `Live`;
 //! about half of the file is their tests.
 
+mod pace;
 pub mod policy;
 pub mod schedule;
 
@@ -17,7 +18,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::engine::control::{
-    Control, Progressing, WorkKind, WorkProgress, progress_json, status_message, work_done,
+    Control, Progressing, WorkKind, WorkProgress, status_message, work_done,
 };
 use crate::engine::work::Work;
 use crate::engine::{Beat, Ending, Engine, Grant};
@@ -25,7 +26,9 @@ use crate::error::{Error, Result};
 use crate::lock::lock;
 use crate::model::{Millis, TaskRow, TaskState, now_millis};
 
-pub use policy::{Capability, Plan, decide};
+use pace::Pace;
+pub use pace::Reading;
+pub use policy::{Capability, Decision, Plan, decide};
 pub use schedule::Schedule;
 
 /// Runs the work a task stands for. [`EngineExecutor`] runs every [`Work`] in the engine; a
@@ -75,7 +78,6 @@ pub struct TaskConfig {
     pub inline_budget: Duration,
     pub default_ttl_ms: u64,
     pub max_ttl_ms: u64,
-    pub poll_interval_ms: u64,
     /// How often a running task's progress is written to its row (and cancellation looked up).
     pub heartbeat: Duration,
     /// A working row whose heartbeat is older than this belongs to a dead process.
@@ -88,7 +90,6 @@ impl Default for TaskConfig {
             inline_budget: Duration::from_millis(200),
             default_ttl_ms: 3_600_000,
             max_ttl_ms: 24 * 3_600_000,
-            poll_interval_ms: 250,
             heartbeat: Duration::from_millis(100),
             stale_after: Duration::from_secs(3),
         }
@@ -134,6 +135,8 @@ struct Live {
     /// When this process asked the work to stop, and the work done by then: how promptly it
     /// stopped is told in the task's final progress.
     stop_asked: Mutex<Option<(std::time::Instant, u64)>>,
+    /// How its progress reads and how often to poll it.
+    pace: Pace,
 }
 
 impl Live {
@@ -162,7 +165,13 @@ impl Live {
             may_wait: true,
             answered: (Mutex::new(()), Condvar::new()),
             stop_asked: Mutex::new(None),
+            pace: Pace::fresh(Duration::ZERO),
         }
+    }
+
+    /// How the work reads now.
+    fn reading(&self) -> Reading {
+        self.pace.read(&self.progress())
     }
 
     /// Asks the work to stop (the first request is the one timed).
@@ -225,7 +234,7 @@ impl LiveControl {
                 return Err(Error::invalid(
                     "input",
                     "this call needs answers from the client, and only a task can wait for them",
-                    "call it from a client with MCP tasks support (protocol 2026-07-28 and the tasks extension)",
+                    "call it from a client that declares the MCP tasks extension (io.modelcontextprotocol/tasks)",
                 ));
             }
             if self.is_cancelled() {
@@ -350,14 +359,14 @@ pub struct Tasks {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskView {
     pub row: TaskRow,
-    pub progress: Option<WorkProgress>,
+    pub progress: Option<Reading>,
 }
 
 impl TaskView {
     /// The status message, fresh when the task runs here.
     pub fn status_message(&self) -> Option<String> {
         match (&self.progress, self.row.status) {
-            (Some(p), TaskState::Working) => Some(status_message(p)),
+            (Some(r), TaskState::Working) => Some(r.status_message.clone()),
             _ => self.row.status_message.clone(),
         }
     }
@@ -365,8 +374,20 @@ impl TaskView {
     /// Counters, fresh when the task runs here.
     pub fn progress_json(&self) -> Value {
         match (&self.progress, self.row.status) {
-            (Some(p), TaskState::Working) => progress_json(p),
+            (Some(r), TaskState::Working) => r.progress.clone(),
             _ => self.row.progress.clone(),
+        }
+    }
+
+    /// How long a poller should wait before looking again (fresh when the task runs here);
+    /// `None` once it has ended.
+    pub fn poll_interval_ms(&self) -> Option<u64> {
+        if self.row.status.is_terminal() {
+            return None;
+        }
+        match &self.progress {
+            Some(r) => Some(r.poll_interval.as_millis() as u64),
+            None => self.row.poll_interval_ms.map(|t| t.max(0) as u64),
         }
     }
 }
@@ -443,15 +464,17 @@ impl Tasks {
         owner: &Requester,
         tool: &str,
         work: Work,
-        plan: Plan,
+        decision: Decision,
         ttl_ms: Option<u64>,
         on_progress: Option<ProgressSink>,
         cancelled: impl Future<Output = ()> + Send,
     ) -> Result<Answer> {
         let kind = self.executor.work_kind(&work);
         let arguments = serde_json::to_value(&work)?;
+        let plan = decision.plan;
         let live = Arc::new(Live {
             may_wait: plan != Plan::Inline,
+            pace: Pace::fresh(decision.estimate),
             ..Live::new(None, None, tool, Arc::new(work), kind)
         });
         let mut handle = self.spawn_work(&live);
@@ -505,20 +528,21 @@ impl Tasks {
         }
         // Becomes a task: the row is committed before the handle is returned.
         let now = now_millis();
+        let reading = live.reading();
         let row = TaskRow {
             id: random_task_id(),
             owner: owner.owner.clone(),
             tool: tool.to_owned(),
             arguments,
             status: TaskState::Working,
-            status_message: Some(status_message(&live.progress())),
-            progress: progress_json(&live.progress()),
+            status_message: Some(reading.status_message),
+            progress: reading.progress,
             result: None,
             error: None,
             created_at: now,
             updated_at: now,
             ttl_ms: Some(self.ttl(ttl_ms) as i64),
-            poll_interval_ms: Some(self.cfg.poll_interval_ms as i64),
+            poll_interval_ms: Some(reading.poll_interval.as_millis() as i64),
             checkpoint: lock(&live.checkpoint).clone(),
             boot_id: self.boot_id.clone(),
             heartbeat_at: now,
@@ -579,11 +603,15 @@ impl Tasks {
                 tokio::select! {
                     joined = &mut handle => break flatten(joined),
                     _ = tick.tick() => {
-                        let p = live.progress();
+                        let r = live.reading();
                         let (engine, id2, boot) = (Arc::clone(&me.engine), id.clone(), me.boot_id.clone());
                         let beat = tokio::task::spawn_blocking(move || {
-                            let (message, progress) = (status_message(&p), progress_json(&p));
-                            let beat = Beat { status_message: &message, progress: &progress, checkpoint: None };
+                            let beat = Beat {
+                                status_message: &r.status_message,
+                                progress: &r.progress,
+                                checkpoint: None,
+                                poll_interval_ms: Some(r.poll_interval.as_millis() as i64),
+                            };
                             engine.task_heartbeat(&id2, &boot, &beat, now_millis())
                         }).await;
                         match flatten(beat) {
@@ -665,7 +693,7 @@ impl Tasks {
         };
         let engine = Arc::clone(&self.engine);
         let (id2, boot) = (id.to_owned(), self.boot_id.clone());
-        let mut prog = progress_json(&p);
+        let mut prog = live.pace.read(&p).progress;
         if status == TaskState::Cancelled
             && let Some((asked, done_then)) = *lock(&live.stop_asked)
             && let Value::Object(o) = &mut prog
@@ -722,7 +750,7 @@ impl Tasks {
         if !who.sees(&row) || self.expired(&row, now_millis()) {
             return Ok(None);
         }
-        let progress = lock(&self.live).get(id).map(|l| l.progress());
+        let progress = lock(&self.live).get(id).map(|l| l.reading());
         Ok(Some(TaskView { row, progress }))
     }
 
@@ -860,7 +888,7 @@ impl Tasks {
             .into_iter()
             .filter(|r| !self.expired(r, now))
             .map(|row| {
-                let progress = live.get(&row.id).map(|l| l.progress());
+                let progress = live.get(&row.id).map(|l| l.reading());
                 TaskView { row, progress }
             })
             .collect())
@@ -948,18 +976,24 @@ impl Tasks {
         }
         if self.executor.resumable(&work) {
             tracing::info!(task = short_id(&row.id), tool = %row.tool, "resuming a task whose process stopped, from its last checkpoint");
-            let live = Arc::new(Live::new(
-                Some(row.id.clone()),
-                row.checkpoint.clone(),
-                &row.tool,
-                work,
-                kind,
-            ));
+            let live = Arc::new(Live {
+                pace: Pace::resumed(&row.progress),
+                ..Live::new(
+                    Some(row.id.clone()),
+                    row.checkpoint.clone(),
+                    &row.tool,
+                    work,
+                    kind,
+                )
+            });
             let handle = self.spawn_work(&live);
             self.track(row.id, live, handle);
         } else if self.executor.rerunnable(&work) {
             tracing::info!(task = short_id(&row.id), tool = %row.tool, "re-running a task whose process stopped");
-            let live = Arc::new(Live::new(Some(row.id.clone()), None, &row.tool, work, kind));
+            let live = Arc::new(Live {
+                pace: Pace::resumed(&row.progress),
+                ..Live::new(Some(row.id.clone()), None, &row.tool, work, kind)
+            });
             let handle = self.spawn_work(&live);
             self.track(row.id, live, handle);
         } else {
@@ -1056,6 +1090,7 @@ fn flatten<T>(joined: std::result::Result<Result<T>, tokio::task::JoinError>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::control::progress_json;
 
     #[test]
     fn ids_in_logs_are_short() {
@@ -1162,7 +1197,7 @@ mod tests {
                     name: tool.into(),
                     args,
                 },
-                Plan::Task,
+                Plan::Task.into(),
                 None,
                 None,
                 std::future::pending(),
@@ -1379,7 +1414,7 @@ mod tests {
                     name: "ask".into(),
                     args: json!({"ask": [["a"]]}),
                 },
-                Plan::Inline,
+                Plan::Inline.into(),
                 None,
                 None,
                 std::future::pending(),

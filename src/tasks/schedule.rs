@@ -155,7 +155,7 @@ impl Tasks {
                 &super::Requester::full(OWNER),
                 &schedule.tool,
                 schedule.work.clone(),
-                Plan::Task,
+                Plan::Task.into(),
                 None,
                 None,
                 std::future::pending(),

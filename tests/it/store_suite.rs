@@ -427,6 +427,7 @@ fn task_rows_live_heartbeat_and_finish_alike() {
                     status_message: "half",
                     progress: &progress,
                     checkpoint: Some(&at),
+                    poll_interval_ms: Some(1_234),
                 };
                 let beat = tasks::heartbeat(db, "t1", "boot_a", &half, 150)?;
                 let empty = json!({});
@@ -434,6 +435,7 @@ fn task_rows_live_heartbeat_and_finish_alike() {
                     status_message: "x",
                     progress: &empty,
                     checkpoint: None,
+                    poll_interval_ms: None,
                 };
                 assert_eq!(beat, Some(false), "{backend}");
                 assert_eq!(tasks::heartbeat(db, "t1", "boot_b", &x, 150)?, None);
@@ -460,6 +462,7 @@ fn task_rows_live_heartbeat_and_finish_alike() {
                 assert_eq!(t1.status, TaskState::Cancelled, "{backend}");
                 assert!(t1.cancel_requested);
                 assert_eq!(t1.checkpoint, Some(json!({"at": 9})));
+                assert_eq!(t1.poll_interval_ms, Some(1_234), "{backend}");
                 assert_eq!(tasks::list(db, Some("bob"), 10)?.len(), 1);
                 assert_eq!(tasks::list(db, None, 10)?.len(), 2, "{backend}");
                 let counts = tasks::count_by_status(db)?;

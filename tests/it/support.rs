@@ -617,16 +617,28 @@ impl Raw {
         raw
     }
 
-    /// `initialize` + `notifications/initialized`, or `server/discover`.
+    /// `initialize` (declaring the tasks extension) + `notifications/initialized`, or
+    /// `server/discover`.
     pub(crate) async fn start_session(&mut self, era: Era) {
+        self.start_session_as(era, true).await;
+    }
+
+    /// Like [`Raw::start_session`]; a 2025-11-25 client declares the tasks extension in
+    /// `initialize` when `tasks` (a 2026-07-28 one declares it per request, or not).
+    pub(crate) async fn start_session_as(&mut self, era: Era, tasks: bool) {
         self.era = Some(era);
+        let capabilities = if tasks {
+            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+        } else {
+            json!({})
+        };
         let reply = match era {
             Era::Initialize => {
                 let r = self
                     .call_raw(
                         "initialize",
                         json!({"protocolVersion": "2025-11-25",
-                            "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+                            "capabilities": capabilities,
                             "clientInfo": {"name": "raw-client", "version": "1.0"}}),
                     )
                     .await;

@@ -137,12 +137,15 @@ fn build(db: &Path) {
     engine.sync_text().expect("index the fixture");
 }
 
+/// The progress notifications a client received: `progress` and `total`.
+type ProgressLog = Arc<Mutex<Vec<(f64, Option<f64>)>>>;
+
 /// A client that records progress notifications and may declare the tasks extension.
 #[derive(Clone, Default)]
 struct Recorder {
     tasks: bool,
     name: String,
-    progress: Arc<Mutex<Vec<(f64, Instant)>>>,
+    progress: ProgressLog,
 }
 
 impl ClientHandler for Recorder {
@@ -163,13 +166,13 @@ impl ClientHandler for Recorder {
         self.progress
             .lock()
             .expect("progress log")
-            .push((params.progress, Instant::now()));
+            .push((params.progress, params.total));
     }
 }
 
 pub(crate) struct Client {
     service: RunningService<RoleClient, Recorder>,
-    progress: Arc<Mutex<Vec<(f64, Instant)>>>,
+    progress: ProgressLog,
     /// The server's process id.
     pub(crate) pid: u32,
     /// The server process when it is reached over HTTP.
@@ -407,22 +410,53 @@ pub(crate) async fn poll_until_terminal(
     id: &str,
     limit: Duration,
 ) -> (GetTaskResult, Vec<u64>) {
+    let (done, polls) = follow(c, id, limit, Duration::from_secs(10)).await;
+    (done, polls.iter().map(|p| p.work).collect())
+}
+
+/// One look at a working task.
+#[derive(Debug, Clone)]
+pub(crate) struct Poll {
+    /// Work done by the kind's own counters (nodes visited plus memories scored, …).
+    pub(crate) work: u64,
+    /// The `progress`/`progressTotal` pair of `_meta`.
+    pub(crate) pair: (u64, u64),
+    /// The poll interval advised.
+    pub(crate) interval_ms: u64,
+}
+
+/// Polls task `id` as its advice says (but at least every `most`) until it ends (at most
+/// `limit`): the end, and every look at it while it worked.
+pub(crate) async fn follow(
+    c: &Client,
+    id: &str,
+    limit: Duration,
+    most: Duration,
+) -> (GetTaskResult, Vec<Poll>) {
     let deadline = Instant::now() + limit;
-    let mut counts = Vec::new();
+    let mut polls = Vec::new();
     loop {
         let t = c.get(id).await.expect("tasks/get");
         if t.task.task.status != TaskStatus::Working {
-            return (t, counts);
+            return (t, polls);
         }
-        counts.push(visited(&t));
+        let p = t.meta.as_ref().and_then(|m| m.0.get("mnemograph/progress"));
+        let n = |k: &str| p.and_then(|p| p[k].as_u64()).unwrap_or(0);
+        let interval_ms = t
+            .task
+            .task
+            .poll_interval_ms
+            .expect("a working task says when to look again");
+        polls.push(Poll {
+            work: visited(&t),
+            pair: (n("progress"), n("progressTotal")),
+            interval_ms,
+        });
         assert!(
             Instant::now() < deadline,
             "task still working after {limit:?}"
         );
-        tokio::time::sleep(Duration::from_millis(
-            t.task.task.poll_interval_ms.unwrap_or(250),
-        ))
-        .await;
+        tokio::time::sleep(Duration::from_millis(interval_ms).min(most)).await;
     }
 }
 
@@ -482,7 +516,29 @@ async fn deep_walk_task(wire: Wire) {
         .and_then(|m| m.0.get("mnemograph/decision"))
         .expect("decision in _meta");
     assert_eq!(decision["plan"], "task", "{decision}");
-    let (done, counts) = poll_until_terminal(&c, &id, Duration::from_secs(120)).await;
+    // Looked at more often than advised, to see the progress move.
+    let (done, polls) = follow(
+        &c,
+        &id,
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+    )
+    .await;
+    let counts: Vec<u64> = polls.iter().map(|p| p.work).collect();
+    // One pair a host draws as a bar: it never goes back, never passes its total, and ends full.
+    let pairs: Vec<(u64, u64)> = polls.iter().map(|p| p.pair).collect();
+    assert!(pairs.iter().all(|&(p, t)| p <= t), "{pairs:?}");
+    assert!(pairs.iter().any(|&(p, _)| p > 0), "{pairs:?}");
+    assert!(pairs.windows(2).all(|w| w[1].0 >= w[0].0), "{pairs:?}");
+    let end = &done.meta.as_ref().expect("_meta")["mnemograph/progress"];
+    assert_eq!(end["progress"], end["progressTotal"], "{end}");
+    // The advice follows the work: between its floor and ceiling, and not one look per 250 ms.
+    assert!(
+        polls
+            .iter()
+            .all(|p| (100..=10_000).contains(&p.interval_ms)),
+        "{polls:?}"
+    );
     // Zero while a fresh server loads the graph (the task waits for it), then growing.
     let walking: Vec<u64> = counts.iter().copied().skip_while(|&n| n == 0).collect();
     assert!(walking.len() >= 2, "polled while working: {counts:?}");
@@ -634,7 +690,7 @@ async fn shallow_lookup_is_inline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_without_tasks_get_bounded_inline_answers_with_progress() {
     let db = fixture();
-    for (modern, tasks) in [(false, true), (true, false)] {
+    for (modern, tasks) in [(false, false), (true, false)] {
         let c = connect(db, modern, tasks, "plain", &[]).await;
         let CallToolResponse::Complete(r) = c.call("traverse", deep_walk(), Some(7)).await.unwrap()
         else {
@@ -660,7 +716,34 @@ async fn clients_without_tasks_get_bounded_inline_answers_with_progress() {
             "modern={modern}: progress notifications were sent"
         );
         assert!(seen.windows(2).all(|w| w[1].0 >= w[0].0));
+        // Each says of how much: a host can draw a bar.
+        assert!(
+            seen.iter().all(|&(p, t)| t.is_some_and(|t| t >= p)),
+            "{seen:?}"
+        );
     }
+}
+
+/// A 2025-11-25 client that declared the tasks extension in `initialize` gets a task, polls it to
+/// its end and reads its result: both eras tell the truth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2025_client_that_declared_tasks_gets_a_task() {
+    let c = connect(fixture(), false, true, "agent-2025", &[]).await;
+    let CallToolResponse::Task(created) = c.call("traverse", deep_walk(), None).await.unwrap()
+    else {
+        panic!("a deep walk of a client that declared tasks is a task, whatever its era");
+    };
+    let (done, _) = poll_until_terminal(&c, &created.task.task_id, Duration::from_secs(120)).await;
+    assert_eq!(done.task.task.status, TaskStatus::Completed);
+    let result = serde_json::to_value(&done).expect("serialise");
+    let out = &result["result"]["structuredContent"];
+    assert_eq!(out["nodes"].as_array().map(Vec::len), Some(20), "{out}");
+    assert!(out.get("truncated").is_none_or(|t| t == false), "{out}");
+    assert!(
+        out.get("hint").is_none(),
+        "no hint to do what it does: {out}"
+    );
+    c.stop().await;
 }
 
 /// On the wire: every progress notification of an inline call comes before its response, and
@@ -895,7 +978,8 @@ async fn a_client_cancelling_an_inline_call_stops_its_work() {
     let root = out_dir.path().to_str().unwrap().to_owned();
     let target = out_dir.path().join("everything.jsonl");
     let mut raw = Raw::spawn(fixture(), &["--import-root", &root]);
-    raw.start_session(Era::Initialize).await;
+    // A client without tasks: its call stays inline, where `notifications/cancelled` applies.
+    raw.start_session_as(Era::Initialize, false).await;
     let call = raw.request(
         json!("export-1"),
         "tools/call",

@@ -235,7 +235,8 @@ fn import_text(n: usize) -> String {
 async fn a_request_id_still_in_use_is_refused_and_the_first_request_is_served() {
     for era in Era::ALL {
         let db = TestDb::new();
-        let mut raw = Raw::open(&db.path, era).await;
+        let mut raw = Raw::spawn(&db.path, &[]);
+        raw.start_session_as(era, false).await;
         // Declares no tasks, so the import is answered inline.
         let mut params =
             json!({"name": "import", "arguments": {"source": {"text": import_text(3_000)}}});

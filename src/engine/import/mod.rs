@@ -424,7 +424,8 @@ impl Run<'_> {
     }
 
     fn progress(&self) {
-        let done = self.items.min(self.total.max(self.items));
+        // A resumed import reads its skipped records again first: it counts from where it was.
+        let done = self.items.max(self.skip);
         self.ctl.report(&WorkProgress {
             kind: WorkKind::Import,
             visited: done,

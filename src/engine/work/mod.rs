@@ -259,7 +259,7 @@ pub fn truncation_hint(truncated: bool, max_nodes: usize, inline_limited: bool) 
     truncated.then(|| {
         if inline_limited {
             format!(
-                "stopped at the work limit of {max_nodes} nodes for clients without MCP tasks: narrow the walk (a smaller depth, only some `kinds`, a higher `min_weight`, one `direction`), or use a client with MCP tasks support to run it in full"
+                "stopped at the work limit of {max_nodes} nodes for clients without MCP tasks: narrow the walk (a smaller depth, only some `kinds`, a higher `min_weight`, one `direction`), or call it from a client that declares the MCP tasks extension (io.modelcontextprotocol/tasks) to run it in full as a task"
             )
         } else {
             format!(
