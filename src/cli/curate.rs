@@ -131,6 +131,7 @@ pub(super) fn run(engine: &Engine, call: Call) -> anyhow::Result<ExitCode> {
         policy,
         dry_run: call.dry_run,
         started_by: "cli".into(),
+        ..ConsolidateRequest::default()
     };
     let progress = Progress::new();
     let res = engine.consolidate(&req, &progress);

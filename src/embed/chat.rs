@@ -111,6 +111,34 @@ fn clip(text: &str, max: usize) -> String {
     }
 }
 
+/// What a model is asked for a summary of `texts` (in the order said, the earliest when they
+/// say more than it reads) under `about`, in at most `max_chars` characters: its system
+/// prompt and the user's message. The same whoever's model writes it.
+pub(crate) fn prompt(about: &str, texts: &[&str], max_chars: usize) -> (String, String) {
+    let mut input = String::new();
+    for t in texts {
+        if input.len() + t.len() > MAX_INPUT_CHARS {
+            break;
+        }
+        input.push_str(t);
+        input.push('\n');
+    }
+    let system = format!(
+        "You summarise conversations and notes for a memory store. Write plain prose of at \
+         most {max_chars} characters. Keep every name, date and number that matters; state \
+         facts, not greetings; add nothing that is not in the text."
+    );
+    (system, format!("{about}\n\n{input}"))
+}
+
+/// A model's summary as it is stored: one line, at most `max_chars` characters.
+pub(crate) fn tidy(text: &str, max_chars: usize) -> String {
+    clip(
+        &text.split_whitespace().collect::<Vec<_>>().join(" "),
+        max_chars,
+    )
+}
+
 impl Summarizer for HttpSummarizer {
     fn describe(&self) -> &str {
         &self.url
@@ -122,26 +150,14 @@ impl Summarizer for HttpSummarizer {
         texts: &[&str],
         max_chars: usize,
     ) -> std::result::Result<String, String> {
-        let mut input = String::new();
-        for t in texts {
-            if input.len() + t.len() > MAX_INPUT_CHARS {
-                break;
-            }
-            input.push_str(t);
-            input.push('\n');
-        }
-        let system = format!(
-            "You summarise conversations and notes for a memory store. Write plain prose of at \
-             most {max_chars} characters. Keep every name, date and number that matters; state \
-             facts, not greetings; add nothing that is not in the text."
-        );
+        let (system, user) = prompt(about, texts, max_chars);
         let body = serde_json::json!({
             "model": self.model,
             "temperature": 0,
             "stream": false,
             "messages": [
                 {"role": "system", "content": system},
-                {"role": "user", "content": format!("{about}\n\n{input}")},
+                {"role": "user", "content": user},
             ],
         });
         let req = post_json(&self.agent, &self.url, self.api_key.as_deref());
@@ -173,12 +189,12 @@ impl Summarizer for HttpSummarizer {
             .into_iter()
             .next()
             .and_then(|c| c.message.content)
-            .map(|t| t.split_whitespace().collect::<Vec<_>>().join(" "))
+            .map(|t| tidy(&t, max_chars))
             .unwrap_or_default();
         if text.is_empty() {
             return Err(format!("{url} answered an empty summary"));
         }
-        Ok(clip(&text, max_chars))
+        Ok(text)
     }
 }
 

@@ -47,6 +47,14 @@ pub enum WorkKind {
     Consolidate,
 }
 
+/// What the client behind a call can answer when its work asks ([`Control::ask`]): forms
+/// (`elicitation/create`) and its own model (`sampling/createMessage`), as it declared them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Answering {
+    pub elicitation: bool,
+    pub sampling: bool,
+}
+
 /// How a long call reports progress and learns it should stop.
 pub trait Control: Sync {
     fn report(&self, p: &WorkProgress);
@@ -62,15 +70,22 @@ pub trait Control: Sync {
     }
     /// The latest checkpoint, so a task row created after the work started begins with it.
     fn checkpointed(&self, _checkpoint: &serde_json::Value) {}
+    /// Whether [`Control::ask`] can reach the client: the work runs (or may become) a task.
+    fn can_ask(&self) -> bool {
+        false
+    }
     /// Asks the client for input and waits for its answers (MCP `input_required`): `requests`
     /// maps keys the work chooses to requests (`{"method": "elicitation/create", "params": …}`).
     /// Keys name the question, not the moment, so that work re-run after a restart finds the
-    /// answers already given and asks only for the rest. Returns every answer by key;
-    /// `Error::Cancelled` when the work is stopped while it waits. Only work that runs as a task
-    /// can ask; elsewhere this is an error that says so.
+    /// answers already given and asks only for the rest. Waits at most `wait`: a request still
+    /// unanswered then is answered `null` (recorded so, so a re-run does not ask again), and
+    /// the work takes its stated default. Returns every answer by key; `Error::Cancelled` when
+    /// the work is stopped while it waits. Only work that runs as a task can ask; elsewhere
+    /// this is an error that says so.
     fn ask(
         &self,
         _requests: &serde_json::Map<String, serde_json::Value>,
+        _wait: std::time::Duration,
     ) -> Result<serde_json::Map<String, serde_json::Value>> {
         Err(Error::invalid(
             "input",
@@ -218,6 +233,18 @@ fn counters_json(p: &WorkProgress) -> Value {
         WorkKind::Consolidate => {
             json!({"done": p.done, "total": p.total, "merged": p.merged, "archived": p.archived, "summaries": p.summaries})
         }
+    }
+}
+
+/// A wait as a person says it: "45 s", "5 min", "2 h".
+pub fn duration_words(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3_600 && s.is_multiple_of(3_600) {
+        format!("{} h", s / 3_600)
+    } else if s >= 60 && s.is_multiple_of(60) {
+        format!("{} min", s / 60)
+    } else {
+        format!("{s} s")
     }
 }
 

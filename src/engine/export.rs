@@ -6,13 +6,13 @@ use std::collections::HashSet;
 use std::io::Write;
 
 use crate::engine::Engine;
-use crate::engine::control::{Control, WorkKind, WorkProgress};
+use crate::engine::control::{Control, Progressing, WorkKind, WorkProgress};
 use crate::engine::traverse::TraverseRequest;
 use crate::error::{Error, Result};
 use crate::formats::{dot, graphml, jsonl};
-use crate::model::{Memory, MemoryKey, now_millis};
+use crate::model::{Memory, MemoryKey, Relation, now_millis};
 use crate::store::history::{self, Entity};
-use crate::store::{memories, relations, vectors};
+use crate::store::{Db, memories, relations, vectors};
 
 /// Memories read per page.
 const PAGE: usize = 5_000;
@@ -73,30 +73,44 @@ fn io(e: std::io::Error) -> Error {
 
 impl Engine {
     /// Writes the export to `out`, reporting progress to `ctl` (which may stop it).
+    ///
+    /// A subgraph or namespace export reads only what it exports: the keys it covers (the walk's
+    /// reach, or the namespace index), their rows by key and the relations leaving them by the
+    /// source index. Only a whole-database export pages through the tables.
     pub fn export(
         &self,
         req: &ExportRequest,
         out: &mut dyn Write,
         ctl: &dyn Control,
     ) -> Result<ExportCounts> {
-        if let Some(nss) = &req.namespaces {
-            for ns in nss {
-                self.resolve_namespace("namespaces", Some(ns))?;
-            }
-        }
-        let only: Option<HashSet<MemoryKey>> = match &req.subgraph {
+        self.check_export_namespaces(req)?;
+        let reached: Option<Vec<MemoryKey>> = match &req.subgraph {
             None => None,
-            Some(walk) => Some(self.reach(walk, ctl)?.into_iter().collect()),
+            Some(walk) => {
+                let mut keys = self.reach(walk, ctl)?;
+                keys.sort_unstable();
+                keys.dedup();
+                Some(keys)
+            }
         };
         let model = match (&self.embedder, req.vectors, req.format) {
             (Some(e), true, OutFormat::Jsonl) => Some(e.model_id().to_owned()),
             _ => None,
         };
-        let total = match &only {
-            Some(set) => set.len() as u64,
-            None => self.count_live(req.namespaces.as_deref())? as u64,
-        };
         self.store.snapshot(|c| {
+            let keys: Option<Vec<MemoryKey>> = match (&reached, &req.namespaces) {
+                (Some(keys), _) => Some(keys.clone()),
+                (None, Some(nss)) => {
+                    let mut keys = memories::keys_in(c, nss)?;
+                    keys.sort_unstable();
+                    Some(keys)
+                }
+                (None, None) => None,
+            };
+            let total = match &keys {
+                Some(keys) => keys.len() as u64,
+                None => memories::count_live(c, None)? as u64,
+            };
             match req.format {
                 OutFormat::Jsonl => {
                     jsonl::write_header(out, &jsonl::Header::new(now_millis(), model.clone()))
@@ -105,78 +119,60 @@ impl Engine {
                 OutFormat::Graphml => graphml::begin(out).map_err(io)?,
                 OutFormat::Dot => dot::begin(out).map_err(io)?,
             }
-            let mut counts = ExportCounts::default();
-            let mut exported: HashSet<MemoryKey> = HashSet::new();
-            let mut after = MemoryKey(0);
-            let mut progress = WorkProgress {
-                kind: WorkKind::Export,
-                total,
-                ..WorkProgress::default()
+            let mut page_out = PageWriter {
+                req,
+                model: model.as_deref(),
+                out: &mut *out,
+                exported: HashSet::new(),
+                counts: ExportCounts::default(),
+                progress: WorkProgress {
+                    kind: WorkKind::Export,
+                    total,
+                    ..WorkProgress::default()
+                },
             };
-            loop {
-                let page: Vec<Memory> =
-                    memories::live_page_in(c, req.namespaces.as_deref(), after, PAGE)?;
-                let Some(last) = page.last() else { break };
-                after = last.key;
-                let page: Vec<Memory> = match &only {
-                    Some(set) => page.into_iter().filter(|m| set.contains(&m.key)).collect(),
-                    None => page,
-                };
-                let vecs = match &model {
-                    Some(model) => {
-                        let keys: Vec<MemoryKey> = page.iter().map(|m| m.key).collect();
-                        vectors::current(c, model, &keys)?
+            match &keys {
+                Some(keys) => {
+                    for chunk in keys.chunks(PAGE) {
+                        let mut page = memories::by_keys(c, chunk)?;
+                        page.retain(|m| {
+                            m.deleted_at.is_none()
+                                && req
+                                    .namespaces
+                                    .as_ref()
+                                    .is_none_or(|nss| nss.contains(&m.namespace))
+                        });
+                        page.sort_unstable_by_key(|m| m.key);
+                        page_out.memories(c, &page, ctl)?;
                     }
-                    None => Default::default(),
-                };
-                for m in &page {
-                    match req.format {
-                        OutFormat::Jsonl => {
-                            let v = vecs
-                                .get(&m.key)
-                                .map(|v| (model.as_deref().unwrap_or(""), v.vec.as_slice()));
-                            let past = if req.history {
-                                history::of(c, Entity::Memory, m.key.0, MAX_HISTORY)?
-                            } else {
-                                Vec::new()
-                            };
-                            jsonl::write_memory(out, m, v, &past)
-                        }
-                        OutFormat::Graphml => graphml::node(out, m),
-                        OutFormat::Dot => dot::node(out, m),
-                    }
-                    .map_err(io)?;
-                    exported.insert(m.key);
                 }
-                counts.memories += page.len() as u64;
-                progress.done = counts.memories;
-                progress.visited = counts.memories;
-                ctl.report(&progress);
-                if ctl.is_cancelled() {
-                    return Err(Error::Cancelled);
+                None => {
+                    let mut after = MemoryKey(0);
+                    loop {
+                        let page = memories::live_page(c, after, PAGE)?;
+                        let Some(last) = page.last() else { break };
+                        after = last.key;
+                        page_out.memories(c, &page, ctl)?;
+                    }
                 }
             }
-            let mut after = 0i64;
-            loop {
-                let page = relations::live_page(c, after, PAGE)?;
-                let Some(last) = page.last() else { break };
-                after = last.0;
-                for (_, src, dst, r) in &page {
-                    if !exported.contains(src) || !exported.contains(dst) {
-                        continue;
-                    }
-                    match req.format {
-                        OutFormat::Jsonl => jsonl::write_relation(out, r),
-                        OutFormat::Graphml => graphml::edge(out, r),
-                        OutFormat::Dot => dot::edge(out, r),
-                    }
-                    .map_err(io)?;
-                    counts.relations += 1;
+            if keys.is_some() {
+                let mut written: Vec<MemoryKey> = page_out.exported.iter().copied().collect();
+                written.sort_unstable();
+                for chunk in written.chunks(PAGE) {
+                    let page = relations::live_from(c, chunk)?;
+                    page_out.relations(&page, ctl)?;
                 }
-                if ctl.is_cancelled() {
-                    return Err(Error::Cancelled);
+            } else {
+                let mut after = 0i64;
+                loop {
+                    let page = relations::live_page(c, after, PAGE)?;
+                    let Some(last) = page.last() else { break };
+                    after = last.0;
+                    page_out.relations(&page, ctl)?;
                 }
             }
+            let counts = page_out.counts;
             match req.format {
                 OutFormat::Jsonl => {}
                 OutFormat::Graphml => graphml::end(out).map_err(io)?,
@@ -186,6 +182,210 @@ impl Engine {
             Ok(counts)
         })
     }
+
+    /// Every namespace an export names must be one the caller may read.
+    fn check_export_namespaces(&self, req: &ExportRequest) -> Result<()> {
+        if let Some(nss) = &req.namespaces {
+            for ns in nss {
+                self.resolve_namespace("namespaces", Some(ns))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes the pages of one export in its format, keeping count of what it wrote.
+struct PageWriter<'a> {
+    req: &'a ExportRequest,
+    /// The model whose vectors are written, when they are.
+    model: Option<&'a str>,
+    out: &'a mut dyn Write,
+    /// Memories written: a relation is written when both its ends were.
+    exported: HashSet<MemoryKey>,
+    counts: ExportCounts,
+    progress: WorkProgress,
+}
+
+impl PageWriter<'_> {
+    fn memories(&mut self, c: &Db, page: &[Memory], ctl: &dyn Control) -> Result<()> {
+        let vecs = match self.model {
+            Some(model) => {
+                let keys: Vec<MemoryKey> = page.iter().map(|m| m.key).collect();
+                vectors::current(c, model, &keys)?
+            }
+            None => Default::default(),
+        };
+        for m in page {
+            match self.req.format {
+                OutFormat::Jsonl => {
+                    let v = vecs
+                        .get(&m.key)
+                        .map(|v| (self.model.unwrap_or(""), v.vec.as_slice()));
+                    let past = if self.req.history {
+                        history::of(c, Entity::Memory, m.key.0, MAX_HISTORY)?
+                    } else {
+                        Vec::new()
+                    };
+                    jsonl::write_memory(self.out, m, v, &past)
+                }
+                OutFormat::Graphml => graphml::node(self.out, m),
+                OutFormat::Dot => dot::node(self.out, m),
+            }
+            .map_err(io)?;
+            self.exported.insert(m.key);
+        }
+        self.counts.memories += page.len() as u64;
+        self.progress.done = self.counts.memories;
+        self.progress.visited = self.counts.memories;
+        ctl.report(&self.progress);
+        if ctl.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
+        Ok(())
+    }
+
+    fn relations(
+        &mut self,
+        page: &[(i64, MemoryKey, MemoryKey, Relation)],
+        ctl: &dyn Control,
+    ) -> Result<()> {
+        for (_, src, dst, r) in page {
+            if !self.exported.contains(src) || !self.exported.contains(dst) {
+                continue;
+            }
+            match self.req.format {
+                OutFormat::Jsonl => jsonl::write_relation(self.out, r),
+                OutFormat::Graphml => graphml::edge(self.out, r),
+                OutFormat::Dot => dot::edge(self.out, r),
+            }
+            .map_err(io)?;
+            self.counts.relations += 1;
+        }
+        if ctl.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
+        Ok(())
+    }
+}
+
+/// Memories and relations an export's size is estimated from.
+const SAMPLE_MEMORIES: usize = 256;
+const SAMPLE_RELATIONS: usize = 64;
+/// Memories written per millisecond by an export (for the estimate).
+const EXPORT_PER_MS: f64 = 50.0;
+/// Bytes a vector element takes in JSONL, roughly (`-0.0123456,`).
+const VECTOR_BYTES_PER_DIM: f64 = 11.0;
+
+/// Discards what is written, counting it.
+#[derive(Default)]
+struct Measure(u64);
+
+impl Write for Measure {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0 += b.len() as u64;
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// The cost of an export in milliseconds, after its cheap checks (the target, the
+    /// namespaces, the subgraph's seeds): in proportion to what it covers — the subgraph's
+    /// expected reach, the namespaces' memories, or the whole database. An export into the
+    /// answer that is expected to be larger than an answer carries is refused here, before any
+    /// work or task starts.
+    pub fn estimate_export(&self, req: &ExportRequest, target: &ExportTarget) -> Result<f64> {
+        self.check_export_target(target)?;
+        self.check_export_namespaces(req)?;
+        let (mut n, walk_ms) = match &req.subgraph {
+            Some(walk) => {
+                let seeds = self.check_traverse(walk)?;
+                let e = self.estimate_traverse(walk, &seeds)?;
+                (e.reach, e.ms)
+            }
+            None => (self.count_live(req.namespaces.as_deref())? as f64, 0.0),
+        };
+        if let ExportTarget::Inline(cap) = target {
+            let per_memory = self.export_bytes_per_memory(req)?;
+            if n * per_memory > *cap as f64
+                && let Some(walk) = &req.subgraph
+            {
+                // The reach was extrapolated: walk it (a fraction of the export's own cost)
+                // rather than refuse an export that fits.
+                n = self.reach(walk, &Progressing::default())?.len() as f64;
+            }
+            let bytes = n * per_memory;
+            if bytes > *cap as f64 {
+                return Err(too_big_inline(
+                    &format!("is about {}", mib(bytes)),
+                    &format!(" ({n:.0} memories and their relations)"),
+                    *cap,
+                ));
+            }
+        }
+        Ok(walk_ms + n / EXPORT_PER_MS)
+    }
+
+    /// Expected bytes an export writes per memory, its share of the relations included, from
+    /// a sample written in the export's own format.
+    fn export_bytes_per_memory(&self, req: &ExportRequest) -> Result<f64> {
+        let dims = match (&self.embedder, req.vectors, req.format) {
+            (Some(e), true, OutFormat::Jsonl) => e.dim() as f64,
+            _ => 0.0,
+        };
+        self.store.read(|c| {
+            let sample = memories::live_page_in(
+                c,
+                req.namespaces.as_deref(),
+                MemoryKey(0),
+                SAMPLE_MEMORIES,
+            )?;
+            let mut w = Measure::default();
+            for m in &sample {
+                match req.format {
+                    OutFormat::Jsonl => jsonl::write_memory(&mut w, m, None, &[]),
+                    OutFormat::Graphml => graphml::node(&mut w, m),
+                    OutFormat::Dot => dot::node(&mut w, m),
+                }
+                .map_err(io)?;
+            }
+            let memory = w.0 as f64 / sample.len().max(1) as f64 + dims * VECTOR_BYTES_PER_DIM;
+            let rels = relations::live_page(c, 0, SAMPLE_RELATIONS)?;
+            let mut w = Measure::default();
+            for (_, _, _, r) in &rels {
+                match req.format {
+                    OutFormat::Jsonl => jsonl::write_relation(&mut w, r),
+                    OutFormat::Graphml => graphml::edge(&mut w, r),
+                    OutFormat::Dot => dot::edge(&mut w, r),
+                }
+                .map_err(io)?;
+            }
+            let relation = w.0 as f64 / rels.len().max(1) as f64;
+            let per_memory = relations::approximate_count(c)? as f64
+                / memories::approximate_count(c)?.max(1) as f64;
+            Ok(memory + per_memory * relation)
+        })
+    }
+}
+
+/// `bytes` as "12.3 MiB".
+fn mib(bytes: f64) -> String {
+    format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
+}
+
+/// An export too big for the answer: `what` it is (and `detail`), against the cap.
+fn too_big_inline(what: &str, detail: &str, cap: usize) -> Error {
+    Error::invalid(
+        "export",
+        format!(
+            "{what}{detail}, too big to send to the client (an answer carries at most {})",
+            mib(cap as f64)
+        ),
+        "give `path` (a new file inside the import roots) to write it to a file, or narrow it with `namespaces` or `subgraph`",
+    )
 }
 
 #[cfg(test)]
@@ -306,13 +506,10 @@ impl Engine {
                         path: None,
                         text: Some(String::from_utf8_lossy(&w.buf).into_owned()),
                     }),
-                    Err(_) if w.over => Err(Error::invalid(
-                        "export",
-                        format!(
-                            "is larger than {} MiB, too big to send to the client",
-                            cap / (1024 * 1024)
-                        ),
-                        "give `path` (a new file inside the import roots) to write it to a file, or narrow it with namespaces/subgraph",
+                    Err(_) if w.over => Err(too_big_inline(
+                        &format!("is larger than {}", mib(*cap as f64)),
+                        " (found while writing it)",
+                        *cap,
                     )),
                     Err(e) => Err(e),
                 }

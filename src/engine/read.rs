@@ -4,7 +4,7 @@
 use crate::engine::write::lookup_in;
 use crate::engine::{Access, Engine};
 use crate::error::{Error, Result};
-use crate::model::{HistoryEntry, Memory, MemoryRef, Relation, Stats, now_millis};
+use crate::model::{HistoryEntry, Memory, MemoryKey, MemoryRef, Relation, Stats, now_millis};
 use crate::store::history::{self, Entity};
 use crate::store::{changes, memories, relations};
 
@@ -148,6 +148,33 @@ impl Engine {
         })?;
         self.note_touched(details.iter().map(|d| d.memory.key), now_millis());
         Ok(details)
+    }
+
+    /// The namespaces that `access` may read and that hold memories, in name order.
+    pub fn namespaces_in(&self, access: &Access) -> Result<Vec<String>> {
+        let all = self.store.read(memories::namespaces)?;
+        Ok(all.into_iter().filter(|ns| access.allows(ns)).collect())
+    }
+
+    /// Up to `n` of the newest live memories that `access` may read, below `before` when given
+    /// (what a listing pages through).
+    pub fn newest_memories(
+        &self,
+        access: &Access,
+        before: Option<MemoryKey>,
+        n: usize,
+    ) -> Result<Vec<memories::Listing>> {
+        let within = match access {
+            Access::All => None,
+            Access::Only(list) => Some(list.as_slice()),
+        };
+        self.store.read(|c| memories::newest(c, within, before, n))
+    }
+
+    /// Up to `n` ids of live memories of `namespace` starting with `prefix` (completion).
+    pub fn ids_with_prefix(&self, namespace: &str, prefix: &str, n: usize) -> Result<Vec<String>> {
+        self.store
+            .read(|c| memories::ids_with_prefix(c, namespace, prefix, n))
     }
 
     /// Counts per namespace and kind, index lag and database size.

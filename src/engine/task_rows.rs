@@ -95,6 +95,18 @@ impl Engine {
             .write(|tx| tasks::await_input(tx, id, boot_id, requests, status_message, now))
     }
 
+    /// Stops a task's wait for input whose time is up (see [`tasks::give_up_input`]).
+    pub fn task_give_up_input(
+        &self,
+        id: &str,
+        boot_id: &str,
+        status_message: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        self.store
+            .write(|tx| tasks::give_up_input(tx, id, boot_id, status_message, now))
+    }
+
     /// Records the client's answers to a task waiting for input (see [`tasks::answer_input`]).
     pub fn task_answer_input(
         &self,

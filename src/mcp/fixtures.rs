@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use rmcp::ErrorData as McpError;
 use rmcp::RoleServer;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
-    InputRequest, InputRequests, InputRequiredResult, JsonObject, ReadResourceResult,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities,
+    CompleteRequestParams, CompleteResult, CompletionInfo, ContentBlock, InputRequest,
+    InputRequests, InputRequiredResult, JsonObject, ReadResourceResult, Reference,
     ResourceContents, Tool,
 };
 use rmcp::service::RequestContext;
@@ -79,6 +80,28 @@ fn pause(ctl: &dyn Control, ms: u64) -> Result<()> {
     Ok(())
 }
 
+/// How long a fixture waits for the client's answers (the suite answers at once).
+const ANSWER_WAIT: Duration = Duration::from_secs(600);
+
+/// `completion/complete` of the suite's prompt argument (`test_prompt_with_arguments`); `None`
+/// for every other reference, which the server completes itself.
+pub(crate) fn complete(request: &CompleteRequestParams) -> Option<CompleteResult> {
+    let Reference::Prompt(p) = &request.r#ref else {
+        return None;
+    };
+    if p.name != "test_prompt_with_arguments" {
+        return None;
+    }
+    let values: Vec<String> = ["paris", "park", "party"]
+        .into_iter()
+        .filter(|v| v.starts_with(&request.argument.value))
+        .map(str::to_owned)
+        .collect();
+    Some(CompleteResult::new(
+        CompletionInfo::with_all_values(values).ok()?,
+    ))
+}
+
 /// An `elicitation/create` request for a form of `properties` (all required).
 fn elicit(message: &str, properties: Value) -> Value {
     let required: Vec<String> = properties
@@ -141,7 +164,7 @@ pub(crate) fn run(tool: &str, args: &Value, ctl: &dyn Control) -> Result<Value> 
                 "confirm".to_owned(),
                 elicit(&format!("Delete {file}?"), schema),
             )]);
-            let answers = ctl.ask(&asked)?;
+            let answers = ctl.ask(&asked, ANSWER_WAIT)?;
             let confirmed = answers
                 .get("confirm")
                 .is_some_and(|a| a["action"] == "accept" && a["content"]["confirm"] == true);
@@ -158,7 +181,7 @@ pub(crate) fn run(tool: &str, args: &Value, ctl: &dyn Control) -> Result<Value> 
                     elicit("Go ahead?", json!({"confirm": {"type": "boolean"}})),
                 ),
             ]);
-            let answers = ctl.ask(&asked)?;
+            let answers = ctl.ask(&asked, ANSWER_WAIT)?;
             Ok(json!({"answers": answers}))
         }
         "test_tool_with_task" => {

@@ -3,6 +3,7 @@
 //! Streamable HTTP ([`http`]).
 
 pub mod auth;
+mod browse;
 mod budget;
 mod errors;
 #[cfg(feature = "conformance")]
@@ -132,6 +133,7 @@ impl MemoryServer {
         caller(ctx).map_or_else(work::Acting::default, |c| work::Acting {
             access: c.access.clone(),
             subject: Some(c.subject.clone()),
+            ..work::Acting::default()
         })
     }
 
@@ -256,6 +258,7 @@ impl ServerHandler for MemoryServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_resources()
+                .enable_completions()
                 .enable_tasks()
                 .build(),
         )
@@ -353,10 +356,19 @@ impl ServerHandler for MemoryServer {
 
     async fn complete(
         &self,
-        _request: CompleteRequestParams,
-        _context: RequestContext<RoleServer>,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
     ) -> std::result::Result<CompleteResult, McpError> {
-        Err(not_offered("completion/complete", "completions"))
+        #[cfg(feature = "conformance")]
+        if let Some(fixture) = fixtures::complete(&request) {
+            return Ok(fixture);
+        }
+        let access = Self::acting(&context).access;
+        guard::caught(
+            "completion/complete",
+            browse::complete(&self.engine, access, request),
+        )
+        .await
     }
 
     async fn list_resource_templates(
@@ -365,6 +377,7 @@ impl ServerHandler for MemoryServer {
         _context: RequestContext<RoleServer>,
     ) -> std::result::Result<ListResourceTemplatesResult, McpError> {
         Ok(ListResourceTemplatesResult::with_all_items(vec![
+            resources::namespace_template(),
             resources::template(),
             resources::results_template(),
         ])
@@ -374,10 +387,12 @@ impl ServerHandler for MemoryServer {
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
     ) -> std::result::Result<ListResourcesResult, McpError> {
-        Ok(ListResourcesResult::with_all_items(Vec::new()))
+        let access = Self::acting(&context).access;
+        let cursor = request.and_then(|r| r.cursor);
+        guard::caught("resources/list", browse::list(&self.engine, access, cursor)).await
     }
 
     async fn read_resource(

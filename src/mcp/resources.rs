@@ -1,5 +1,5 @@
-//! What the server serves as MCP resources: memories (`memory://{namespace}/{id}`, one memory
-//! with its relations) and the rest of cut tool results (`mnemograph://results/{taskId}/…`,
+//! What the server serves as MCP resources: namespaces (`memory://{namespace}`, counts and the
+//! newest memories), memories (`memory://{namespace}/{id}`, one memory with its relations) and the rest of cut tool results (`mnemograph://results/{taskId}/…`,
 //! paged), each read with the caller's rights.
 
 use std::sync::Arc;
@@ -16,6 +16,23 @@ use crate::model::MemoryRef;
 use crate::tasks::{Requester, Tasks};
 
 const SCHEME: &str = "memory://";
+
+/// The templates of a namespace and of one memory.
+pub(super) const NAMESPACE_TEMPLATE: &str = "memory://{namespace}";
+pub(super) const MEMORY_TEMPLATE: &str = "memory://{namespace}/{id}";
+
+/// Newest memories a namespace's resource shows.
+const NAMESPACE_NEWEST: usize = 10;
+
+/// The address of one memory.
+pub(super) fn memory_uri(namespace: &str, id: &str) -> String {
+    format!("{SCHEME}{namespace}/{id}")
+}
+
+/// The address of a namespace.
+pub(super) fn namespace_uri(namespace: &str) -> String {
+    format!("{SCHEME}{namespace}")
+}
 
 /// Where the rest of cut results is read: `mnemograph://results/{taskId}{JSON pointer}?from=N`.
 pub(super) const RESULTS: &str = "mnemograph://results/";
@@ -97,9 +114,67 @@ pub(super) async fn read_rest(
 }
 
 pub(super) fn template() -> ResourceTemplate {
-    ResourceTemplate::new("memory://{namespace}/{id}", "memory")
+    ResourceTemplate::new(MEMORY_TEMPLATE, "memory")
         .with_description("One memory with its relations, as JSON")
         .with_mime_type("application/json")
+}
+
+pub(super) fn namespace_template() -> ResourceTemplate {
+    ResourceTemplate::new(NAMESPACE_TEMPLATE, "namespace")
+        .with_description(
+            "A namespace: its memories counted by kind, and the newest of them, as JSON",
+        )
+        .with_mime_type("application/json")
+}
+
+/// `resources/read` of a namespace: its counts by kind and its newest memories (with their
+/// addresses); nothing for a namespace outside `access` or without memories.
+async fn read_namespace(
+    engine: &Arc<Engine>,
+    uri: String,
+    namespace: String,
+    access: Access,
+) -> Result<ReadResourceResult, McpError> {
+    let not_found = || {
+        McpError::resource_not_found(
+            format!("no namespace at {uri}; resources/list lists the namespaces you may read"),
+            Some(json!({ "uri": uri })),
+        )
+    };
+    if !access.allows(&namespace) {
+        return Err(not_found());
+    }
+    let engine = Arc::clone(engine);
+    let ns = namespace.clone();
+    let (stats, newest) = tokio::task::spawn_blocking(move || {
+        let only = Access::only([ns]);
+        Ok::<_, Error>((
+            engine.stats_in(&only)?,
+            engine.newest_memories(&only, None, NAMESPACE_NEWEST)?,
+        ))
+    })
+    .await
+    .map_err(|e| errors::worker_failed("resources/read", e))?
+    .map_err(errors::request_error)?;
+    if stats.memories == 0 && newest.is_empty() {
+        return Err(not_found());
+    }
+    let body = json!({
+        "namespace": namespace,
+        "memories": stats.memories,
+        "relations": stats.relations,
+        "by_kind": stats.by_kind.iter().map(|(k, n)| json!({"kind": k, "memories": n})).collect::<Vec<_>>(),
+        "newest": newest.iter().map(|m| json!({
+            "id": m.id,
+            "name": m.name,
+            "kind": m.kind,
+            "uri": memory_uri(&m.namespace, &m.id),
+            "head": m.head.chars().take(120).collect::<String>(),
+        })).collect::<Vec<_>>(),
+    });
+    Ok(ReadResourceResult::new(vec![
+        ResourceContents::text(body.to_string(), uri).with_mime_type("application/json"),
+    ]))
 }
 
 /// `resources/read` for a caller limited to the namespaces of `access`: a memory outside them
@@ -115,11 +190,15 @@ pub(super) async fn read(
             Some(serde_json::json!({ "uri": uri })),
         )
     };
-    let Some((namespace, id)) = uri
-        .strip_prefix(SCHEME)
-        .and_then(|rest| rest.split_once('/'))
-    else {
+    let Some(rest) = uri.strip_prefix(SCHEME) else {
         return Err(not_found());
+    };
+    let Some((namespace, id)) = rest.split_once('/') else {
+        if rest.is_empty() {
+            return Err(not_found());
+        }
+        let namespace = rest.to_owned();
+        return read_namespace(engine, uri, namespace, access).await;
     };
     let (namespace, id) = (namespace.to_owned(), id.to_owned());
     if !access.allows(&namespace) {

@@ -13,12 +13,14 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 
-use crate::engine::control::{status_message, work_done, work_total};
+use crate::engine::control::{Answering, status_message, work_done, work_total};
 use crate::mcp::errors::{request_error, tool_answer, worker_failed};
 use crate::mcp::work;
 use crate::mcp::{budget, resources};
 use crate::model::{TaskRow, TaskState, format_time};
-use crate::tasks::{Answer, Capability, Decision, Requester, TaskView, Tasks, decide, short_id};
+use crate::tasks::{
+    Answer, Capability, Decision, Plan, Requester, TaskView, Tasks, decide, short_id,
+};
 
 /// `_meta` key of the decision on a tool result or task handle.
 const DECISION_KEY: &str = "mnemograph/decision";
@@ -45,6 +47,15 @@ pub(crate) fn capability(ctx: &RequestContext<RoleServer>) -> Capability {
     } else {
         Capability::NotDeclared
     }
+}
+
+/// What the client of this request can answer when its work asks, as it declared.
+fn answering(ctx: &RequestContext<RoleServer>) -> Answering {
+    ctx.client_capabilities()
+        .map_or_else(Answering::default, |c| Answering {
+            elicitation: c.elicitation.is_some(),
+            sampling: c.sampling.is_some(),
+        })
 }
 
 fn meta(value: Value) -> MetaObject {
@@ -101,11 +112,16 @@ pub(crate) async fn call_long(
         ));
     }
     // The arguments become the engine's work once: checked, within the caller's access, and
-    // bounded for a client that cannot poll.
+    // bounded for a client that cannot poll. A client that polls can also answer the work's
+    // questions (`input_required`) with what it declared: forms, its model.
+    let mut who = who.clone();
+    if cap == Capability::Tasks {
+        who.answers = answering(ctx);
+    }
     let work = match work::work_of(
         tool,
         &Value::Object(args),
-        who,
+        &who,
         &owner.owner,
         cap == Capability::Tasks,
     ) {
@@ -121,7 +137,12 @@ pub(crate) async fn call_long(
         Ok(ms) => ms,
         Err(e) => return tool_answer(e).map(CallToolResponse::Complete),
     };
-    let (plan, reason) = decide(cap, estimate_ms, tasks.config().inline_budget);
+    let (mut plan, mut reason) = decide(cap, estimate_ms, tasks.config().inline_budget);
+    if plan == Plan::Inline && cap == Capability::Tasks && work.may_ask() {
+        // Only a task can wait for the client's answer: quick work that may ask races.
+        plan = Plan::Race;
+        reason.push_str("; it may ask the client, so it becomes a task if it does");
+    }
     tracing::info!(tool, ?plan, estimate_ms, %reason, "inline or task");
     let decision = json!({ DECISION_KEY: {"plan": format!("{plan:?}").to_lowercase(), "reason": reason, "estimateMs": estimate_ms} });
 

@@ -7,7 +7,7 @@
 use rmcp::model::JsonObject;
 use serde_json::Value;
 
-use crate::engine::control::Control;
+use crate::engine::control::{Answering, Control};
 use crate::engine::work::Work;
 use crate::engine::{Access, Engine};
 use crate::error::{Error, Result};
@@ -20,6 +20,8 @@ use crate::tasks::Executor;
 pub struct Acting {
     pub access: Access,
     pub subject: Option<String>,
+    /// What the client can answer when the work asks (only a call that may become a task).
+    pub answers: Answering,
 }
 
 impl Acting {
@@ -109,6 +111,7 @@ fn legacy_work(tool: &str, args: &Value) -> Result<Work> {
     let who = Acting {
         access: Access::from_json(key("_access")),
         subject: key("_subject").and_then(Value::as_str).map(str::to_owned),
+        ..Acting::default()
     };
     let bounded = ["_inline", "_inline_limit", "_max_records"]
         .iter()
@@ -200,6 +203,7 @@ mod tests {
         let who = Acting {
             access: Access::Only(vec!["a".into()]),
             subject: Some("bot".into()),
+            ..Acting::default()
         };
         let walk = json!({"query": "storms", "depth": 3, "max_nodes": 50_000});
         let mut old = walk.clone();

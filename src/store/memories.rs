@@ -428,6 +428,12 @@ pub fn count_live(db: &Db, namespaces: Option<&[String]>) -> Result<i64> {
     }
 }
 
+/// An upper bound of the number of memories, read in O(log n) (the largest key).
+pub fn approximate_count(db: &Db) -> Result<i64> {
+    let max: Option<i64> = db.query_one("SELECT max(key) FROM memories", &[], |r| r.get(0))?;
+    Ok(max.unwrap_or(0).max(0))
+}
+
 /// Number of live memories in `namespaces`.
 pub fn count_in(db: &Db, namespaces: &[String]) -> Result<i64> {
     let mut n = 0;
@@ -557,11 +563,97 @@ pub fn exact_repeats(db: &Db, namespace: &str) -> Result<Vec<Vec<MemoryKey>>> {
     })
 }
 
-/// The namespaces that hold at least one memory, forgotten or not, in name order.
+/// The namespaces that hold at least one memory, forgotten or not, in name order: one index
+/// probe per namespace (a skip scan of the `(namespace, kind)` index), not a pass over every
+/// memory.
 pub fn namespaces(db: &Db) -> Result<Vec<String>> {
     db.query_all(
-        "SELECT DISTINCT namespace FROM memories ORDER BY namespace",
+        "WITH RECURSIVE ns(name) AS (\
+             SELECT min(namespace) FROM memories \
+             UNION ALL \
+             SELECT (SELECT min(namespace) FROM memories WHERE namespace > ns.name) \
+             FROM ns WHERE ns.name IS NOT NULL) \
+         SELECT name FROM ns WHERE name IS NOT NULL",
         &[],
+        |r| r.get(0),
+    )
+}
+
+/// A memory as a listing shows it: who it is and the start of its content.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listing {
+    pub key: MemoryKey,
+    pub id: String,
+    pub namespace: String,
+    pub name: Option<String>,
+    pub kind: String,
+    /// The first 200 characters of its content.
+    pub head: String,
+}
+
+/// Up to `n` live memories, newest first (by key), below `before` when given, in `namespaces`
+/// (all for `None`; none for an empty list).
+pub fn newest(
+    db: &Db,
+    namespaces: Option<&[String]>,
+    before: Option<MemoryKey>,
+    n: usize,
+) -> Result<Vec<Listing>> {
+    let mut sql = "SELECT key, id, namespace, name, kind, substr(content, 1, 200) FROM memories \
+                   WHERE deleted_at IS NULL AND key < ?"
+        .to_owned();
+    let mut list = vec![Arg::Int(before.map_or(i64::MAX, |k| k.0))];
+    if let Some(nss) = namespaces {
+        if nss.is_empty() {
+            return Ok(Vec::new());
+        }
+        sql.push_str(&format!(
+            " AND namespace IN ({})",
+            vec!["?"; nss.len()].join(", ")
+        ));
+        list.extend(nss.iter().map(|s| Arg::Text(s)));
+    }
+    sql.push_str(" ORDER BY key DESC LIMIT ?");
+    list.push(Arg::Int(n as i64));
+    db.query_all(&sql, &list, |r| {
+        Ok(Listing {
+            key: MemoryKey(r.get(0)?),
+            id: r.get(1)?,
+            namespace: r.get(2)?,
+            name: r.get(3)?,
+            kind: r.get(4)?,
+            head: r.get(5)?,
+        })
+    })
+}
+
+/// Up to `n` ids of live memories of `namespace` that start with `prefix`, in id order (the
+/// newest first when `prefix` is empty).
+pub fn ids_with_prefix(db: &Db, namespace: &str, prefix: &str, n: usize) -> Result<Vec<String>> {
+    if prefix.is_empty() {
+        return db.query_all(
+            "SELECT id FROM memories WHERE namespace = ?1 AND deleted_at IS NULL \
+             ORDER BY key DESC LIMIT ?2",
+            args![namespace, n as i64],
+            |r| r.get(0),
+        );
+    }
+    if db.is_postgres() {
+        // A database's collation may order ids other than byte-wise: no range on them there.
+        return db.query_all(
+            "SELECT id FROM memories WHERE namespace = ?1 AND starts_with(id, ?2) \
+             AND deleted_at IS NULL ORDER BY id LIMIT ?3",
+            args![namespace, prefix, n as i64],
+            |r| r.get(0),
+        );
+    }
+    // A range on the unique index of ids (SQLite compares text byte-wise).
+    let mut end = prefix.to_owned();
+    end.push(char::MAX);
+    db.query_all(
+        "SELECT id FROM memories WHERE id >= ?1 AND id < ?2 AND namespace = ?3 \
+         AND deleted_at IS NULL ORDER BY id LIMIT ?4",
+        args![prefix, end.as_str(), namespace, n as i64],
         |r| r.get(0),
     )
 }

@@ -136,6 +136,32 @@ pub fn live_page(
     })
 }
 
+/// The live relations leaving one of `srcs` whose ends are both live, with their key and the
+/// internal keys of both ends, in key order (for exports of part of the graph: read by the
+/// source index, in proportion to what is exported).
+pub fn live_from(
+    db: &Db,
+    srcs: &[MemoryKey],
+) -> Result<Vec<(i64, MemoryKey, MemoryKey, Relation)>> {
+    let raw: Vec<i64> = srcs.iter().map(|k| k.0).collect();
+    let mut out = Vec::new();
+    super::in_chunks(&raw, |marks, list| {
+        let sql = format!(
+            "SELECT {COLS} FROM {FROM} WHERE r.src IN ({marks}) AND r.deleted_at IS NULL \
+             AND s.deleted_at IS NULL AND d.deleted_at IS NULL"
+        );
+        db.for_each(&sql, list, |r| {
+            let row = relation_row(r)?;
+            let (key, src, dst) = (row.key, MemoryKey(row.src), MemoryKey(row.dst));
+            out.push((key, src, dst, row.with_ends(r.get(12)?, r.get(13)?)));
+            Ok(())
+        })
+    })?;
+    out.sort_by_key(|r| r.0);
+    out.dedup_by_key(|r| r.0);
+    Ok(out)
+}
+
 /// Sets or clears the soft-delete mark of a relation.
 pub fn set_deleted(db: &Db, key: i64, deleted_at: Option<Millis>) -> Result<()> {
     db.execute(

@@ -268,6 +268,51 @@ pub fn await_input(
     Ok(n == 1)
 }
 
+/// Stops waiting for the client's input (its time is up): the requests still pending are
+/// recorded as answered `null` (the work takes its default for them, and a re-run does not ask
+/// again), and the task is `working` again. False when the task was not waiting (answered
+/// meanwhile, or no longer this process's live task). Read and written in the caller's one
+/// transaction.
+pub fn give_up_input(
+    db: &Db,
+    id: &str,
+    boot_id: &str,
+    status_message: &str,
+    now: Millis,
+) -> Result<bool> {
+    use serde_json::{Map, Value};
+    let row: Option<(Option<String>, Option<String>)> = db.query_opt(
+        "SELECT input_requests, input_responses FROM tasks WHERE id = ?1 AND boot_id = ?2 \
+         AND status = 'input_required'",
+        args![id, boot_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let Some((requests, answers)) = row else {
+        return Ok(false);
+    };
+    let object = |s: Option<String>| match json(s) {
+        Some(Value::Object(o)) => o,
+        _ => Map::new(),
+    };
+    let mut answered = object(answers);
+    for key in object(requests).keys() {
+        answered.entry(key.clone()).or_insert(Value::Null);
+    }
+    let n = db.execute(
+        "UPDATE tasks SET status = 'working', input_requests = NULL, input_responses = ?3, \
+         status_message = ?4, updated_at = ?5 WHERE id = ?1 AND boot_id = ?2 \
+         AND status = 'input_required'",
+        args![
+            id,
+            boot_id,
+            Value::Object(answered).to_string(),
+            status_message,
+            now
+        ],
+    )?;
+    Ok(n == 1)
+}
+
 /// What [`answer_input`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answered {

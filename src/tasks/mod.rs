@@ -290,9 +290,14 @@ impl Control for LiveControl {
     /// Answers found in the row (given before a restart) are used as they are; the rest are
     /// asked for: the row turns `input_required` with them, and the work waits until the client
     /// has answered them all (`tasks/update`, through any process on the database).
+    fn can_ask(&self) -> bool {
+        self.live.may_wait
+    }
+
     fn ask(
         &self,
         requests: &serde_json::Map<String, Value>,
+        wait: Duration,
     ) -> Result<serde_json::Map<String, Value>> {
         let id = self.row_id()?;
         let gone = || Error::Cancelled;
@@ -319,12 +324,34 @@ impl Control for LiveControl {
             )? {
                 return Err(Error::Cancelled); // the row is no longer this process's live task
             }
-            tracing::info!(task = short_id(&id), n_requests = n, "task waits for input");
+            tracing::info!(
+                task = short_id(&id),
+                n_requests = n,
+                wait_s = wait.as_secs(),
+                "task waits for input"
+            );
+            let deadline = std::time::Instant::now() + wait;
             loop {
                 if self.is_cancelled() {
                     return Err(Error::Cancelled);
                 }
-                self.live.wait_nudge(INPUT_POLL);
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                self.live.wait_nudge(INPUT_POLL.min(left));
+                if left.is_zero() {
+                    let message = format!(
+                        "no answer within {}: going on without it",
+                        crate::engine::control::duration_words(wait)
+                    );
+                    if self
+                        .engine
+                        .task_give_up_input(&id, &self.boot_id, &message, now_millis())?
+                    {
+                        tracing::info!(
+                            task = short_id(&id),
+                            "no answer in time; the task goes on with its defaults"
+                        );
+                    }
+                }
                 let row = self.engine.task_get(&id)?.ok_or_else(gone)?;
                 match row.status {
                     TaskState::InputRequired => {}
@@ -335,7 +362,7 @@ impl Control for LiveControl {
                     _ => return Err(Error::Cancelled),
                 }
             }
-            tracing::info!(task = short_id(&id), "task got its input and works again");
+            tracing::info!(task = short_id(&id), "task works again");
         }
         Ok(requests
             .keys()
@@ -1265,7 +1292,7 @@ mod tests {
                         (key.to_owned(), request)
                     })
                     .collect();
-                all.extend(ctl.ask(&requests)?);
+                all.extend(ctl.ask(&requests, Duration::from_secs(600))?);
             }
             Ok(Value::Object(all))
         }

@@ -1,6 +1,7 @@
 //! A token's limits hold for tasks as for tools: a token limited to some namespaces neither
 //! reads, cancels nor lists the tasks its subject started with a wider token — such a task does
-//! not exist for it — while the wider token sees the narrow one's tasks.
+//! not exist for it — while the wider token sees the narrow one's tasks; and what a host browses
+//! (resources, completions) stays within the token's namespaces.
 
 use rmcp::model::CallToolResponse;
 use serde_json::{Value, json};
@@ -102,6 +103,17 @@ async fn a_narrow_token_does_not_see_the_tasks_its_subject_started_with_a_wider_
         seen.contains(&own) && seen.contains(&everything),
         "{seen:?}"
     );
+
+    // What a host browses holds to the same limits: namespace `a` only.
+    let mine = n.all_resources().await;
+    assert_eq!(mine.len(), 1 + 50, "{mine:?}");
+    assert!(mine.iter().all(|u| u.starts_with("memory://a")), "{mine:?}");
+    assert!(
+        !n.can_read("memory://b").await,
+        "a foreign namespace is not read"
+    );
+    assert_eq!(n.complete_namespace("").await, ["a"]);
+    assert_eq!(w.complete_namespace("").await, ["a", "b"]);
     n.stop().await;
     w.stop().await;
     http.stop().await;

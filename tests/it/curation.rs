@@ -15,7 +15,7 @@ use rmcp::model::{CallToolResponse, TaskStatus};
 use serde_json::{Value, json};
 
 use crate::support::{BIN, CallError, Era, TestDb};
-use crate::tasks::{connect, poll_until_terminal};
+use crate::tasks::{Client, connect, connect_answering, poll_until_terminal};
 
 fn memories() -> Value {
     json!([
@@ -167,6 +167,216 @@ async fn a_run_for_a_task_capable_client_is_a_task_with_consolidation_progress()
     assert!(
         report["run_id"].as_str().unwrap().starts_with("run_"),
         "{report}"
+    );
+}
+
+/// The structured result of a call that must succeed, inline or as a task.
+async fn ok(c: &Client, tool: &str, args: Value) -> Value {
+    match c.call(tool, args, None).await.expect(tool) {
+        CallToolResponse::Complete(r) => {
+            assert_ne!(r.is_error, Some(true), "{tool}: {r:?}");
+            r.structured_content.expect("structured content")
+        }
+        CallToolResponse::Task(t) => report_of(c, &t.task.task_id).await,
+        other => panic!("{tool}: {other:?}"),
+    }
+}
+
+/// Polls task `id` until it waits for input; returns its `tasks/get` on the wire.
+async fn until_input(c: &Client, id: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let got = c.get(id).await.expect("tasks/get");
+        let wire = serde_json::to_value(&got).expect("the task as JSON");
+        match got.task.task.status {
+            TaskStatus::InputRequired => return wire,
+            TaskStatus::Working => {}
+            other => panic!("the task ended ({other:?}) without asking: {wire}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never asked: {wire}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The run's report once task `id` has ended.
+async fn report_of(c: &Client, id: &str) -> Value {
+    let started = Instant::now();
+    let done = loop {
+        let (t, _) = poll_until_terminal(c, id, Duration::from_secs(120)).await;
+        // A question left unanswered: the task goes on by itself at its deadline.
+        if t.task.task.status != TaskStatus::InputRequired {
+            break t;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "still waiting for input"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(done.task.task.status, TaskStatus::Completed);
+    let wire = serde_json::to_value(&done).expect("the task as JSON");
+    wire["result"]["structuredContent"].clone()
+}
+
+/// Starts a consolidation task with `policy` and returns its id.
+async fn start_run(c: &Client, args: Value) -> String {
+    let CallToolResponse::Task(created) = c
+        .call("consolidate", args, None)
+        .await
+        .expect("a consolidation starts")
+    else {
+        panic!("at an inline budget of 0 a run is a task");
+    };
+    created.task.task_id
+}
+
+/// A run that would merge and archive more than the policy's `confirm_above` asks a client
+/// that declared forms to confirm, through the task (`input_required`): silence past the
+/// deadline and a "no" change nothing, a "yes" runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_run_asks_its_client_first_and_only_a_yes_changes_anything() {
+    let db = TestDb::new();
+    {
+        let s = db.serve(Era::Discover).await;
+        s.remember(memories()).await;
+        s.stop().await;
+    }
+    let c = connect_answering(&db.path, "curator", &["--inline-budget-ms", "0"]).await;
+    let mut policy: Value = serde_json::from_str(POLICY).unwrap();
+    policy["confirm_above"] = json!(2);
+    let before = body(&ok(&c, "export", json!({})).await);
+
+    // Silence: the question names what would change and its deadline; past it, nothing changed.
+    policy["answer_wait_s"] = json!(1);
+    let id = start_run(&c, json!({"policy": policy})).await;
+    let asked = until_input(&c, &id).await;
+    let text = asked.to_string();
+    for said in [
+        "elicitation/create",
+        "confirm-consolidation",
+        "would merge 2 memories into 1 and archive 1",
+        "more than the 2 changes",
+        "within 1 s, nothing changes",
+    ] {
+        assert!(text.contains(said), "{said:?} in {text}");
+    }
+    let report = report_of(&c, &id).await;
+    assert_eq!(report["state"], "declined", "{report}");
+    assert_eq!(report["counts"]["merged"], 0, "{report}");
+    assert!(
+        report["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.starts_with("no answer within 1 s: nothing changed")),
+        "{report}"
+    );
+    assert_eq!(body(&ok(&c, "export", json!({})).await), before);
+
+    // No.
+    policy["answer_wait_s"] = json!(60);
+    let id = start_run(&c, json!({"policy": policy})).await;
+    until_input(&c, &id).await;
+    c.answer(&id, json!({"confirm-consolidation": {"action": "decline"}}))
+        .await
+        .expect("tasks/update");
+    let report = report_of(&c, &id).await;
+    assert_eq!(report["state"], "declined", "{report}");
+    assert!(
+        report["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("the client answered \"decline\"")),
+        "{report}"
+    );
+    let status = c.get(&id).await.unwrap().task.task.status_message;
+    assert!(
+        status
+            .as_deref()
+            .is_some_and(|m| m.ends_with("declined: nothing changed")),
+        "{status:?}"
+    );
+    assert_eq!(body(&ok(&c, "export", json!({})).await), before);
+
+    // Yes.
+    let id = start_run(&c, json!({"policy": policy})).await;
+    until_input(&c, &id).await;
+    c.answer(
+        &id,
+        json!({"confirm-consolidation": {"action": "accept", "content": {"confirm": true}}}),
+    )
+    .await
+    .expect("tasks/update");
+    let report = report_of(&c, &id).await;
+    assert_eq!(report["state"], "completed", "{report}");
+    assert_eq!(report["counts"]["merged"], 2, "{report}");
+    assert_eq!(report["counts"]["archived"], 1, "{report}");
+
+    // Under the threshold, nothing is asked.
+    policy["confirm_above"] = json!(100);
+    let id = start_run(&c, json!({"policy": policy})).await;
+    assert_eq!(report_of(&c, &id).await["state"], "completed");
+}
+
+/// The summarise step asks the client's own model for the summaries when the client declared
+/// sampling, and writes what it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn summaries_are_written_by_the_clients_model_when_it_samples() {
+    let db = TestDb::new();
+    {
+        let s = db.serve(Era::Discover).await;
+        let trip = s
+            .remember(json!([{"content": "Planning call about the Porto trip", "kind": "session"}]))
+            .await;
+        let turns = s
+            .remember(json!([
+                {"content": "Greta: shall we go to Porto in May?", "kind": "episode"},
+                {"content": "Hugo: yes, the 3rd works, I will book the train.", "kind": "episode"},
+                {"content": "Greta: great, I will find a flat near the river.", "kind": "episode"},
+            ]))
+            .await;
+        for t in &turns {
+            s.ok(
+                "relate",
+                json!({"relations": [{"from": t, "to": trip[0], "kind": "part_of"}]}),
+            )
+            .await;
+        }
+        s.stop().await;
+    }
+    let c = connect_answering(&db.path, "curator", &["--inline-budget-ms", "0"]).await;
+    let policy = json!({"summarise_after_days": 0, "summarise_min_sources": 2});
+    let id = start_run(&c, json!({"steps": ["summarise"], "policy": policy})).await;
+    let asked = until_input(&c, &id).await;
+    let text = asked.to_string();
+    assert!(text.contains("sampling/createMessage"), "{text}");
+    assert!(text.contains("I will book the train"), "{text}");
+    let key = asked
+        .pointer("/inputRequests")
+        .or_else(|| asked.pointer("/task/inputRequests"))
+        .and_then(Value::as_object)
+        .and_then(|o| o.keys().next().cloned())
+        .unwrap_or_else(|| panic!("one request: {text}"));
+    c.answer(
+        &id,
+        json!({ key: {"role": "assistant", "model": "client-model",
+            "content": {"type": "text", "text": "Greta and Hugo go to Porto on 3 May; Hugo books the train."}}}),
+    )
+    .await
+    .expect("tasks/update");
+    let report = report_of(&c, &id).await;
+    assert_eq!(report["counts"]["summaries"], 1, "{report}");
+    let found = ok(
+        &c,
+        "recall",
+        json!({"query": "Hugo books the train", "kinds": ["summary"]}),
+    )
+    .await;
+    assert!(
+        found
+            .to_string()
+            .contains("Greta and Hugo go to Porto on 3 May"),
+        "{found}"
     );
 }
 

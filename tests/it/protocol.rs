@@ -200,6 +200,7 @@ async fn memories_are_resources() {
         assert_eq!(
             uris,
             [
+                "memory://{namespace}",
                 "memory://{namespace}/{id}",
                 "mnemograph://results/{taskId}/{field}"
             ],
@@ -248,6 +249,119 @@ async fn memories_are_resources() {
         }
         // The server is still serving.
         s.ok("stats", json!({})).await;
+        s.stop().await;
+    }
+}
+
+/// A host browses the memory: `resources/list` gives the namespaces, then the memories newest
+/// first, paged by a cursor, every entry readable; a namespace reads as its counts and newest
+/// memories; `completion/complete` completes the template's namespace and, within it, ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_browses_namespaces_and_memories_and_completes_the_template() {
+    for era in Era::ALL {
+        let db = TestDb::new();
+        let s = db.serve(era).await;
+        let team: Vec<Value> = (0..60)
+            .map(|i| json!({"content": format!("team note {i} about the release"), "namespace": "team"}))
+            .collect();
+        let team_ids = s.remember(Value::Array(team)).await;
+        s.remember(json!([{"content": "a note elsewhere", "namespace": "other", "kind": "fact"}]))
+            .await;
+
+        let first = s.list_resources(None).await.expect("resources/list");
+        let uris: Vec<String> = first.resources.iter().map(|r| r.uri.clone()).collect();
+        assert_eq!(
+            uris[..2],
+            ["memory://other", "memory://team"],
+            "{era:?} {uris:?}"
+        );
+        // Newest first: the note in `other`, then team notes from the last one back.
+        assert!(uris[2].starts_with("memory://other/"), "{uris:?}");
+        assert_eq!(uris[3], format!("memory://team/{}", team_ids[59]));
+        assert_eq!(uris.len(), 2 + 50, "{era:?}");
+        let title = first.resources[3].title.clone().unwrap_or_default();
+        assert_eq!(title, "team note 59 about the release");
+        let cursor = first.next_cursor.clone().expect("a second page");
+        let second = s.list_resources(Some(cursor)).await.expect("page 2");
+        assert_eq!(second.resources.len(), 11, "{era:?}");
+        assert_eq!(
+            second.resources.last().map(|r| r.uri.clone()),
+            Some(format!("memory://team/{}", team_ids[0]))
+        );
+        assert_eq!(second.next_cursor, None);
+        for r in first.resources.iter().chain(&second.resources).step_by(7) {
+            s.read_resource(&r.uri)
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", r.uri));
+        }
+        let bad = s.list_resources(Some("page-2".into())).await;
+        match bad {
+            Err(rmcp::service::ServiceError::McpError(e)) => {
+                assert_eq!(e.code.0, -32602, "{e:?}");
+                assert!(e.message.contains("page-2"), "{e:?}");
+            }
+            other => panic!("{era:?}: a made-up cursor: {other:?}"),
+        }
+
+        let read = s
+            .read_resource("memory://team")
+            .await
+            .expect("a namespace reads");
+        let read = serde_json::to_value(&read).expect("serialise");
+        let ns: Value = serde_json::from_str(read["contents"][0]["text"].as_str().expect("text"))
+            .expect("JSON");
+        assert_eq!(ns["memories"], 60, "{ns}");
+        assert_eq!(ns["by_kind"][0]["kind"], "note", "{ns}");
+        assert_eq!(ns["newest"].as_array().map(Vec::len), Some(10), "{ns}");
+        assert!(s.read_resource("memory://nobody").await.is_err());
+
+        let got = s
+            .complete("memory://{namespace}/{id}", "namespace", "te", &[])
+            .await
+            .expect("completion/complete");
+        assert_eq!(got.completion.values, ["team"], "{era:?}");
+        let id = &team_ids[17];
+        let got = s
+            .complete(
+                "memory://{namespace}/{id}",
+                "id",
+                &id[..id.len() - 2],
+                &[("namespace", "team")],
+            )
+            .await
+            .expect("completion of an id");
+        assert!(
+            got.completion.values.contains(id),
+            "{era:?} {:?}",
+            got.completion
+        );
+        let got = s
+            .complete(
+                "memory://{namespace}/{id}",
+                "id",
+                &id[..id.len() - 2],
+                &[("namespace", "other")],
+            )
+            .await
+            .expect("completion in another namespace");
+        assert!(got.completion.values.is_empty(), "{:?}", got.completion);
+        let got = s
+            .complete(
+                "memory://{namespace}/{id}",
+                "id",
+                "",
+                &[("namespace", "team")],
+            )
+            .await
+            .expect("completion of an empty id");
+        assert_eq!(got.completion.values.first(), Some(&team_ids[59]));
+        assert_eq!(got.completion.values.len(), 60);
+        assert!(
+            s.complete("memory://{namespace}/{id}", "colour", "", &[])
+                .await
+                .is_err(),
+            "an unknown argument is an error"
+        );
         s.stop().await;
     }
 }

@@ -128,6 +128,56 @@ fn memories_are_stored_found_counted_and_touched_alike() {
     }
 }
 
+/// What a host browses: namespaces (a skip scan), the newest memories below a key within some
+/// namespaces, and ids by prefix within a namespace.
+#[test]
+fn listings_and_completions_read_alike() {
+    for (backend, store, _dir) in stores("listings") {
+        store
+            .write(|db| {
+                memories::insert(db, "m_ab1", &note("work", Some("alpha"), "first note"), 10)?;
+                memories::insert(db, "m_ab2", &note("home", None, "second note"), 20)?;
+                memories::insert(db, "m_ac3", &note("work", None, "third note"), 30)?;
+                memories::insert(db, "m_ab4", &note("zoo", None, "fourth note"), 40)?;
+                Ok(())
+            })
+            .unwrap();
+        let (nss, all, work, below, ids, newest_ids) = store
+            .read(|db| {
+                Ok((
+                    memories::namespaces(db)?,
+                    memories::newest(db, None, None, 10)?,
+                    memories::newest(db, Some(&["work".into(), "zoo".into()]), None, 10)?,
+                    memories::newest(db, None, Some(MemoryKey(3)), 1)?,
+                    memories::ids_with_prefix(db, "work", "m_a", 10)?,
+                    memories::ids_with_prefix(db, "work", "", 10)?,
+                ))
+            })
+            .unwrap();
+        assert_eq!(nss, ["home", "work", "zoo"], "{backend}");
+        let ids_of = |l: &[memories::Listing]| l.iter().map(|m| m.id.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            ids_of(&all),
+            ["m_ab4", "m_ac3", "m_ab2", "m_ab1"],
+            "{backend}"
+        );
+        assert_eq!(ids_of(&work), ["m_ab4", "m_ac3", "m_ab1"], "{backend}");
+        assert_eq!(ids_of(&below), ["m_ab2"], "{backend}");
+        assert_eq!(all[3].head, "first note", "{backend}");
+        assert_eq!(all[3].name.as_deref(), Some("alpha"), "{backend}");
+        assert_eq!(ids, ["m_ab1", "m_ac3"], "{backend}");
+        assert_eq!(newest_ids, ["m_ac3", "m_ab1"], "{backend}");
+        let narrow = store
+            .read(|db| memories::ids_with_prefix(db, "work", "m_ab", 10))
+            .unwrap();
+        assert_eq!(narrow, ["m_ab1"], "{backend}");
+        let none = store
+            .read(|db| memories::newest(db, Some(&[]), None, 10))
+            .unwrap();
+        assert!(none.is_empty(), "{backend}");
+    }
+}
+
 #[test]
 fn repeats_and_slots_are_grouped_alike() {
     for (backend, store, _dir) in stores("repeats") {

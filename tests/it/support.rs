@@ -6,8 +6,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, ListResourceTemplatesResult, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResult,
+    ArgumentInfo, CallToolRequestParams, CompleteRequestParams, CompleteResult, CompletionContext,
+    ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResult, Reference,
 };
 use rmcp::service::{RunningService, ServiceError};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -427,6 +428,40 @@ impl Server {
         &self,
     ) -> Result<ListResourceTemplatesResult, ServiceError> {
         self.client.list_resource_templates(None).await
+    }
+
+    /// `resources/list`, from `cursor` when given.
+    pub(crate) async fn list_resources(
+        &self,
+        cursor: Option<String>,
+    ) -> Result<ListResourcesResult, ServiceError> {
+        self.client
+            .list_resources(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await
+    }
+
+    /// `completion/complete` of `argument` = `value` of the resource template `uri`, with the
+    /// arguments already chosen.
+    pub(crate) async fn complete(
+        &self,
+        uri: &str,
+        argument: &str,
+        value: &str,
+        chosen: &[(&str, &str)],
+    ) -> Result<CompleteResult, ServiceError> {
+        let mut params = CompleteRequestParams::new(
+            Reference::for_resource(uri),
+            ArgumentInfo::new(argument, value),
+        );
+        if !chosen.is_empty() {
+            params = params.with_context(CompletionContext::with_arguments(
+                chosen
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ));
+        }
+        self.client.complete(params).await
     }
 
     pub(crate) async fn read_resource(

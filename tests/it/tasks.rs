@@ -144,17 +144,23 @@ type ProgressLog = Arc<Mutex<Vec<(f64, Option<f64>)>>>;
 #[derive(Clone, Default)]
 struct Recorder {
     tasks: bool,
+    /// Declares forms (elicitation) and its own model (sampling), which a task's questions use.
+    answers: bool,
     name: String,
     progress: ProgressLog,
 }
 
 impl ClientHandler for Recorder {
     fn get_info(&self) -> ClientConfig {
-        let caps = if self.tasks {
+        let mut caps = if self.tasks {
             ClientCapabilities::builder().enable_tasks().build()
         } else {
             ClientCapabilities::default()
         };
+        if self.answers {
+            caps.elicitation = serde_json::from_value(json!({"form": {}})).ok();
+            caps.sampling = serde_json::from_value(json!({})).ok();
+        }
         ClientConfig::new(caps, Implementation::new(self.name.clone(), "1.0"))
     }
 
@@ -222,8 +228,31 @@ macro_rules! open_session {
 fn recorder(tasks: bool, name: &str) -> Recorder {
     Recorder {
         tasks,
+        answers: false,
         name: name.into(),
         progress: Arc::default(),
+    }
+}
+
+/// A 2026-07-28 client with the tasks extension that also declares forms and sampling, so a
+/// task may ask it questions.
+pub(crate) async fn connect_answering(db: &Path, name: &str, extra: &[&str]) -> Client {
+    let (transport, _) = TokioChildProcess::builder(crate::support::serve_command(db, extra))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn server");
+    let pid = transport.id().expect("the server runs");
+    let recorder = Recorder {
+        answers: true,
+        ..recorder(true, name)
+    };
+    let progress = Arc::clone(&recorder.progress);
+    let service = open_session!(recorder, transport, true);
+    Client {
+        service,
+        progress,
+        pid,
+        http: None,
     }
 }
 
@@ -339,6 +368,60 @@ impl Client {
 
     pub(crate) async fn get(&self, id: &str) -> Result<GetTaskResult, ServiceError> {
         self.service.get_task(GetTaskParams::new(id)).await
+    }
+
+    /// Every resource `resources/list` gives, page after page.
+    pub(crate) async fn all_resources(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self
+                .service
+                .list_resources(Some(
+                    rmcp::model::PaginatedRequestParams::default().with_cursor(cursor),
+                ))
+                .await
+                .expect("resources/list");
+            out.extend(page.resources.into_iter().map(|r| r.uri));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return out,
+            }
+        }
+    }
+
+    /// Whether `resources/read` of `uri` answers.
+    pub(crate) async fn can_read(&self, uri: &str) -> bool {
+        self.service
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(uri))
+            .await
+            .is_ok()
+    }
+
+    /// The namespaces `completion/complete` offers for `prefix`.
+    pub(crate) async fn complete_namespace(&self, prefix: &str) -> Vec<String> {
+        self.service
+            .complete(rmcp::model::CompleteRequestParams::new(
+                rmcp::model::Reference::for_resource("memory://{namespace}/{id}"),
+                rmcp::model::ArgumentInfo::new("namespace", prefix),
+            ))
+            .await
+            .expect("completion/complete")
+            .completion
+            .values
+    }
+
+    /// `tasks/update` of task `id` with `answers` (key → the response to that request).
+    pub(crate) async fn answer(&self, id: &str, answers: Value) -> Result<(), ServiceError> {
+        let Value::Object(answers) = answers else {
+            panic!("answers must be an object")
+        };
+        self.service
+            .update_task(UpdateTaskParams::new(
+                id.to_owned(),
+                rmcp::model::InputResponses::from_iter(answers),
+            ))
+            .await
     }
 
     /// `tasks/cancel` of task `id`.
@@ -937,27 +1020,80 @@ async fn a_read_task_of_a_killed_process_is_rerun_by_the_next_one() {
     );
 }
 
-/// A call that fails on its input while it runs (an inline export over the size limit) answers
-/// the same way inline and as a task: a tool result with `isError`, the task `completed`.
+/// An export into the answer that is too big is refused before any work, by every kind of
+/// client (never a task that fails later), and the error names no argument that was not given.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_failing_on_its_input_is_an_error_result_inline_and_as_a_task() {
+async fn an_export_too_big_for_the_answer_is_refused_before_it_starts() {
     let db = fixture();
-    for (modern, tasks) in [(false, false), (true, false)] {
+    for (modern, tasks) in [(false, false), (true, false), (true, true)] {
         let c = connect(db, modern, tasks, "agent-g", &[]).await;
+        let started = Instant::now();
         let CallToolResponse::Complete(r) = c
             .call("export", json!({}), None)
             .await
             .expect("a tool result")
         else {
-            panic!("modern={modern}: inline for a client without tasks");
+            panic!("modern={modern} tasks={tasks}: refused at once, not a task");
         };
         assert_eq!(r.is_error, Some(true), "{r:?}");
-        assert!(format!("{:?}", r.content).contains("too big"), "{r:?}");
+        let text = format!("{:?}", r.content);
+        for said in ["too big", "MiB", "200000 memories", "give `path`"] {
+            assert!(text.contains(said), "{said:?} in {text}");
+        }
+        assert!(!text.contains("invalid `path`"), "{text}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "refused from the estimate, not after exporting: {:?}",
+            started.elapsed()
+        );
     }
-    let c = connect(db, true, true, "agent-g", &[]).await;
-    let CallToolResponse::Task(created) = c.call("export", json!({}), None).await.unwrap() else {
+}
+
+/// A subgraph export reads what it exports: eleven memories out of 200,000 are an inline
+/// answer for a client that could take a task, with their relations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_subgraph_export_is_inline_whatever_the_database_holds() {
+    let c = connect(fixture(), true, true, "agent-s", &[]).await;
+    let CallToolResponse::Complete(r) = c
+        .call(
+            "export",
+            json!({"namespaces": ["graph"], "subgraph": {"names": ["n0"], "depth": 1}}),
+            None,
+        )
+        .await
+        .expect("a tool result")
+    else {
+        panic!("a subgraph of a dozen memories is answered inline");
+    };
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    let out = r.structured_content.expect("structured");
+    let memories = out["memories"].as_u64().expect("memory count");
+    assert!((6..=16).contains(&memories), "{out}");
+    assert!(
+        out["relations"].as_u64().is_some_and(|n| n >= memories - 1),
+        "{out}"
+    );
+}
+
+/// A call that fails on its input while it runs (an export whose file appeared meanwhile)
+/// answers the same way inline and as a task: a tool result with `isError`, the task
+/// `completed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_failing_on_its_input_is_an_error_result_inline_and_as_a_task() {
+    let db = fixture();
+    let out_dir = tempfile::tempdir().unwrap();
+    let root = out_dir.path().to_str().unwrap().to_owned();
+    let c = connect(db, true, true, "agent-g", &["--import-root", &root]).await;
+    let target = out_dir.path().join("everything.jsonl");
+    let CallToolResponse::Task(created) = c
+        .call("export", json!({"path": target.to_str().unwrap()}), None)
+        .await
+        .unwrap()
+    else {
         panic!("exporting 200,000 memories is a task");
     };
+    // Someone else writes the file while the export runs: exports never overwrite.
+    std::fs::write(&target, "theirs").unwrap();
     let (done, _) = poll_until_terminal(&c, &created.task.task_id, Duration::from_secs(60)).await;
     assert_eq!(done.task.task.status, TaskStatus::Completed);
     let wire = serde_json::to_value(&done).unwrap();
@@ -965,9 +1101,10 @@ async fn a_call_failing_on_its_input_is_an_error_result_inline_and_as_a_task() {
     assert!(
         wire["result"]["content"][0]["text"]
             .as_str()
-            .is_some_and(|t| t.contains("too big")),
+            .is_some_and(|t| t.contains("appeared while exporting")),
         "{wire}"
     );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "theirs");
 }
 
 /// `notifications/cancelled` for an inline call stops its work: an export to a file is abandoned

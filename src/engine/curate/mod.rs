@@ -6,6 +6,7 @@
 //! and apply each planned change only when its rows are still as planned.
 
 mod archive;
+mod confirm;
 mod contradict;
 mod hygiene;
 mod identity;
@@ -23,7 +24,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::engine::Engine;
-use crate::engine::control::{Control, WorkKind, WorkProgress};
+use crate::engine::control::{Answering, Control, WorkKind, WorkProgress};
 use crate::error::{Error, Result};
 use crate::model::{Memory, MemoryKey, Millis, RunRow, now_millis};
 use crate::store::{self, memories, runs};
@@ -59,6 +60,10 @@ pub struct ConsolidateRequest {
     pub dry_run: bool,
     /// Who starts it: `tool:<caller>`, `cli` or `scheduler`.
     pub started_by: String,
+    /// What its client can answer while it runs: a form asks it to confirm a run that would
+    /// merge and archive more than the policy's `confirm_above`; its model writes summaries.
+    #[serde(default)]
+    pub answers: Answering,
 }
 
 /// Counters of a run.
@@ -135,6 +140,8 @@ pub(crate) struct Run<'a> {
     pub actor: String,
     pub now: Millis,
     pub ctl: &'a dyn Control,
+    /// What the run's client can answer (see [`ConsolidateRequest::answers`]).
+    pub answers: Answering,
     pub counts: Counts,
     pub total: u64,
     pub examples: Vec<Example>,
@@ -333,6 +340,14 @@ impl Engine {
             Some(id) => self.store.read(|c| runs::get(c, &id))?,
             None => None,
         };
+        if !req.dry_run
+            && resumed.is_none()
+            && req.answers.elicitation
+            && ctl.can_ask()
+            && let Some(declined) = self.confirm(req, &policy, ctl, started)?
+        {
+            return Ok(declined);
+        }
         let now = now_millis();
         let id = match &resumed {
             Some(r) => r.id.clone(),
@@ -348,6 +363,7 @@ impl Engine {
             actor: format!("consolidate:{}", req.started_by),
             now,
             ctl,
+            answers: req.answers,
             counts: resumed
                 .as_ref()
                 .and_then(|r| serde_json::from_value(r.counts.clone()).ok())

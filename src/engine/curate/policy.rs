@@ -119,6 +119,12 @@ pub struct Policy {
     /// What to do with a contradiction: `"link"` (link and report) or `"newest"` (also end the
     /// older one's validity where the newer one starts).
     pub resolve: Resolve,
+    /// Most memories a run may merge and archive before it asks the client that started it to
+    /// confirm (only a client that can answer, through a task; 0 asks before any change).
+    pub confirm_above: u64,
+    /// Seconds a run waits for the client's answer before it takes the stated default: not
+    /// confirmed (nothing changes), or extractive summaries (1–86,400).
+    pub answer_wait_s: f64,
 }
 
 /// Least `merge_overlap`: near-duplicates share words (below this the word index that finds them
@@ -164,6 +170,8 @@ impl Default for Policy {
             summary_max_chars: 600,
             single_valued: SINGLE_VALUED.iter().map(|s| (*s).to_owned()).collect(),
             resolve: Resolve::Link,
+            confirm_above: 100,
+            answer_wait_s: 300.0,
         }
     }
 }
@@ -196,7 +204,7 @@ impl Policy {
                 Error::invalid(
                     field,
                     e.inner().to_string(),
-                    "give an object with any of merge_similarity, merge_overlap, half_life_days, archive_below, archive_unused_days, summarise_after_days, summarise_min_sources, summary_max_chars, single_valued, resolve (\"link\" or \"newest\")",
+                    "give an object with any of merge_similarity, merge_overlap, half_life_days, archive_below, archive_unused_days, summarise_after_days, summarise_min_sources, summary_max_chars, single_valued, resolve (\"link\" or \"newest\"), confirm_above, answer_wait_s",
                 )
             })?,
         };
@@ -232,6 +240,7 @@ impl Policy {
             10_000.0,
             false,
         )?;
+        range("answer_wait_s", p.answer_wait_s, 1.0, 86_400.0, false)?;
         if p.single_valued.len() > 1_000 {
             return Err(Error::invalid(
                 "policy.single_valued",
@@ -298,6 +307,8 @@ mod tests {
                 "policy.summarise_min_sources",
             ),
             (json!({"resolve": "oldest"}), "policy.resolve"),
+            (json!({"answer_wait_s": 0}), "policy.answer_wait_s"),
+            (json!({"confirm_above": -1}), "policy.confirm_above"),
             (json!({"single_valued": [""]}), "policy.single_valued[0]"),
         ] {
             assert_eq!(field_of(Policy::parse(Some(&v)).unwrap_err()), field, "{v}");

@@ -8,7 +8,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::embed::chat::Summarizer;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::embed::chat::{self, Summarizer};
+use crate::engine::control::duration_words;
 use crate::engine::curate::merge::sentences;
 use crate::engine::curate::{Batch, Example, Run, truncate};
 use crate::engine::recall::{jaccard, word_set};
@@ -51,6 +56,10 @@ pub(super) fn run(run: &mut Run<'_>, ns: &str) -> Result<()> {
         .store
         .read(|c| relations::part_of_groups(c, ns, EPISODE, run.policy.summarise_min_sources))?;
     let mut abstractive = engine.summarizer().cloned();
+    // Without a summarizer of the server's own, the client's model writes them when the
+    // client declared sampling and the run can ask it (a task).
+    let mut sampling =
+        abstractive.is_none() && !run.dry_run && run.answers.sampling && run.ctl.can_ask();
     for chunk in groups.chunks(GROUPS_PER_BATCH) {
         let mut planned = engine.store.read(|c| plan(run, c, ns, chunk))?;
         if let Some(s) = &abstractive {
@@ -60,6 +69,18 @@ pub(super) fn run(run: &mut Run<'_>, ns: &str) -> Result<()> {
                 ));
                 tracing::warn!(reason = %why, "summarizer failed; writing extractive summaries");
                 abstractive = None;
+            }
+            run.tick()?;
+        } else if sampling && !planned.is_empty() {
+            let unwritten = sample(run, &mut planned)?;
+            if unwritten > 0 {
+                run.warnings.push(format!(
+                    "the client's model wrote no summary for {unwritten} group(s) within {}; \
+                     extractive summaries were written for them and the rest of the run",
+                    duration_words(Duration::from_secs_f64(run.policy.answer_wait_s))
+                ));
+                // A client that did not answer is not kept waiting again.
+                sampling = false;
             }
             run.tick()?;
         }
@@ -170,6 +191,76 @@ fn rewrite(
         }
     }
     Ok(())
+}
+
+/// What the client's model gets to write a planned summary in: the room after its header.
+fn room(run: &Run<'_>, p: &Planned) -> usize {
+    run.policy
+        .summary_max_chars
+        .saturating_sub(p.about.chars().count() + 1)
+}
+
+/// The key of the sampling request for a planned summary: its group as planned (a re-run
+/// after a restart finds the answers given for the same groups).
+fn sampling_key(p: &Planned) -> String {
+    format!("summary-{}-v{}", p.anchor.0.0, p.anchor.1)
+}
+
+/// Asks the client's model for the planned summaries (MCP `sampling/createMessage`, through
+/// the task's `input_required`), waiting at most the policy's `answer_wait_s`; a summary it
+/// does not write stays extractive. Returns how many it did not write.
+fn sample(run: &Run<'_>, planned: &mut [Planned]) -> Result<usize> {
+    let requests: Map<String, Value> = planned
+        .iter()
+        .map(|p| {
+            let texts: Vec<&str> = p.texts.iter().map(String::as_str).collect();
+            let room = room(run, p);
+            let (system, user) = chat::prompt(&p.about, &texts, room);
+            let request = json!({"method": "sampling/createMessage", "params": {
+                "systemPrompt": system,
+                "messages": [{"role": "user", "content": {"type": "text", "text": user}}],
+                "maxTokens": room / 2 + 32,
+                "includeContext": "none",
+                "temperature": 0,
+            }});
+            (sampling_key(p), request)
+        })
+        .collect();
+    let wait = Duration::from_secs_f64(run.policy.answer_wait_s);
+    let answers = run.ctl.ask(&requests, wait)?;
+    let mut unwritten = 0;
+    for p in planned.iter_mut() {
+        let room = room(run, p);
+        let text = answers
+            .get(&sampling_key(p))
+            .and_then(sampled_text)
+            .map(|t| chat::tidy(t, room))
+            .filter(|t| !t.is_empty());
+        match text {
+            Some(text) => {
+                p.memory.content = format!("{} {text}", p.about);
+                if let Some(o) = p.memory.metadata.as_object_mut() {
+                    o.insert(
+                        "summarizer".into(),
+                        "the client's model (MCP sampling)".into(),
+                    );
+                }
+            }
+            None => unwritten += 1,
+        }
+    }
+    Ok(unwritten)
+}
+
+/// The text of a `sampling/createMessage` result: its text content (one block, or the first
+/// text block of a list).
+fn sampled_text(answer: &Value) -> Option<&str> {
+    let content = answer.get("content")?;
+    let block = match content {
+        Value::Array(blocks) => blocks.iter().find(|b| b["type"] == "text")?,
+        block => block,
+    };
+    block.get("text").and_then(Value::as_str)
 }
 
 /// Writes the planned summaries whose group is as planned and still unsummarised.

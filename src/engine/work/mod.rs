@@ -32,8 +32,6 @@ pub const INLINE_EXPAND: u8 = 2;
 pub const INLINE_CONSOLIDATE_LIMIT: i64 = 20_000;
 /// Memories a consolidation goes through per millisecond, roughly (for the estimate).
 const CONSOLIDATE_PER_MS: f64 = 3.0;
-/// Memories written per millisecond by an export (for the estimate).
-const EXPORT_PER_MS: f64 = 50.0;
 
 /// One long call, ready to run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,6 +101,17 @@ impl Work {
         )
     }
 
+    /// Whether it may ask the client a question while it runs (which only a task can wait
+    /// for): a consolidation that writes, started by a client that can answer.
+    pub fn may_ask(&self) -> bool {
+        match self {
+            Work::Consolidate { request, .. } => {
+                !request.dry_run && (request.answers.elicitation || request.answers.sampling)
+            }
+            _ => false,
+        }
+    }
+
     /// Whether it saves checkpoints and goes on from the last one after its process died.
     pub fn resumable(&self) -> bool {
         matches!(self, Work::Import { .. } | Work::Consolidate { .. })
@@ -113,6 +122,9 @@ impl Work {
     pub fn summary(&self, output: &Value) -> Option<String> {
         if !matches!(self, Work::Consolidate { .. }) {
             return None;
+        }
+        if output.get("state").and_then(Value::as_str) == Some("declined") {
+            return Some("declined: nothing changed".to_owned());
         }
         (output.get("state").and_then(Value::as_str) == Some("skipped")).then(|| {
             let holder = output
@@ -155,11 +167,7 @@ impl Work {
                 Ok(engine.estimate_traverse(&walk, &seeds)?.ms)
             }
             Work::Import { request } => engine.estimate_import(request),
-            Work::Export { request, target } => {
-                engine.check_export_target(target)?;
-                let n = engine.count_live(request.namespaces.as_deref())?;
-                Ok(n as f64 / EXPORT_PER_MS)
-            }
+            Work::Export { request, target } => engine.estimate_export(request, target),
             Work::Consolidate {
                 request,
                 inline_limit,

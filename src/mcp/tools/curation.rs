@@ -98,6 +98,7 @@ fn request(p: &ConsolidateParams, who: &Acting, owner: &str) -> Result<Consolida
         policy: p.policy.clone().map(Value::Object),
         dry_run: p.dry_run.unwrap_or(false),
         started_by,
+        answers: who.answers,
     })
 }
 
