@@ -232,6 +232,51 @@ pub struct TaskRow {
     pub grant: Option<serde_json::Value>,
 }
 
+/// A job: the logical work behind a client's tasks, keyed by namespace and name, whose memory
+/// (checkpoints, memories learned, task results) outlives any one task or server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRow {
+    pub namespace: String,
+    pub name: String,
+    /// `open` or `closed`.
+    pub state: String,
+    /// The latest checkpoint's version; 0 before the first.
+    pub head: i64,
+    pub created_by: String,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub closed_at: Option<Millis>,
+}
+
+/// One checkpoint of a job: a version with its parent (`None` for the first); a revert names
+/// the version whose body it restores.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobVersion {
+    pub version: i64,
+    pub parent: Option<i64>,
+    pub reverts_to: Option<i64>,
+    /// What the client saved: a JSON object (a note, what was learned, open questions, state).
+    pub body: serde_json::Value,
+    /// Who wrote it (`tool:job by <subject>`, or the task that filed it).
+    pub author: String,
+    pub task_id: Option<String>,
+    pub created_at: Millis,
+}
+
+/// The outcome of a task run under a job, kept with the job after the task's TTL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobResult {
+    pub task_id: String,
+    pub tool: String,
+    /// The task's final status: `completed`, `failed` or `cancelled`.
+    pub status: String,
+    /// Its last status message.
+    pub summary: String,
+    /// Its whole result (or error), as the task had it.
+    pub result: Option<serde_json::Value>,
+    pub finished_at: Millis,
+}
+
 /// One consolidation run as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRow {

@@ -180,6 +180,58 @@ pub const TABLES: &[Table] = &[
         key: &["name"],
         keep_existing: true,
     },
+    Table {
+        name: "jobs",
+        columns: &[
+            "namespace",
+            "name",
+            "state",
+            "head",
+            "created_by",
+            "created_at",
+            "updated_at",
+            "closed_at",
+        ],
+        key: &["namespace", "name"],
+        keep_existing: false,
+    },
+    Table {
+        name: "job_versions",
+        columns: &[
+            "namespace",
+            "job",
+            "version",
+            "parent",
+            "reverts_to",
+            "body",
+            "author",
+            "task_id",
+            "created_at",
+        ],
+        key: &["namespace", "job", "version"],
+        keep_existing: false,
+    },
+    Table {
+        name: "job_memories",
+        columns: &["memory_key", "namespace", "job", "added_at"],
+        key: &["memory_key"],
+        keep_existing: false,
+    },
+    Table {
+        name: "job_results",
+        columns: &[
+            "task_id",
+            "namespace",
+            "job",
+            "tool",
+            "status",
+            "summary",
+            "result",
+            "finished_at",
+        ],
+        key: &["task_id"],
+        keep_existing: false,
+    },
 ];
 
 /// The `meta` row of a copy in progress, on the target.

@@ -11,6 +11,7 @@ pub mod changes;
 pub mod copy;
 pub mod history;
 pub mod import_keys;
+pub mod jobs;
 pub mod memories;
 pub mod relations;
 pub mod runs;

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 
 /// Version of the PostgreSQL schema this build writes (numbered on its own: the SQLite
 /// schema's history of small steps starts here as one).
-pub(crate) const PG_SCHEMA_VERSION: i64 = 2;
+pub(crate) const PG_SCHEMA_VERSION: i64 = 3;
 
 /// How long connecting may take when the URL does not say (`connect_timeout`).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -315,7 +315,53 @@ CREATE TABLE leases (
 /// Version 2: a task keeps the rights of the call that started it (SQLite's version 9).
 const V2: &str = "ALTER TABLE tasks ADD COLUMN access_grant TEXT";
 
-const STEPS: [&str; PG_SCHEMA_VERSION as usize] = [V1, V2];
+/// Version 3: jobs, their versions, and the memories and task results filed under them
+/// (SQLite's version 10).
+const V3: &str = r#"
+CREATE TABLE jobs (
+    namespace   TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    head        BIGINT NOT NULL DEFAULT 0,
+    created_by  TEXT NOT NULL,
+    created_at  BIGINT NOT NULL,
+    updated_at  BIGINT NOT NULL,
+    closed_at   BIGINT,
+    PRIMARY KEY (namespace, name)
+);
+CREATE TABLE job_versions (
+    namespace   TEXT NOT NULL,
+    job         TEXT NOT NULL,
+    version     BIGINT NOT NULL,
+    parent      BIGINT,
+    reverts_to  BIGINT,
+    body        TEXT NOT NULL,
+    author      TEXT NOT NULL,
+    task_id     TEXT,
+    created_at  BIGINT NOT NULL,
+    PRIMARY KEY (namespace, job, version)
+);
+CREATE TABLE job_memories (
+    memory_key  BIGINT PRIMARY KEY REFERENCES memories(key),
+    namespace   TEXT NOT NULL,
+    job         TEXT NOT NULL,
+    added_at    BIGINT NOT NULL
+);
+CREATE INDEX job_memories_job ON job_memories(namespace, job, added_at);
+CREATE TABLE job_results (
+    task_id     TEXT PRIMARY KEY,
+    namespace   TEXT NOT NULL,
+    job         TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    summary     TEXT NOT NULL,
+    result      TEXT,
+    finished_at BIGINT NOT NULL
+);
+CREATE INDEX job_results_job ON job_results(namespace, job, finished_at);
+"#;
+
+const STEPS: [&str; PG_SCHEMA_VERSION as usize] = [V1, V2, V3];
 
 /// Brings the database up to [`PG_SCHEMA_VERSION`], one version per transaction. Instances
 /// starting together take turns on the `meta` row that holds the version (the first creates

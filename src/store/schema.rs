@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::error::{Error, Result};
 
 /// Version this build writes.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 /// Oldest version this build can migrate from (0 is an empty file).
 pub const OLDEST_SUPPORTED_SCHEMA: i64 = 0;
 
@@ -189,6 +189,53 @@ const V9: &str = r#"
 ALTER TABLE tasks ADD COLUMN access_grant TEXT;
 "#;
 
+/// Version 10: jobs, the memory of the work behind tasks. A job (by namespace and name) has a
+/// head version; every checkpoint is a version with its parent (a revert names the version it
+/// restores); memories and task results can be filed under a job.
+const V10: &str = r#"
+CREATE TABLE jobs (
+    namespace   TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    head        INTEGER NOT NULL DEFAULT 0,
+    created_by  TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    closed_at   INTEGER,
+    PRIMARY KEY (namespace, name)
+);
+CREATE TABLE job_versions (
+    namespace   TEXT NOT NULL,
+    job         TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    parent      INTEGER,
+    reverts_to  INTEGER,
+    body        TEXT NOT NULL,
+    author      TEXT NOT NULL,
+    task_id     TEXT,
+    created_at  INTEGER NOT NULL,
+    PRIMARY KEY (namespace, job, version)
+);
+CREATE TABLE job_memories (
+    memory_key  INTEGER PRIMARY KEY REFERENCES memories(key),
+    namespace   TEXT NOT NULL,
+    job         TEXT NOT NULL,
+    added_at    INTEGER NOT NULL
+);
+CREATE INDEX job_memories_job ON job_memories(namespace, job, added_at);
+CREATE TABLE job_results (
+    task_id     TEXT PRIMARY KEY,
+    namespace   TEXT NOT NULL,
+    job         TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    summary     TEXT NOT NULL,
+    result      TEXT,
+    finished_at INTEGER NOT NULL
+);
+CREATE INDEX job_results_job ON job_results(namespace, job, finished_at);
+"#;
+
 /// Brings the database up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -206,7 +253,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
             reason: format!("version {version} is too old to migrate"),
         });
     }
-    let steps: [&str; 9] = [V1, V2, V3, V4, V5, V6, V7, V8, V9];
+    let steps: [&str; 10] = [V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
     for (i, sql) in steps.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         // Another process may have migrated while we waited for the lock.

@@ -15,7 +15,7 @@ use mnemograph::store::history::{self, Entity};
 use mnemograph::store::memories::{self, Stamps};
 use mnemograph::store::relations::{self, NewRelation, RelationStamps};
 use mnemograph::store::tasks::{Beat, Ending};
-use mnemograph::store::{Store, import_keys, in_savepoint, runs, tasks, vectors};
+use mnemograph::store::{Store, import_keys, in_savepoint, jobs, runs, tasks, vectors};
 use serde_json::json;
 
 /// A database of each backend for test `name`, with what keeps it alive (the temp folder). The
@@ -175,6 +175,174 @@ fn listings_and_completions_read_alike() {
             .read(|db| memories::newest(db, Some(&[]), None, 10))
             .unwrap();
         assert!(none.is_empty(), "{backend}");
+    }
+}
+
+/// Jobs: opened once, checkpoints written only from the head they were read at (the second
+/// writer from the same version loses), versions with their parents, memories and task
+/// results filed under a job and read back newest first, closing stops checkpoints.
+#[test]
+fn jobs_keep_versions_memories_and_results_alike() {
+    for (backend, store, _dir) in stores("jobs") {
+        let keys: Vec<MemoryKey> = store
+            .write(|db| {
+                (0..4)
+                    .map(|i| {
+                        memories::insert(
+                            db,
+                            &format!("m_j{i}"),
+                            &note("work", None, &format!("fact {i}")),
+                            10,
+                        )
+                        .map(|m| m.key)
+                    })
+                    .collect()
+            })
+            .unwrap();
+        let job = store
+            .write(|db| jobs::open(db, "work", "J", "tool:job by alice", 100))
+            .unwrap();
+        assert_eq!((job.state.as_str(), job.head), ("open", 0), "{backend}");
+        let again = store
+            .write(|db| jobs::open(db, "work", "J", "someone else", 200))
+            .unwrap();
+        assert_eq!(again, job, "{backend}: opening again changes nothing");
+
+        let write = |base: i64, body: serde_json::Value, at: i64| {
+            store
+                .write(|db| jobs::checkpoint(db, "work", "J", base, &body, None, "alice", None, at))
+                .unwrap()
+        };
+        assert_eq!(write(0, json!({"note": "one"}), 110), Some(1), "{backend}");
+        assert_eq!(write(1, json!({"note": "two"}), 120), Some(2), "{backend}");
+        assert_eq!(
+            write(1, json!({"note": "stale"}), 130),
+            None,
+            "{backend}: a stale base loses"
+        );
+        let reverted = store
+            .write(|db| {
+                jobs::checkpoint(
+                    db,
+                    "work",
+                    "J",
+                    2,
+                    &json!({"note": "one"}),
+                    Some(1),
+                    "bob",
+                    Some("task1"),
+                    140,
+                )
+            })
+            .unwrap();
+        assert_eq!(reverted, Some(3), "{backend}");
+        let (head, all, v1, older) = store
+            .read(|db| {
+                Ok((
+                    jobs::get(db, "work", "J")?,
+                    jobs::versions(db, "work", "J", None, 10)?,
+                    jobs::version(db, "work", "J", 1)?,
+                    jobs::versions(db, "work", "J", Some(3), 1)?,
+                ))
+            })
+            .unwrap();
+        assert_eq!(
+            head.map(|j| (j.head, j.updated_at)),
+            Some((3, 140)),
+            "{backend}"
+        );
+        let listed: Vec<(i64, Option<i64>, Option<i64>)> = all
+            .iter()
+            .map(|v| (v.version, v.parent, v.reverts_to))
+            .collect();
+        assert_eq!(
+            listed,
+            [(3, Some(2), Some(1)), (2, Some(1), None), (1, None, None)],
+            "{backend}"
+        );
+        assert_eq!(all[0].task_id.as_deref(), Some("task1"), "{backend}");
+        assert_eq!(
+            v1.map(|v| v.body),
+            Some(json!({"note": "one"})),
+            "{backend}"
+        );
+        assert_eq!(
+            older.iter().map(|v| v.version).collect::<Vec<_>>(),
+            [2],
+            "{backend}"
+        );
+
+        let filed = store
+            .write(|db| {
+                let a = jobs::file_memories(db, "work", "J", &keys[..2], 150)?;
+                let b = jobs::file_memories(db, "work", "J", &keys[1..3], 160)?;
+                let c = jobs::file_memories(db, "work", "K", &keys[2..3], 170)?;
+                Ok((a, b, c))
+            })
+            .unwrap();
+        assert_eq!(
+            filed,
+            (2, 1, 0),
+            "{backend}: a memory stays under its first job"
+        );
+        let (since, of) = store
+            .read(|db| {
+                Ok((
+                    jobs::memories_since(db, "work", "J", 150, 10)?,
+                    jobs::jobs_of(db, &keys)?,
+                ))
+            })
+            .unwrap();
+        assert_eq!(since, (vec![keys[2]], 1), "{backend}");
+        assert_eq!(
+            of,
+            [
+                (keys[0], "J".to_owned()),
+                (keys[1], "J".to_owned()),
+                (keys[2], "J".to_owned())
+            ],
+            "{backend}"
+        );
+
+        let result = |status: &str, at: i64| mnemograph::model::JobResult {
+            task_id: "task1".into(),
+            tool: "import".into(),
+            status: status.into(),
+            summary: format!("import {status}"),
+            result: Some(json!({"added": 3})),
+            finished_at: at,
+        };
+        store
+            .write(|db| {
+                jobs::file_result(db, "work", "J", &result("working", 180))?;
+                jobs::file_result(db, "work", "J", &result("completed", 190))
+            })
+            .unwrap();
+        let (results, n) = store.read(|db| jobs::results(db, "work", "J", 10)).unwrap();
+        assert_eq!(n, 1, "{backend}");
+        assert_eq!(results, [result("completed", 190)], "{backend}");
+
+        assert!(store.write(|db| jobs::close(db, "work", "J", 200)).unwrap());
+        assert!(!store.write(|db| jobs::close(db, "work", "J", 210)).unwrap());
+        assert_eq!(
+            write(3, json!({"note": "late"}), 220),
+            None,
+            "{backend}: closed"
+        );
+        let listed = store
+            .read(|db| jobs::list(db, Some(&["work".into()]), 10))
+            .unwrap();
+        assert_eq!(listed.len(), 1, "{backend}");
+        assert_eq!(
+            (listed[0].state.as_str(), listed[0].closed_at),
+            ("closed", Some(200))
+        );
+        assert!(
+            store
+                .read(|db| jobs::list(db, Some(&["home".into()]), 10))
+                .unwrap()
+                .is_empty()
+        );
     }
 }
 

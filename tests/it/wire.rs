@@ -335,18 +335,16 @@ async fn ping_is_not_part_of_the_2026_era() {
     raw.close().await;
 }
 
+/// Prompts are not offered (−32601); completion is, for the memory templates only: a prompt
+/// reference is invalid params (−32602) that says what it completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prompts_and_completions_are_not_offered() {
+async fn prompts_are_not_offered_and_completion_says_what_it_completes() {
     for era in Era::ALL {
         let db = TestDb::new();
         let mut raw = Raw::open(&db.path, era).await;
         for (method, params) in [
             ("prompts/list", json!({})),
             ("prompts/get", json!({"name": "x"})),
-            (
-                "completion/complete",
-                json!({"ref": {"type": "ref/prompt", "name": "x"}, "argument": {"name": "a", "value": "b"}}),
-            ),
         ] {
             let answer = raw.call(method, params).await;
             assert_eq!(
@@ -355,6 +353,17 @@ async fn prompts_and_completions_are_not_offered() {
                 "{era:?}: {method} → {answer}"
             );
         }
+        let answer = raw
+            .call(
+                "completion/complete",
+                json!({"ref": {"type": "ref/prompt", "name": "x"}, "argument": {"name": "a", "value": "b"}}),
+            )
+            .await;
+        assert_eq!(error_code(&answer), Some(-32602), "{era:?}: {answer}");
+        assert!(
+            answer.to_string().contains("memory://{namespace}/{id}"),
+            "{era:?}: {answer}"
+        );
         raw.close().await;
     }
 }
