@@ -11,6 +11,7 @@ pub mod export;
 mod flat;
 mod graph;
 pub mod import;
+pub mod job_context;
 mod jobs;
 mod read;
 pub mod recall;

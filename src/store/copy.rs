@@ -213,7 +213,7 @@ pub const TABLES: &[Table] = &[
     },
     Table {
         name: "job_memories",
-        columns: &["memory_key", "namespace", "job", "added_at"],
+        columns: &["memory_key", "namespace", "job", "added_at", "head_version"],
         key: &["memory_key"],
         keep_existing: false,
     },

@@ -158,7 +158,8 @@ pub fn close(db: &Db, namespace: &str, name: &str, now: Millis) -> Result<bool> 
 }
 
 /// Files memories under a job (a memory already filed, under this job or another, stays where
-/// it is); returns how many were filed.
+/// it is), noting the job's head version (0 before its first checkpoint); returns how many were
+/// filed.
 pub fn file_memories(
     db: &Db,
     namespace: &str,
@@ -166,35 +167,37 @@ pub fn file_memories(
     keys: &[MemoryKey],
     now: Millis,
 ) -> Result<usize> {
+    let head = get(db, namespace, job)?.map_or(0, |j| j.head);
     let mut n = 0;
     for k in keys {
         n += db.execute(
-            "INSERT INTO job_memories (memory_key, namespace, job, added_at) \
-             VALUES (?1, ?2, ?3, ?4) ON CONFLICT (memory_key) DO NOTHING",
-            args![k.0, namespace, job, now],
+            "INSERT INTO job_memories (memory_key, namespace, job, added_at, head_version) \
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (memory_key) DO NOTHING",
+            args![k.0, namespace, job, now, head],
         )?;
     }
     Ok(n)
 }
 
-/// Up to `n` of the memories filed under a job after `since`, newest first, and how many were
-/// filed after `since` in all.
+/// Up to `n` of the memories filed under a job while its head was `version` or later (what
+/// was learned since that checkpoint), newest first, and how many there are.
 pub fn memories_since(
     db: &Db,
     namespace: &str,
     job: &str,
-    since: Millis,
+    version: i64,
     n: usize,
 ) -> Result<(Vec<MemoryKey>, i64)> {
     let keys = db.query_all(
-        "SELECT memory_key FROM job_memories WHERE namespace = ?1 AND job = ?2 AND added_at > ?3 \
-         ORDER BY added_at DESC, memory_key DESC LIMIT ?4",
-        args![namespace, job, since, n as i64],
+        "SELECT memory_key FROM job_memories WHERE namespace = ?1 AND job = ?2 \
+         AND head_version >= ?3 ORDER BY added_at DESC, memory_key DESC LIMIT ?4",
+        args![namespace, job, version, n as i64],
         |r| Ok(MemoryKey(r.get(0)?)),
     )?;
     let total = db.query_one(
-        "SELECT count(*) FROM job_memories WHERE namespace = ?1 AND job = ?2 AND added_at > ?3",
-        args![namespace, job, since],
+        "SELECT count(*) FROM job_memories WHERE namespace = ?1 AND job = ?2 \
+         AND head_version >= ?3",
+        args![namespace, job, version],
         |r| r.get(0),
     )?;
     Ok((keys, total))

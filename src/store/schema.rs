@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::error::{Error, Result};
 
 /// Version this build writes.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 /// Oldest version this build can migrate from (0 is an empty file).
 pub const OLDEST_SUPPORTED_SCHEMA: i64 = 0;
 
@@ -236,6 +236,12 @@ CREATE TABLE job_results (
 CREATE INDEX job_results_job ON job_results(namespace, job, finished_at);
 "#;
 
+/// Version 11: a memory filed under a job records the job's head version then, so "learned
+/// since the latest checkpoint" is exact whatever the clocks of the servers that wrote them.
+const V11: &str = r#"
+ALTER TABLE job_memories ADD COLUMN head_version INTEGER NOT NULL DEFAULT 0;
+"#;
+
 /// Brings the database up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -253,7 +259,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
             reason: format!("version {version} is too old to migrate"),
         });
     }
-    let steps: [&str; 10] = [V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
+    let steps: [&str; 11] = [V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
     for (i, sql) in steps.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         // Another process may have migrated while we waited for the lock.

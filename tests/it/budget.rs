@@ -278,6 +278,33 @@ async fn every_tool_answers_within_the_budget_and_links_the_rest() {
     let r = inline(&c, "stats", json!({})).await;
     check("stats", &r);
 
+    // job: the largest checkpoint (200 learned items and 200 open questions), 100 memories of
+    // 2 KiB learned since, then resumed and its history listed.
+    let item = |i: usize, what: &str| format!("{what} {i}: {}", "x".repeat(120));
+    let learned: Vec<String> = (0..200).map(|i| item(i, "learned")).collect();
+    let questions: Vec<String> = (0..200).map(|i| item(i, "question")).collect();
+    let r = inline(
+        &c,
+        "job",
+        json!({"name": "big-job", "action": "checkpoint", "base": 0, "note": "n".repeat(2_000),
+            "learned": learned, "open_questions": questions}),
+    )
+    .await;
+    check("job (checkpoint)", &r);
+    let memories: Vec<Value> = (0..100)
+        .map(|i| json!({"content": format!("finding {i}: {}", "y".repeat(2_000))}))
+        .collect();
+    inline(
+        &c,
+        "remember",
+        json!({"job": "big-job", "memories": memories}),
+    )
+    .await;
+    let r = inline(&c, "job", json!({"name": "big-job"})).await;
+    check("job (resume: 400 items, 100 memories learned since)", &r);
+    let r = inline(&c, "job", json!({"name": "big-job", "action": "history"})).await;
+    check("job (history)", &r);
+
     // forget and restore: a thousand memories at once.
     let ids: Vec<String> = (100..1_100).map(|i| format!("n{i}")).collect();
     let r = inline(&c, "forget", json!({"names": ids, "namespace": "big"})).await;

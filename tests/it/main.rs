@@ -14,6 +14,7 @@ mod faults;
 mod fuzz;
 mod http;
 mod identity;
+mod jobs;
 mod migrate;
 mod oauth;
 mod pg;

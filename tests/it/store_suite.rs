@@ -2,6 +2,9 @@
 //! and against a PostgreSQL database (a throwaway cluster, see `pg`), with the same expectations.
 //! Then the change log under concurrent writers: positions a follower reads are gap-free and in
 //! commit order, even when transactions that took positions wait before they commit.
+//!
+//! Size: one suite of every store statement on both backends, so that a statement added to one
+//! dialect is checked on the other in the same place.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -288,12 +291,20 @@ fn jobs_keep_versions_memories_and_results_alike() {
         let (since, of) = store
             .read(|db| {
                 Ok((
-                    jobs::memories_since(db, "work", "J", 150, 10)?,
+                    jobs::memories_since(db, "work", "J", 3, 10)?,
                     jobs::jobs_of(db, &keys)?,
                 ))
             })
             .unwrap();
-        assert_eq!(since, (vec![keys[2]], 1), "{backend}");
+        assert_eq!(since, (vec![keys[2], keys[1], keys[0]], 3), "{backend}");
+        let later = store
+            .read(|db| jobs::memories_since(db, "work", "J", 4, 10))
+            .unwrap();
+        assert_eq!(
+            later,
+            (vec![], 0),
+            "{backend}: nothing filed since version 4"
+        );
         assert_eq!(
             of,
             [

@@ -43,7 +43,7 @@ pub(crate) struct ConsolidateParams {
 pub(super) fn descriptor() -> Descriptor {
     Descriptor {
         name: "consolidate",
-        description: "Merge near-duplicates, summarise old episodes, flag contradictions, archive the unused. Nothing is deleted: undo a run by id.",
+        description: "Merge near-duplicates, summarise old episodes, flag contradictions, archive the unused; undo a run by id.",
         schema: input_schema::<ConsolidateParams>,
         hints: Hints(false, false, false),
         scope: |_| Scope::Admin,

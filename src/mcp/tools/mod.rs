@@ -6,6 +6,7 @@
 //! table (`table`); nothing outside a family names its tools.
 
 mod curation;
+mod jobs;
 mod memory;
 mod recall;
 mod schema;
@@ -112,6 +113,7 @@ pub(crate) fn table() -> &'static [Descriptor] {
         all.extend(transfer::descriptors());
         all.push(curation::descriptor());
         all.push(tasks::descriptor());
+        all.push(jobs::descriptor());
         all.push(memory::stats());
         all
     })

@@ -29,7 +29,7 @@ pub(crate) struct RecallParams {
     pub(crate) query: String,
     /// Only this namespace.
     pub(crate) namespace: Option<String>,
-    /// Several namespaces; default all.
+    /// Default all.
     pub(crate) namespaces: Option<Vec<String>>,
     /// Only these kinds.
     pub(crate) kinds: Option<Vec<String>>,
@@ -43,9 +43,9 @@ pub(crate) struct RecallParams {
     pub(crate) min_importance: Option<f64>,
     /// 1–100, default 10 (~60 tokens a snippet hit).
     pub(crate) limit: Option<u32>,
-    /// next_cursor of the previous page.
+    /// From the last page.
     pub(crate) cursor: Option<String>,
-    /// Full content instead of snippets.
+    /// Whole contents.
     pub(crate) full: Option<bool>,
     /// Hops of related memories to add, 0–8 (default 2).
     pub(crate) expand: Option<u8>,
@@ -57,7 +57,7 @@ pub(crate) struct RecallParams {
     /// Fusion weights [text, vector], default [1, 0.25] (for tuning; not in the schema).
     #[schemars(skip)]
     pub(crate) weights: Option<Vec<f32>>,
-    /// Also archived memories.
+    /// Also archived.
     pub(crate) include_archived: Option<bool>,
 }
 
@@ -72,7 +72,7 @@ pub(crate) enum ModeInput {
 pub(super) fn descriptor() -> Descriptor {
     Descriptor {
         name: "recall",
-        description: "Search memories by words and meaning. Snippets unless full=true; expand adds related memories.",
+        description: "Search memories by words and meaning; expand adds related ones.",
         schema: input_schema::<RecallParams>,
         hints: Hints(true, false, true),
         scope: read,

@@ -39,7 +39,7 @@ pub(crate) struct TaskOut {
 pub(super) fn descriptor() -> Descriptor {
     Descriptor {
         name: "tasks",
-        description: "Your recent tasks with status and progress; a result comes from tasks/get with its taskId.",
+        description: "Your recent tasks and their progress; results come from tasks/get.",
         schema: input_schema::<TasksParams>,
         hints: Hints(true, false, true),
         scope: read,

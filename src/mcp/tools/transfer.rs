@@ -27,7 +27,7 @@ const PATH_NOTE: &str = " (a `path` is a file on the server's machine; leave it 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ImportSourceInput {
-    /// File or folder in the server's import roots.
+    /// In the server's import roots.
     pub(crate) path: Option<String>,
     /// The data itself (≤ 8 MiB).
     pub(crate) text: Option<String>,
@@ -42,7 +42,7 @@ pub(crate) struct ImportParams {
     pub(crate) format: Option<String>,
     /// For all records.
     pub(crate) namespace: Option<String>,
-    /// Only report what would happen.
+    /// Report only.
     pub(crate) dry_run: Option<bool>,
 }
 
@@ -61,13 +61,13 @@ pub(crate) struct SubgraphInput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ExportParams {
-    /// jsonl (lossless, re-importable; default) | graphml | dot.
+    /// jsonl (default, lossless) | graphml | dot.
     pub(crate) format: Option<String>,
     /// Default all.
     pub(crate) namespaces: Option<Vec<String>>,
     /// Only what this walk reaches.
     pub(crate) subgraph: Option<SubgraphInput>,
-    /// New file in the import roots (default: inline ≤ 8 MiB, paged by links).
+    /// New file in the import roots; default inline.
     pub(crate) path: Option<String>,
     /// Include vectors (jsonl).
     pub(crate) vectors: Option<bool>,
@@ -92,7 +92,7 @@ pub(super) fn descriptors() -> Vec<Descriptor> {
         },
         Descriptor {
             name: "export",
-            description: "Write memories and relations (all, some namespaces or a subgraph) to a file or inline.",
+            description: "Write memories and relations (all, namespaces or a subgraph) to a file or inline.",
             schema: input_schema::<ExportParams>,
             hints: Hints(true, false, true),
             scope: export_scope,

@@ -61,16 +61,16 @@ pub(crate) struct TraverseParams {
     pub(crate) min_weight: Option<f64>,
     /// RFC 3339: relations valid then.
     pub(crate) valid_at: Option<String>,
-    /// Node budget (default and, without tasks, most 10000).
+    /// Node budget (default 10000).
     pub(crate) max_nodes: Option<u64>,
     /// nodes (default), paths or subgraph.
     #[serde(rename = "return")]
     pub(crate) return_: Option<ReturnInput>,
     /// Rank nodes by this text.
     pub(crate) focus: Option<String>,
-    /// Most nodes listed, 1–1000 (default 50; ~70 tokens each).
+    /// Nodes listed, 1–1000 (default 50; ~70 tokens each).
     pub(crate) limit: Option<u32>,
-    /// Also archived memories.
+    /// Also archived.
     pub(crate) include_archived: Option<bool>,
 }
 

@@ -23,7 +23,7 @@ use wire::{
 pub(super) fn head() -> Vec<Descriptor> {
     vec![Descriptor {
         name: "remember",
-        description: "Store memories (a repeat returns the stored id, duplicate=true); links relate them to stored ones.",
+        description: "Store memories (a repeat returns its id, duplicate=true); links relate them to stored ones.",
         schema: input_schema::<RememberParams>,
         hints: Hints(false, false, true),
         scope: write,
@@ -144,8 +144,21 @@ fn item_error(e: Error) -> Option<String> {
 }
 
 async fn remember(engine: &Arc<Engine>, args: JsonObject, who: Acting) -> Result<CallToolResult> {
-    let items = wire::remember_items(parse_object("remember", args)?)?;
-    let rs = blocking(engine, move |e| e.remember_in(&items, &who.access)).await?;
+    let params: wire::RememberParams = parse_object("remember", args)?;
+    let job = params.job.clone();
+    if let Some(job) = &job {
+        crate::engine::validate::label("job", job, crate::engine::job_context::MAX_JOB_NAME)?;
+    }
+    let items = wire::remember_items(params)?;
+    let rs = blocking(engine, move |e| {
+        let rs = e.remember_in(&items, &who.access)?;
+        if let Some(job) = &job {
+            let ids: Vec<String> = rs.iter().flatten().map(|m| m.id.clone()).collect();
+            e.file_in_job(job, &ids)?;
+        }
+        Ok(rs)
+    })
+    .await?;
     batch_out(
         rs.into_iter()
             .enumerate()

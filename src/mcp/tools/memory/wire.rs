@@ -21,7 +21,7 @@ type JsonObject = serde_json::Map<String, serde_json::Value>;
 pub(crate) struct LinkInput {
     /// Target id or name.
     pub(crate) to: String,
-    /// e.g. about, part_of, caused_by.
+    /// e.g. about, part_of.
     pub(crate) kind: String,
     /// 0–1, default 1.
     pub(crate) weight: Option<f64>,
@@ -33,32 +33,31 @@ pub(crate) struct LinkInput {
 pub(crate) struct MemoryInput {
     /// Text (≤ 64 KiB).
     pub(crate) content: String,
-    /// fact, episode, entity, summary, note (default), …
+    /// fact, episode, note (default), …
     pub(crate) kind: Option<String>,
     /// Unique in the namespace.
     pub(crate) name: Option<String>,
-    /// Labels.
     pub(crate) tags: Option<Vec<String>>,
     /// 0–1, default 0.5.
     pub(crate) importance: Option<f64>,
     /// Default "default".
     pub(crate) namespace: Option<String>,
-    /// Any JSON object.
     #[schemars(with = "Option<JsonObject>")]
     pub(crate) metadata: Option<serde_json::Value>,
     /// RFC 3339.
     pub(crate) valid_from: Option<String>,
     /// RFC 3339.
     pub(crate) valid_until: Option<String>,
-    /// Relations to existing memories.
+    /// To stored memories.
     pub(crate) links: Option<Vec<LinkInput>>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RememberParams {
-    /// One or many memories.
     pub(crate) memories: Vec<MemoryInput>,
+    /// File under this job.
+    pub(crate) job: Option<String>,
 }
 
 /// One relation to create or update.
@@ -73,7 +72,6 @@ pub(crate) struct RelationInput {
     pub(crate) kind: String,
     /// 0–1, default 1.
     pub(crate) weight: Option<f64>,
-    /// Any JSON object.
     #[schemars(with = "Option<JsonObject>")]
     pub(crate) metadata: Option<serde_json::Value>,
     /// For names; default "default".
@@ -83,16 +81,13 @@ pub(crate) struct RelationInput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RelateParams {
-    /// One or many relations.
     pub(crate) relations: Vec<RelationInput>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GetParams {
-    /// Memory ids.
     pub(crate) ids: Option<Vec<String>>,
-    /// Memory names.
     pub(crate) names: Option<Vec<String>>,
     /// For names; default "default".
     pub(crate) namespace: Option<String>,
@@ -103,29 +98,27 @@ pub(crate) struct GetParams {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct UpdateParams {
-    /// The memory: id, or name (in `namespace`).
+    /// Id, or name in `namespace`.
     pub(crate) id: Option<String>,
     /// A name instead of `id` (accepted; the schema names one identifier).
     #[schemars(skip)]
     pub(crate) name: Option<String>,
     /// Where a name resolves.
     pub(crate) namespace: Option<String>,
-    /// New text.
     pub(crate) content: Option<String>,
-    /// New kind.
     pub(crate) kind: Option<String>,
-    /// Replaces the tags.
+    /// Replaces them.
     pub(crate) tags: Option<Vec<String>>,
     /// 0–1.
     pub(crate) importance: Option<f64>,
-    /// Replaces the metadata.
+    /// Replaces it.
     #[schemars(with = "Option<JsonObject>")]
     pub(crate) metadata: Option<serde_json::Value>,
     /// RFC 3339.
     pub(crate) valid_from: Option<String>,
     /// RFC 3339.
     pub(crate) valid_until: Option<String>,
-    /// Refuse unless at this version (as read); else a conflict.
+    /// Conflict unless at this version (as read).
     pub(crate) if_version: Option<i64>,
 }
 
@@ -133,26 +126,22 @@ pub(crate) struct UpdateParams {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RelationRefInput {
-    /// Relation id.
     pub(crate) id: Option<String>,
     /// Id or name.
     pub(crate) from: Option<String>,
     /// Id or name.
     pub(crate) to: Option<String>,
-    /// With from and to.
     pub(crate) kind: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ForgetParams {
-    /// Memory ids.
     pub(crate) ids: Option<Vec<String>>,
-    /// Memory names.
     pub(crate) names: Option<Vec<String>>,
     /// For names; default "default".
     pub(crate) namespace: Option<String>,
-    /// Relations: by id, or by from, to and kind.
+    /// By id, or by from, to and kind.
     pub(crate) relations: Option<Vec<RelationRefInput>>,
 }
 

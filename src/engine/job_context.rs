@@ -1,0 +1,362 @@
+//! The memory of a job: what a client (or its tasks) learned while working on one logical job,
+//! kept by the job's name so that any instance on the same store, after any restart, resumes
+//! it. A checkpoint is a version with its parent, written only from the version the writer
+//! read (a stale writer gets a conflict naming the newer version); history lists the versions,
+//! a diff compares two, a revert restores one as a new version. Memories remembered for the
+//! job are filed under it, and resuming says what was learned since the latest checkpoint.
+
+use serde_json::{Map, Value, json};
+
+use crate::engine::validate;
+use crate::engine::{Access, Engine};
+use crate::error::{Error, Result};
+use crate::model::{JobResult, JobRow, JobVersion, Memory, MemoryKey, now_millis};
+use crate::store::{jobs, memories};
+
+/// Longest job name, in bytes.
+pub const MAX_JOB_NAME: usize = 200;
+/// Largest checkpoint body, in bytes of JSON.
+const MAX_BODY: usize = 64 * 1024;
+/// Most items in a checkpoint's `learned` or `open_questions`.
+const MAX_ITEMS: usize = 200;
+
+/// A job as its resumer reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resumed {
+    /// `None`: no checkpoint was ever written under this name.
+    pub job: Option<JobRow>,
+    pub head: Option<JobVersion>,
+    /// Memories filed under the job since its latest checkpoint was written (by the job's head
+    /// when they were filed, not by clocks), newest first, and how many.
+    pub learned: Vec<Memory>,
+    pub learned_total: i64,
+    /// Its tasks' results, newest first, and how many.
+    pub results: Vec<JobResult>,
+    pub results_total: i64,
+}
+
+/// What changed from one version's body to another's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VersionDiff {
+    pub from: i64,
+    pub to: i64,
+    /// Per field of the body: `{"added": [...], "removed": [...]}` for lists, `{"from": …,
+    /// "to": …}` for anything else that changed.
+    pub changes: Map<String, Value>,
+}
+
+impl Engine {
+    /// Checks a job's namespace against `access` and its name.
+    fn job_key(&self, namespace: Option<&str>, name: &str, access: &Access) -> Result<String> {
+        let ns = self.resolve_namespace("namespace", namespace)?;
+        access.check("namespace", &ns)?;
+        validate::label("name", name, MAX_JOB_NAME)?;
+        Ok(ns)
+    }
+
+    /// The job `name` of `namespace` for resuming: its latest checkpoint, up to `limit`
+    /// memories filed since it and `limit` task results. Writes nothing (a job that was never
+    /// checkpointed reads as new).
+    pub fn job_resume(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        access: &Access,
+        limit: usize,
+    ) -> Result<Resumed> {
+        let ns = self.job_key(namespace, name, access)?;
+        self.store.snapshot(|c| {
+            let job = jobs::get(c, &ns, name)?;
+            let head = match &job {
+                Some(j) if j.head > 0 => jobs::version(c, &ns, name, j.head)?,
+                _ => None,
+            };
+            let since = head.as_ref().map_or(0, |h| h.version);
+            let (keys, learned_total) = jobs::memories_since(c, &ns, name, since, limit)?;
+            let mut learned = memories::by_keys(c, &keys)?;
+            learned.retain(|m| m.deleted_at.is_none());
+            let order = |k: &MemoryKey| keys.iter().position(|x| x == k);
+            learned.sort_by_key(|m| order(&m.key));
+            let (results, results_total) = jobs::results(c, &ns, name, limit)?;
+            Ok(Resumed {
+                job,
+                head,
+                learned,
+                learned_total,
+                results,
+                results_total,
+            })
+        })
+    }
+
+    /// Writes checkpoint `body` of job `name` from version `base` (0 for the first, which
+    /// opens the job): the new version, or a conflict that names the newer version when
+    /// another writer was first, or when the job is closed.
+    pub fn job_checkpoint(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        base: i64,
+        body: &Value,
+        author: &str,
+        access: &Access,
+    ) -> Result<JobVersion> {
+        let ns = self.job_key(namespace, name, access)?;
+        check_body(body)?;
+        self.write_version(&ns, name, base, body, None, author, None)
+    }
+
+    /// Writes version `to`'s body again as a new version from `base` (a revert: history keeps
+    /// every version).
+    pub fn job_revert(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        base: i64,
+        to: i64,
+        author: &str,
+        access: &Access,
+    ) -> Result<JobVersion> {
+        let ns = self.job_key(namespace, name, access)?;
+        let old = self.job_version_in(&ns, name, to)?;
+        self.write_version(&ns, name, base, &old.body, Some(to), author, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_version(
+        &self,
+        ns: &str,
+        name: &str,
+        base: i64,
+        body: &Value,
+        reverts_to: Option<i64>,
+        author: &str,
+        task_id: Option<&str>,
+    ) -> Result<JobVersion> {
+        if base < 0 {
+            return Err(Error::invalid(
+                "base",
+                format!("is {base}"),
+                "give the version you read (0 before the first checkpoint)",
+            ));
+        }
+        let now = now_millis();
+        let written = self.store.write(|tx| {
+            if base == 0 {
+                jobs::open(tx, ns, name, author, now)?;
+            }
+            match jobs::checkpoint(tx, ns, name, base, body, reverts_to, author, task_id, now)? {
+                Some(v) => Ok(Ok(v)),
+                None => Ok(Err(jobs::get(tx, ns, name)?)),
+            }
+        })?;
+        match written {
+            Ok(version) => Ok(JobVersion {
+                version,
+                parent: (base > 0).then_some(base),
+                reverts_to,
+                body: body.clone(),
+                author: author.to_owned(),
+                task_id: task_id.map(str::to_owned),
+                created_at: now,
+            }),
+            Err(current) => Err(conflict(name, base, current.as_ref())),
+        }
+    }
+
+    fn job_version_in(&self, ns: &str, name: &str, version: i64) -> Result<JobVersion> {
+        self.store
+            .read(|c| jobs::version(c, ns, name, version))?
+            .ok_or_else(|| {
+                Error::not_found(
+                    "job version",
+                    format!("{name} v{version}"),
+                    "list the versions with action \"history\"",
+                )
+            })
+    }
+
+    /// Up to `limit` versions of a job below `before`, newest first, with the job.
+    pub fn job_history(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        before: Option<i64>,
+        limit: usize,
+        access: &Access,
+    ) -> Result<(JobRow, Vec<JobVersion>)> {
+        let ns = self.job_key(namespace, name, access)?;
+        self.store.snapshot(|c| {
+            let job = jobs::get(c, &ns, name)?.ok_or_else(|| unknown(name))?;
+            Ok((job, jobs::versions(c, &ns, name, before, limit)?))
+        })
+    }
+
+    /// What changed from version `from` to version `to` of a job.
+    pub fn job_diff(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        from: i64,
+        to: i64,
+        access: &Access,
+    ) -> Result<VersionDiff> {
+        let ns = self.job_key(namespace, name, access)?;
+        let a = self.job_version_in(&ns, name, from)?;
+        let b = self.job_version_in(&ns, name, to)?;
+        Ok(VersionDiff {
+            from,
+            to,
+            changes: diff(&a.body, &b.body),
+        })
+    }
+
+    /// Closes a job: no checkpoint is written to it after this.
+    pub fn job_close(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        access: &Access,
+    ) -> Result<JobRow> {
+        let ns = self.job_key(namespace, name, access)?;
+        let now = now_millis();
+        self.store.write(|tx| {
+            let job = jobs::get(tx, &ns, name)?.ok_or_else(|| unknown(name))?;
+            if job.state == "open" {
+                jobs::close(tx, &ns, name, now)?;
+            }
+            jobs::get(tx, &ns, name)?.ok_or_else(|| unknown(name))
+        })
+    }
+
+    /// Files the memories with these ids under job `name` of their namespace (a memory already
+    /// filed under a job stays there); returns how many were filed.
+    pub fn file_in_job(&self, name: &str, ids: &[String]) -> Result<usize> {
+        validate::label("job", name, MAX_JOB_NAME)?;
+        let now = now_millis();
+        self.store.write(|tx| {
+            let mut n = 0;
+            for id in ids {
+                if let Some(m) = memories::by_id(tx, id)? {
+                    n += jobs::file_memories(tx, &m.namespace, name, &[m.key], now)?;
+                }
+            }
+            Ok(n)
+        })
+    }
+}
+
+/// A job nobody checkpointed.
+fn unknown(name: &str) -> Error {
+    Error::not_found(
+        "job",
+        name,
+        "a job exists once its first checkpoint is written (action \"checkpoint\" with base 0)",
+    )
+}
+
+/// The conflict of a write from `base` that lost: the job moved on, or is closed.
+fn conflict(name: &str, base: i64, current: Option<&JobRow>) -> Error {
+    match current {
+        Some(j) if j.state != "open" => Error::Conflict {
+            reason: format!("job {name:?} is closed; nothing more is written to it"),
+            hint: "start a new job under another name".into(),
+        },
+        Some(j) => Error::Conflict {
+            reason: format!(
+                "job {name:?} is at version {} (written {}), not {base} that this write started from",
+                j.head,
+                crate::model::format_time(j.updated_at)
+            ),
+            hint: format!(
+                "resume it to read version {}, merge what changed, and write again with base {}",
+                j.head, j.head
+            ),
+        },
+        None => Error::Conflict {
+            reason: format!("job {name:?} has no checkpoint yet, so base {base} is not one"),
+            hint: "write its first checkpoint with base 0".into(),
+        },
+    }
+}
+
+/// A checkpoint body: a JSON object within the limits.
+fn check_body(body: &Value) -> Result<()> {
+    let Value::Object(o) = body else {
+        return Err(Error::invalid(
+            "checkpoint",
+            "is not an object",
+            "give note, learned, open_questions and/or state",
+        ));
+    };
+    let size = body.to_string().len();
+    if size > MAX_BODY {
+        return Err(Error::invalid(
+            "checkpoint",
+            format!("is {size} bytes of JSON"),
+            format!(
+                "keep a checkpoint under {} KiB: remember the details as memories filed under the job, and keep their gist here",
+                MAX_BODY / 1024
+            ),
+        ));
+    }
+    for field in ["learned", "open_questions"] {
+        if let Some(list) = o.get(field).and_then(Value::as_array)
+            && list.len() > MAX_ITEMS
+        {
+            return Err(Error::invalid(
+                field,
+                format!("has {} items", list.len()),
+                format!("give at most {MAX_ITEMS}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What changed from `a` to `b`, per top-level field.
+fn diff(a: &Value, b: &Value) -> Map<String, Value> {
+    let empty = Map::new();
+    let (a, b) = (
+        a.as_object().unwrap_or(&empty),
+        b.as_object().unwrap_or(&empty),
+    );
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut out = Map::new();
+    for k in keys {
+        let (x, y) = (
+            a.get(k).unwrap_or(&Value::Null),
+            b.get(k).unwrap_or(&Value::Null),
+        );
+        if x == y {
+            continue;
+        }
+        let change = match (x, y) {
+            (Value::Array(xs), Value::Array(ys)) => json!({
+                "added": ys.iter().filter(|v| !xs.contains(v)).collect::<Vec<_>>(),
+                "removed": xs.iter().filter(|v| !ys.contains(v)).collect::<Vec<_>>(),
+            }),
+            _ => json!({"from": x, "to": y}),
+        };
+        out.insert(k.clone(), change);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_diff_lists_what_lists_gained_and_lost_and_what_else_changed() {
+        let a = json!({"note": "one", "learned": ["a", "b"], "state": {"page": 1}});
+        let b = json!({"note": "two", "learned": ["b", "c"], "open_questions": ["why?"], "state": {"page": 1}});
+        let d = diff(&a, &b);
+        assert_eq!(d["note"], json!({"from": "one", "to": "two"}));
+        assert_eq!(d["learned"], json!({"added": ["c"], "removed": ["a"]}));
+        assert_eq!(d["open_questions"], json!({"from": null, "to": ["why?"]}));
+        assert!(!d.contains_key("state"));
+    }
+}
