@@ -268,15 +268,8 @@ pub fn results(db: &Db, namespace: &str, job: &str, n: usize) -> Result<(Vec<Job
 pub fn list(db: &Db, namespaces: Option<&[String]>, n: usize) -> Result<Vec<JobRow>> {
     let mut sql = format!("SELECT {JOB_COLS} FROM jobs");
     let mut list: Vec<Arg<'_>> = Vec::new();
-    if let Some(nss) = namespaces {
-        if nss.is_empty() {
-            return Ok(Vec::new());
-        }
-        sql.push_str(&format!(
-            " WHERE namespace IN ({})",
-            vec!["?"; nss.len()].join(", ")
-        ));
-        list.extend(nss.iter().map(|s| Arg::Text(s)));
+    if !super::namespace_in(&mut sql, &mut list, "WHERE", namespaces) {
+        return Ok(Vec::new());
     }
     sql.push_str(" ORDER BY updated_at DESC, namespace, name LIMIT ?");
     list.push(Arg::Int(n as i64));

@@ -603,15 +603,8 @@ pub fn newest(
                    WHERE deleted_at IS NULL AND key < ?"
         .to_owned();
     let mut list = vec![Arg::Int(before.map_or(i64::MAX, |k| k.0))];
-    if let Some(nss) = namespaces {
-        if nss.is_empty() {
-            return Ok(Vec::new());
-        }
-        sql.push_str(&format!(
-            " AND namespace IN ({})",
-            vec!["?"; nss.len()].join(", ")
-        ));
-        list.extend(nss.iter().map(|s| Arg::Text(s)));
+    if !super::namespace_in(&mut sql, &mut list, "AND", namespaces) {
+        return Ok(Vec::new());
     }
     sql.push_str(" ORDER BY key DESC LIMIT ?");
     list.push(Arg::Int(n as i64));

@@ -405,6 +405,29 @@ pub fn new_id(prefix: &str) -> String {
     s
 }
 
+/// Appends ` {joiner} namespace IN (?, …)` to `sql` and the namespaces to `list`, for a listing
+/// limited to `namespaces` (nothing for `None`: every namespace). False when the list is empty:
+/// nothing can match, and the caller answers with nothing.
+pub(crate) fn namespace_in<'a>(
+    sql: &mut String,
+    list: &mut Vec<Arg<'a>>,
+    joiner: &str,
+    namespaces: Option<&'a [String]>,
+) -> bool {
+    let Some(nss) = namespaces else {
+        return true;
+    };
+    if nss.is_empty() {
+        return false;
+    }
+    sql.push_str(&format!(
+        " {joiner} namespace IN ({})",
+        vec!["?"; nss.len()].join(", ")
+    ));
+    list.extend(nss.iter().map(|s| Arg::Text(s)));
+    true
+}
+
 /// Calls `f` for `keys` in chunks, with the placeholders of an `IN (…)` list and its arguments.
 /// Chunks are padded (repeating their last key) to a few fixed sizes, so a connection prepares
 /// only a few statements.

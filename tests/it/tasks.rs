@@ -237,23 +237,11 @@ fn recorder(tasks: bool, name: &str) -> Recorder {
 /// A 2026-07-28 client with the tasks extension that also declares forms and sampling, so a
 /// task may ask it questions.
 pub(crate) async fn connect_answering(db: &Path, name: &str, extra: &[&str]) -> Client {
-    let (transport, _) = TokioChildProcess::builder(crate::support::serve_command(db, extra))
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn server");
-    let pid = transport.id().expect("the server runs");
     let recorder = Recorder {
         answers: true,
         ..recorder(true, name)
     };
-    let progress = Arc::clone(&recorder.progress);
-    let service = open_session!(recorder, transport, true);
-    Client {
-        service,
-        progress,
-        pid,
-        http: None,
-    }
+    spawn_with(db, true, recorder, extra, std::process::Stdio::null()).await
 }
 
 async fn spawn_client(
@@ -264,12 +252,22 @@ async fn spawn_client(
     extra: &[&str],
     stderr: std::process::Stdio,
 ) -> Client {
+    spawn_with(db, modern, recorder(tasks, name), extra, stderr).await
+}
+
+/// A server on `db` and a session of `recorder` with it (2026-07-28 when `modern`).
+async fn spawn_with(
+    db: impl AsRef<OsStr>,
+    modern: bool,
+    recorder: Recorder,
+    extra: &[&str],
+    stderr: std::process::Stdio,
+) -> Client {
     let (transport, _) = TokioChildProcess::builder(crate::support::serve_command(db, extra))
         .stderr(stderr)
         .spawn()
         .expect("spawn server");
     let pid = transport.id().expect("the server runs");
-    let recorder = recorder(tasks, name);
     let progress = Arc::clone(&recorder.progress);
     let service = open_session!(recorder, transport, modern);
     Client {
