@@ -229,6 +229,15 @@ impl Engine {
         })
     }
 
+    /// Up to `n` jobs that `access` may read, the most recently updated first.
+    pub fn jobs_in(&self, access: &Access, n: usize) -> Result<Vec<JobRow>> {
+        let within = match access {
+            Access::All => None,
+            Access::Only(list) => Some(list.as_slice()),
+        };
+        self.store.read(|c| jobs::list(c, within, n))
+    }
+
     /// Files the memories with these ids under job `name` of their namespace (a memory already
     /// filed under a job stays there); returns how many were filed.
     pub fn file_in_job(&self, name: &str, ids: &[String]) -> Result<usize> {

@@ -1,5 +1,5 @@
-//! What a host can browse: `resources/list` (the caller's namespaces, then its memories newest
-//! first, paged by a cursor) and `completion/complete` of the `memory://{namespace}/{id}`
+//! What a host can browse: `resources/list` (the caller's namespaces and jobs, then its memories
+//! newest first, paged by a cursor) and `completion/complete` of the `memory://{namespace}/{id}`
 //! template (namespaces, then the ids of a namespace). Everything is read with the caller's
 //! rights: a namespace outside them is neither listed nor completed.
 
@@ -13,14 +13,17 @@ use serde_json::json;
 
 use crate::engine::{Access, Engine};
 use crate::mcp::errors;
-use crate::mcp::resources::{MEMORY_TEMPLATE, NAMESPACE_TEMPLATE, memory_uri, namespace_uri};
+use crate::mcp::resources::{
+    MEMORY_TEMPLATE, NAMESPACE_TEMPLATE, job_uri, memory_uri, namespace_uri,
+};
 use crate::model::MemoryKey;
 use crate::store::memories::Listing;
 
 /// Memories listed per page of `resources/list` (a page stays well within the result budget).
 const PAGE: usize = 50;
-/// Most namespaces listed (on the first page).
+/// Most namespaces and jobs listed (on the first page).
 const MAX_NAMESPACES: usize = 100;
+const MAX_JOBS: usize = 50;
 /// Characters of a memory's content its title shows.
 const TITLE_CHARS: usize = 80;
 /// Cursor prefix: the memories below this key are next.
@@ -75,13 +78,16 @@ pub(super) async fn list(
         ),
     };
     let engine = Arc::clone(engine);
-    let (namespaces, page) = tokio::task::spawn_blocking(move || {
-        let namespaces = match below {
-            None => engine.namespaces_in(&access)?,
-            Some(_) => Vec::new(),
+    let (namespaces, jobs, page) = tokio::task::spawn_blocking(move || {
+        let (namespaces, jobs) = match below {
+            None => (
+                engine.namespaces_in(&access)?,
+                engine.jobs_in(&access, MAX_JOBS)?,
+            ),
+            Some(_) => (Vec::new(), Vec::new()),
         };
         let page = engine.newest_memories(&access, below, PAGE + 1)?;
-        Ok::<_, crate::error::Error>((namespaces, page))
+        Ok::<_, crate::error::Error>((namespaces, jobs, page))
     })
     .await
     .map_err(|e| errors::worker_failed("resources/list", e))?
@@ -96,6 +102,15 @@ pub(super) async fn list(
                 .with_mime_type("application/json")
         })
         .collect();
+    resources.extend(jobs.iter().map(|j| {
+        Resource::new(job_uri(&j.namespace, &j.name), j.name.clone())
+            .with_title(format!("job {}", j.name))
+            .with_description(format!(
+                "{} job of {} at version {}: its latest checkpoint, what was learned since, its tasks' results",
+                j.state, j.namespace, j.head
+            ))
+            .with_mime_type("application/json")
+    }));
     let more = page.len() > PAGE;
     resources.extend(page.iter().take(PAGE).map(memory_resource));
     let mut out = ListResourcesResult::with_all_items(resources);

@@ -379,6 +379,7 @@ impl ServerHandler for MemoryServer {
         Ok(ListResourceTemplatesResult::with_all_items(vec![
             resources::namespace_template(),
             resources::template(),
+            resources::job_template(),
             resources::results_template(),
         ])
         .with_ttl_ms(LIST_TTL_MS)
@@ -414,6 +415,14 @@ impl ServerHandler for MemoryServer {
             .map(Into::into);
         }
         let access = Self::acting(&context).access;
+        if request.uri.starts_with("mnemograph://jobs/") {
+            return guard::caught(
+                "resources/read",
+                resources::read_job(&self.engine, request.uri, access),
+            )
+            .await
+            .map(Into::into);
+        }
         guard::caught(
             "resources/read",
             resources::read(&self.engine, request.uri, access),

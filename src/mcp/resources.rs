@@ -21,6 +21,99 @@ const SCHEME: &str = "memory://";
 pub(super) const NAMESPACE_TEMPLATE: &str = "memory://{namespace}";
 pub(super) const MEMORY_TEMPLATE: &str = "memory://{namespace}/{id}";
 
+/// The template of a job (its name percent-encoded).
+pub(super) const JOB_TEMPLATE: &str = "mnemograph://jobs/{namespace}/{name}";
+const JOBS: &str = "mnemograph://jobs/";
+
+/// Memories and task results a job's resource shows.
+const JOB_ITEMS: usize = 20;
+
+/// The address of a job.
+pub(super) fn job_uri(namespace: &str, name: &str) -> String {
+    format!("{JOBS}{}/{}", encode(namespace), encode(name))
+}
+
+/// `s` with every byte but ASCII letters, digits and `-._~` percent-encoded.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The text `s` percent-decodes to; `None` when it is not well formed.
+fn decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+pub(super) fn job_template() -> ResourceTemplate {
+    ResourceTemplate::new(JOB_TEMPLATE, "job-memory")
+        .with_description(
+            "A job's memory: its latest checkpoint, what was learned since and its tasks' results, as the job tool resumes it",
+        )
+        .with_mime_type("application/json")
+}
+
+/// `resources/read` of a job: what `job` resumes; nothing for a job outside `access` or never
+/// written.
+pub(super) async fn read_job(
+    engine: &Arc<Engine>,
+    uri: String,
+    access: Access,
+) -> Result<ReadResourceResult, McpError> {
+    let not_found = || {
+        McpError::resource_not_found(
+            format!("no job at {uri}; resources/list lists the jobs you may read"),
+            Some(json!({ "uri": uri })),
+        )
+    };
+    let Some((namespace, name)) = uri
+        .strip_prefix(JOBS)
+        .and_then(|rest| rest.split_once('/'))
+        .and_then(|(ns, name)| Some((decode(ns)?, decode(name)?)))
+    else {
+        return Err(not_found());
+    };
+    if !access.allows(&namespace) {
+        return Err(not_found());
+    }
+    let engine = Arc::clone(engine);
+    let wanted = name.clone();
+    let resumed = tokio::task::spawn_blocking(move || {
+        engine.job_resume(Some(&namespace), &wanted, &access, JOB_ITEMS)
+    })
+    .await
+    .map_err(|e| errors::worker_failed("resources/read", e))?;
+    let resumed = match resumed {
+        Ok(r) if r.job.is_some() => r,
+        Ok(_) => return Err(not_found()),
+        Err(e) if e.is_user_error() => return Err(not_found()),
+        Err(e) => return Err(errors::request_error(e)),
+    };
+    let text = crate::mcp::tools::job_out(resumed, &name).to_string();
+    Ok(ReadResourceResult::new(vec![
+        ResourceContents::text(text, uri).with_mime_type("application/json"),
+    ]))
+}
+
 /// Newest memories a namespace's resource shows.
 const NAMESPACE_NEWEST: usize = 10;
 

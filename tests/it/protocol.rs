@@ -202,6 +202,7 @@ async fn memories_are_resources() {
             [
                 "memory://{namespace}",
                 "memory://{namespace}/{id}",
+                "mnemograph://jobs/{namespace}/{name}",
                 "mnemograph://results/{taskId}/{field}"
             ],
             "{era:?}"
@@ -302,6 +303,31 @@ async fn a_host_browses_namespaces_and_memories_and_completes_the_template() {
             }
             other => panic!("{era:?}: a made-up cursor: {other:?}"),
         }
+
+        // A job is listed after the namespaces (on the first page), and reads as it resumes.
+        s.ok(
+            "job",
+            json!({"name": "release-prep/2", "namespace": "team", "action": "checkpoint", "base": 0,
+                "note": "tagged the candidate"}),
+        )
+        .await;
+        let listed = s.list_resources(None).await.expect("resources/list");
+        let job = &listed.resources[2];
+        assert_eq!(
+            job.uri, "mnemograph://jobs/team/release-prep%2F2",
+            "{era:?}"
+        );
+        let read = s.read_resource(&job.uri).await.expect("a job reads");
+        let read = serde_json::to_value(&read).expect("serialise");
+        let body: Value = serde_json::from_str(read["contents"][0]["text"].as_str().expect("text"))
+            .expect("JSON");
+        assert_eq!(body["head"]["note"], "tagged the candidate", "{body}");
+        assert!(
+            s.read_resource("mnemograph://jobs/other/release-prep%2F2")
+                .await
+                .is_err()
+        );
+        assert!(s.read_resource("mnemograph://jobs/team/%zz").await.is_err());
 
         let read = s
             .read_resource("memory://team")

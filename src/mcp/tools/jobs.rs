@@ -186,7 +186,8 @@ fn written(name: &str, v: &JobVersion) -> Value {
     })
 }
 
-fn resumed(r: Resumed, name: &str) -> Value {
+/// A resumed job as the tool (and its resource) answers it.
+pub(crate) fn resumed(r: Resumed, name: &str) -> Value {
     let Some(job) = &r.job else {
         return json!({
             "job": name,

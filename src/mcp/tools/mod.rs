@@ -31,6 +31,7 @@ use crate::mcp::work::Acting;
 use crate::model::{DEFAULT_NAMESPACE, MemoryRef, Millis, parse_time};
 use crate::tasks::{Requester, Tasks};
 
+pub(crate) use jobs::resumed as job_out;
 pub(crate) use memory::detail_out;
 pub(crate) use schema::input_schema;
 #[cfg(test)]
