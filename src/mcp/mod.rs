@@ -418,7 +418,7 @@ impl ServerHandler for MemoryServer {
         if request.uri.starts_with("mnemograph://jobs/") {
             return guard::caught(
                 "resources/read",
-                resources::read_job(&self.engine, request.uri, access),
+                resources::read_job(&self.engine, request.uri, access, self.budget(&context)),
             )
             .await
             .map(Into::into);

@@ -21,6 +21,14 @@ const SCHEME: &str = "memory://";
 pub(super) const NAMESPACE_TEMPLATE: &str = "memory://{namespace}";
 pub(super) const MEMORY_TEMPLATE: &str = "memory://{namespace}/{id}";
 
+/// The error of a read that finds nothing at `uri`, with what to do instead.
+fn not_found_at(uri: &str, what: &str, instead: &str) -> McpError {
+    McpError::resource_not_found(
+        format!("no {what} at {uri}; {instead}"),
+        Some(json!({ "uri": uri })),
+    )
+}
+
 /// The template of a job (its name percent-encoded).
 pub(super) const JOB_TEMPLATE: &str = "mnemograph://jobs/{namespace}/{name}";
 const JOBS: &str = "mnemograph://jobs/";
@@ -78,11 +86,13 @@ pub(super) async fn read_job(
     engine: &Arc<Engine>,
     uri: String,
     access: Access,
+    tokens: usize,
 ) -> Result<ReadResourceResult, McpError> {
     let not_found = || {
-        McpError::resource_not_found(
-            format!("no job at {uri}; resources/list lists the jobs you may read"),
-            Some(json!({ "uri": uri })),
+        not_found_at(
+            &uri,
+            "job memory",
+            "resources/list lists the jobs you may read",
         )
     };
     let Some((namespace, name)) = uri
@@ -108,7 +118,18 @@ pub(super) async fn read_job(
         Err(e) if e.is_user_error() => return Err(not_found()),
         Err(e) => return Err(errors::request_error(e)),
     };
-    let text = crate::mcp::tools::job_out(resumed, &name).to_string();
+    // Within the result budget like the tool's answer: what does not fit is named in `cut`
+    // (the job tool, whose answer links the rest, or `recall` read it whole).
+    let mut body = crate::mcp::tools::job_out(resumed, &name);
+    let cuts = budget::fit(&mut body, budget::bytes(tokens).saturating_sub(512));
+    if let (false, Value::Object(o)) = (cuts.is_empty(), &mut body) {
+        let cut: Vec<Value> = cuts
+            .iter()
+            .map(|c| json!({"field": c.field(), "shown": c.shown, "total": c.total}))
+            .collect();
+        o.insert(budget::NOTE_KEY.into(), json!(cut));
+    }
+    let text = body.to_string();
     Ok(ReadResourceResult::new(vec![
         ResourceContents::text(text, uri).with_mime_type("application/json"),
     ]))
@@ -229,9 +250,10 @@ async fn read_namespace(
     access: Access,
 ) -> Result<ReadResourceResult, McpError> {
     let not_found = || {
-        McpError::resource_not_found(
-            format!("no namespace at {uri}; resources/list lists the namespaces you may read"),
-            Some(json!({ "uri": uri })),
+        not_found_at(
+            &uri,
+            "namespace",
+            "resources/list lists the namespaces you may read",
         )
     };
     if !access.allows(&namespace) {
@@ -278,9 +300,10 @@ pub(super) async fn read(
     access: Access,
 ) -> Result<ReadResourceResult, McpError> {
     let not_found = || {
-        McpError::resource_not_found(
-            format!("no memory at {uri}; use memory://{{namespace}}/{{id}} with an id from recall"),
-            Some(serde_json::json!({ "uri": uri })),
+        not_found_at(
+            &uri,
+            "memory",
+            "use memory://{namespace}/{id} with an id from recall",
         )
     };
     let Some(rest) = uri.strip_prefix(SCHEME) else {
