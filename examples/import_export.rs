@@ -168,6 +168,7 @@ fn main() -> ExitCode {
         actor: "bench".into(),
         max_records: None,
         access: mnemograph::engine::Access::All,
+        job: None,
     };
     let t = Instant::now();
     let report = engine

@@ -329,6 +329,7 @@ fn load(path: &Path, embedder: Option<&EmbedderSpec>, db: Option<&str>) -> anyho
                 actor: "example:locomo".into(),
                 max_records: None,
                 access: mnemograph::engine::Access::All,
+                job: None,
             },
             &Progressing::default(),
         )?;

@@ -263,18 +263,31 @@ pub struct JobVersion {
     pub created_at: Millis,
 }
 
-/// The outcome of a task run under a job, kept with the job after the task's TTL.
+/// The job a call's work is filed under: a job name within a namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// The outcome of a task run under a job, kept with the job after the task's TTL: filed when
+/// the task starts (`working`), brought up to date at its checkpoints, and final when it ends.
+/// A call answered inline files its outcome at once, under an id of its own.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobResult {
     pub task_id: String,
     pub tool: String,
-    /// The task's final status: `completed`, `failed` or `cancelled`.
+    /// `working` while the task runs; then `completed`, `failed` or `cancelled`.
     pub status: String,
     /// Its last status message.
     pub summary: String,
     /// Its whole result (or error), as the task had it.
     pub result: Option<serde_json::Value>,
+    /// When the row last changed: the task's end, or its latest checkpoint while it runs.
     pub finished_at: Millis,
+    /// The namespaces the task could read (`None`: all), as `Access::to_json` writes them:
+    /// a reader of the job whose rights do not cover them sees the result's summary only.
+    pub reach: Option<serde_json::Value>,
 }
 
 /// One consolidation run as stored.

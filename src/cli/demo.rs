@@ -45,11 +45,17 @@ struct Client {
 impl Client {
     /// `mnemograph serve --db <db>` as a child process, its log discarded.
     fn spawn(db: &std::path::Path) -> anyhow::Result<Client> {
+        Client::spawn_with(db, &[])
+    }
+
+    /// Like [`Client::spawn`], with more arguments of `serve`.
+    fn spawn_with(db: &std::path::Path, extra: &[&std::ffi::OsStr]) -> anyhow::Result<Client> {
         let exe = std::env::current_exe().context("cannot find the mnemograph binary")?;
         let mut child = std::process::Command::new(exe)
             .arg("serve")
             .arg("--db")
             .arg(db)
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -72,10 +78,15 @@ impl Client {
         stdin.flush().context("the server stopped reading")
     }
 
-    /// Sends `method` and returns its result; a JSON-RPC error is an error.
+    /// Sends `method` and returns its result; a JSON-RPC error is an error. `_meta` keys the
+    /// params carry are kept beside the session's.
     fn request(&mut self, method: &str, mut params: Value) -> anyhow::Result<Value> {
-        if let Some(meta) = &self.meta {
-            params["_meta"] = meta.clone();
+        if let Some(Value::Object(meta)) = &self.meta {
+            let mut all = meta.clone();
+            if let Some(Value::Object(own)) = params.get("_meta") {
+                all.extend(own.clone());
+            }
+            params["_meta"] = Value::Object(all);
         }
         self.next_id += 1;
         let id = self.next_id;
@@ -252,6 +263,163 @@ pub(super) fn run_tasks() -> anyhow::Result<()> {
         decision_reason(&answer)
     )?;
     client.close()
+}
+
+/// A job's memory outliving its server: server A checkpoints job J three times while an import
+/// runs as a task under J; A is killed; server B, on the same database, finishes the import and
+/// a client on B resumes J — every checkpoint, what the import learned and its result — and a
+/// write from a stale version is refused.
+pub(super) fn run_job() -> anyhow::Result<()> {
+    const NOTES: usize = 30_000;
+    let scratch = Scratch::new()?;
+    let mut out = std::io::stdout().lock();
+    let corpus = scratch.0.join("notes.jsonl");
+    {
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&corpus)?);
+        for i in 0..NOTES {
+            let topic = ["tea", "rust", "kyoto"][i % 3];
+            writeln!(
+                w,
+                "{}",
+                json!({"type": "memory", "id": format!("m_note{i}"), "content": format!("field note {i} about {topic}")})
+            )?;
+        }
+        w.flush()?;
+    }
+    let root = [std::ffi::OsStr::new("--import-root"), scratch.0.as_os_str()];
+    let mut a = Client::spawn_with(&scratch.db(), &root)?;
+    a.discover().context("MCP discovery with server A failed")?;
+    let mut b = Client::spawn_with(&scratch.db(), &root)?;
+    b.discover().context("MCP discovery with server B failed")?;
+    let job = json!({"name": "field-notes", "namespace": "demo"});
+    let with = |extra: Value| {
+        let mut args = job.clone();
+        if let (Value::Object(o), Value::Object(x)) = (&mut args, extra) {
+            o.extend(x);
+        }
+        args
+    };
+    writeln!(
+        out,
+        "two servers on one database; job {:?}\n",
+        job["name"].as_str().unwrap_or("")
+    )?;
+
+    let v1 = a.call(
+        "job",
+        with(json!({"action": "checkpoint", "base": 0, "note": "plan: import the field notes"})),
+    )?;
+    writeln!(
+        out,
+        "A  checkpoint v{}  plan: import the field notes",
+        v1["structuredContent"]["version"]
+    )?;
+    let task = a.request(
+        "tools/call",
+        json!({"name": "import",
+               "arguments": {"source": {"path": corpus.display().to_string()}, "namespace": "demo"},
+               "_meta": {"mnemograph/job": job}}),
+    )?;
+    let id = task["taskId"]
+        .as_str()
+        .context("the import was not a task")?
+        .to_owned();
+    writeln!(
+        out,
+        "A  import of {NOTES} notes under the job: task {}…",
+        id.get(..8).unwrap_or(&id)
+    )?;
+    for (base, note) in [(1, "import started"), (2, "half of the notes are in")] {
+        let v = a.call(
+            "job",
+            with(json!({"action": "checkpoint", "base": base, "note": note,
+            "open_questions": ["are the kyoto notes duplicates?"]})),
+        )?;
+        writeln!(
+            out,
+            "A  checkpoint v{}  {note}",
+            v["structuredContent"]["version"]
+        )?;
+    }
+    loop {
+        let t = a.request("tasks/get", json!({"taskId": id}))?;
+        let done = t["_meta"]["mnemograph/progress"]["done"]
+            .as_u64()
+            .unwrap_or(0);
+        if t["status"] != json!("working") || done >= NOTES as u64 / 5 {
+            writeln!(out, "A  {}", t["statusMessage"].as_str().unwrap_or(""))?;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    drop(a);
+    writeln!(out, "A  killed (SIGKILL)\n")?;
+
+    writeln!(out, "B  resumes the job while it takes the import over:")?;
+    let resumed = loop {
+        let r = b.call("job", with(json!({})))?;
+        let r = r["structuredContent"].clone();
+        let t = &r["results"]["tasks"][0];
+        writeln!(
+            out,
+            "B    import {}  {}",
+            t["status"].as_str().unwrap_or(""),
+            t["summary"].as_str().unwrap_or("")
+        )?;
+        if t["status"] != json!("working") {
+            break r;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    writeln!(
+        out,
+        "\nB  head v{}: {}  (open questions: {})",
+        resumed["head"]["version"],
+        resumed["head"]["note"].as_str().unwrap_or(""),
+        resumed["head"]["open_questions"]
+    )?;
+    let history = b.call("job", with(json!({"action": "history"})))?;
+    for v in history["structuredContent"]["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        writeln!(
+            out,
+            "B    v{} (parent {})  {}",
+            v["version"],
+            v["parent"],
+            v["note"].as_str().unwrap_or("")
+        )?;
+    }
+    let learned = &resumed["learned_since"];
+    writeln!(
+        out,
+        "B  learned since v{}: {} memories, e.g.",
+        resumed["head"]["version"], learned["total"]
+    )?;
+    for m in learned["memories"].as_array().into_iter().flatten().take(3) {
+        writeln!(out, "B    {}", m["content"].as_str().unwrap_or(""))?;
+    }
+    let task = &resumed["results"]["tasks"][0];
+    writeln!(
+        out,
+        "B  the import's result ({}): {}",
+        task["uri"].as_str().unwrap_or(""),
+        task["result"]
+    )?;
+    let stale = b.request(
+        "tools/call",
+        json!({"name": "job", "arguments": with(json!({"action": "checkpoint", "base": 2, "note": "an older view"}))}),
+    )?;
+    writeln!(
+        out,
+        "\na client writing from v2: {}",
+        stale["content"][0]["text"].as_str().unwrap_or("")
+    )?;
+    b.close()
 }
 
 /// Why the server answered as it did (the `_meta` the server puts on results and task handles).

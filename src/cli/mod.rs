@@ -195,8 +195,12 @@ enum Command {
     Demo {
         /// Show the MCP tasks flow instead: a graph of 100,000 memories, a walk that becomes a
         /// task, polled at the advertised interval with its progress printed.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "job")]
         tasks: bool,
+        /// Show a job's memory instead: two servers on one database, an import task under a
+        /// job, the server running it killed, the job resumed on the other.
+        #[arg(long)]
+        job: bool,
     },
     /// Search memories and print a table.
     Recall {
@@ -898,9 +902,11 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo { tasks } => {
+        Command::Demo { tasks, job } => {
             if tasks {
                 demo::run_tasks()?;
+            } else if job {
+                demo::run_job()?;
             } else {
                 demo::run()?;
             }

@@ -184,6 +184,7 @@ fn import_each(
             actor: "cli:import".into(),
             max_records: None,
             access: crate::engine::Access::All,
+            job: None,
         };
         let progress = Progress::new();
         let started = Instant::now();

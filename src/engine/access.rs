@@ -103,6 +103,15 @@ impl Access {
         })
     }
 
+    /// True when this allows every namespace `other` does.
+    pub fn covers(&self, other: &Access) -> bool {
+        match (self, other) {
+            (Access::All, _) => true,
+            (Access::Only(_), Access::All) => false,
+            (Access::Only(_), Access::Only(theirs)) => theirs.iter().all(|ns| self.allows(ns)),
+        }
+    }
+
     /// The form kept in a task's arguments (`None` for every namespace), so a task adopted by
     /// another process keeps its caller's limits.
     pub fn to_json(&self) -> Option<Value> {
@@ -177,14 +186,7 @@ impl Grant {
     /// True when this grant allows all that `other` does: the same or a wider scope, and
     /// every namespace of `other`.
     pub fn covers(&self, other: &Grant) -> bool {
-        self.scope >= other.scope
-            && match (&self.access, &other.access) {
-                (Access::All, _) => true,
-                (Access::Only(_), Access::All) => false,
-                (Access::Only(_), Access::Only(theirs)) => {
-                    theirs.iter().all(|ns| self.access.allows(ns))
-                }
-            }
+        self.scope >= other.scope && self.access.covers(&other.access)
     }
 
     /// The form a task row keeps.
@@ -547,6 +549,7 @@ mod tests {
                     actor: "test".into(),
                     max_records: None,
                     access: access.clone(),
+                    job: None,
                 },
                 &ctl,
             )

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use crate::engine::validate;
 use crate::engine::{Access, Engine};
 use crate::error::{Error, Result};
-use crate::model::{JobResult, JobRow, JobVersion, Memory, MemoryKey, now_millis};
+use crate::model::{JobRef, JobResult, JobRow, JobVersion, Memory, MemoryKey, now_millis};
 use crate::store::{jobs, memories};
 
 /// Longest job name, in bytes.
@@ -33,6 +33,9 @@ pub struct Resumed {
     /// Its tasks' results, newest first, and how many.
     pub results: Vec<JobResult>,
     pub results_total: i64,
+    /// The results (by id) whose content is left out: their work could read namespaces the
+    /// reader may not.
+    pub withheld: Vec<String>,
 }
 
 /// What changed from one version's body to another's.
@@ -77,7 +80,14 @@ impl Engine {
             learned.retain(|m| m.deleted_at.is_none());
             let order = |k: &MemoryKey| keys.iter().position(|x| x == k);
             learned.sort_by_key(|m| order(&m.key));
-            let (results, results_total) = jobs::results(c, &ns, name, limit)?;
+            let (mut results, results_total) = jobs::results(c, &ns, name, limit)?;
+            let mut withheld = Vec::new();
+            for r in &mut results {
+                if !reaches(access, r) {
+                    r.result = None;
+                    withheld.push(r.task_id.clone());
+                }
+            }
             Ok(Resumed {
                 job,
                 head,
@@ -85,6 +95,7 @@ impl Engine {
                 learned_total,
                 results,
                 results_total,
+                withheld,
             })
         })
     }
@@ -238,20 +249,80 @@ impl Engine {
         self.store.read(|c| jobs::list(c, within, n))
     }
 
+    /// The job a call's work is to be filed under, checked: a name within the limits, a
+    /// namespace `access` allows, and a job that is not closed (nothing more is filed in a
+    /// closed job). The job need not exist yet: filing opens it.
+    pub fn job_to_file(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        access: &Access,
+    ) -> Result<JobRef> {
+        let ns = self.job_key(namespace, name, access)?;
+        if let Some(j) = self.store.read(|c| jobs::get(c, &ns, name))?
+            && j.state != "open"
+        {
+            return Err(closed(name));
+        }
+        Ok(JobRef {
+            namespace: ns,
+            name: name.to_owned(),
+        })
+    }
+
+    /// Files the outcome of a call under `job` (opened by `by` if new).
+    pub fn file_job_result(&self, job: &JobRef, r: &JobResult, by: &str) -> Result<()> {
+        self.store.write(|tx| {
+            jobs::open(tx, &job.namespace, &job.name, by, r.finished_at)?;
+            jobs::file_result(tx, &job.namespace, &job.name, r)
+        })
+    }
+
+    /// The result filed under a job with id `task_id`, if `access` may read the job's
+    /// namespace; its `result` is left out when the work could read namespaces `access` does
+    /// not allow.
+    pub fn job_result(&self, task_id: &str, access: &Access) -> Result<Option<JobResult>> {
+        let Some((job, mut r)) = self.store.read(|c| jobs::result_of(c, task_id))? else {
+            return Ok(None);
+        };
+        if !access.allows(&job.namespace) {
+            return Ok(None);
+        }
+        if !reaches(access, &r) {
+            r.result = None;
+        }
+        Ok(Some(r))
+    }
+
     /// Files the memories with these ids under job `name` of their namespace (a memory already
     /// filed under a job stays there); returns how many were filed.
-    pub fn file_in_job(&self, name: &str, ids: &[String]) -> Result<usize> {
+    pub fn file_in_job(&self, name: &str, ids: &[String], by: &str) -> Result<usize> {
         validate::label("job", name, MAX_JOB_NAME)?;
         let now = now_millis();
         self.store.write(|tx| {
             let mut n = 0;
             for id in ids {
                 if let Some(m) = memories::by_id(tx, id)? {
+                    jobs::open(tx, &m.namespace, name, by, now)?;
                     n += jobs::file_memories(tx, &m.namespace, name, &[m.key], now)?;
                 }
             }
             Ok(n)
         })
+    }
+}
+
+/// Whether a reader with `access` may see what result `r` holds: its rights cover every
+/// namespace the work could read.
+pub fn reaches(access: &Access, r: &JobResult) -> bool {
+    access.covers(&Access::from_json(r.reach.as_ref()))
+}
+
+/// A closed job, which takes nothing more.
+fn closed(name: &str) -> Error {
+    Error::Conflict {
+        reason: format!("job {name:?} is closed; nothing more is written to it"),
+        hint: "start a new job under another name".into(),
     }
 }
 
@@ -267,10 +338,7 @@ fn unknown(name: &str) -> Error {
 /// The conflict of a write from `base` that lost: the job moved on, or is closed.
 fn conflict(name: &str, base: i64, current: Option<&JobRow>) -> Error {
     match current {
-        Some(j) if j.state != "open" => Error::Conflict {
-            reason: format!("job {name:?} is closed; nothing more is written to it"),
-            hint: "start a new job under another name".into(),
-        },
+        Some(j) if j.state != "open" => closed(name),
         Some(j) => Error::Conflict {
             reason: format!(
                 "job {name:?} is at version {} (written {}), not {base} that this write started from",

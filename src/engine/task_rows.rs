@@ -3,8 +3,8 @@
 
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::model::{Millis, RunRow, TaskRow};
-use crate::store::{runs, tasks};
+use crate::model::{JobRef, JobResult, Millis, RunRow, TaskRow};
+use crate::store::{jobs, runs, tasks};
 
 impl Engine {
     /// The newest consolidation run `started_by` started (`scheduler`, `cli`, `tool:<owner>`).
@@ -12,8 +12,17 @@ impl Engine {
         self.store.read(|c| runs::newest_by(c, started_by))
     }
 
-    pub fn task_insert(&self, t: &TaskRow) -> Result<()> {
-        self.store.write(|tx| tasks::insert(tx, t))
+    /// Inserts a new task row; one run under a job is filed under it (`working`) in the same
+    /// transaction, so the job knows of every task it has from the moment the task exists.
+    pub fn task_insert(&self, t: &TaskRow, job: Option<(&JobRef, &JobResult)>) -> Result<()> {
+        self.store.write(|tx| {
+            tasks::insert(tx, t)?;
+            if let Some((job, filed)) = job {
+                jobs::open(tx, &job.namespace, &job.name, &t.owner, t.created_at)?;
+                jobs::file_result(tx, &job.namespace, &job.name, filed)?;
+            }
+            Ok(())
+        })
     }
 
     pub fn task_get(&self, id: &str) -> Result<Option<TaskRow>> {
@@ -40,8 +49,20 @@ impl Engine {
         end: &tasks::Ending<'_>,
         now: Millis,
     ) -> Result<bool> {
-        self.store
-            .write(|tx| tasks::finish(tx, id, boot_id, end, now))
+        self.store.write(|tx| {
+            let ended = tasks::finish(tx, id, boot_id, end, now)?;
+            if ended {
+                jobs::result_ended(
+                    tx,
+                    id,
+                    end.status.as_str(),
+                    end.status_message,
+                    end.result.or(end.error),
+                    now,
+                )?;
+            }
+            Ok(ended)
+        })
     }
 
     pub fn task_request_cancel(&self, id: &str, now: Millis) -> Result<bool> {
@@ -49,8 +70,24 @@ impl Engine {
     }
 
     pub fn task_force_cancel(&self, id: &str, message: &str, now: Millis) -> Result<bool> {
+        self.store.write(|tx| {
+            let ended = tasks::force_cancel(tx, id, message, now)?;
+            if ended {
+                jobs::result_ended(tx, id, "cancelled", message, None, now)?;
+            }
+            Ok(ended)
+        })
+    }
+
+    /// Brings the result of a running task filed under a job up to date at a checkpoint.
+    pub fn task_progressed_in_job(&self, id: &str, summary: &str, now: Millis) -> Result<bool> {
         self.store
-            .write(|tx| tasks::force_cancel(tx, id, message, now))
+            .write(|tx| jobs::result_progressed(tx, id, summary, now))
+    }
+
+    /// The job task `id` is filed under, if any, with its result there.
+    pub fn task_job(&self, id: &str) -> Result<Option<(JobRef, JobResult)>> {
+        self.store.read(|c| jobs::result_of(c, id))
     }
 
     pub fn task_list(&self, owner: Option<&str>, limit: usize) -> Result<Vec<TaskRow>> {

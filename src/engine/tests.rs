@@ -33,6 +33,7 @@ pub(crate) fn import_text(e: &Engine, data: &str) -> crate::engine::import::Impo
             actor: "test".into(),
             max_records: None,
             access: crate::engine::Access::All,
+            job: None,
         },
         &crate::engine::control::Progressing::default(),
     )

@@ -208,12 +208,21 @@ impl MemoryServer {
             ));
         }
         if let Some(c) = caller(&context) {
-            let needed = tool.map_or(auth::Scope::Read, |t| (t.scope)(&args));
+            let mut needed = tool.map_or(auth::Scope::Read, |t| (t.scope)(&args));
+            // Work filed under a job writes to the job.
+            let in_job = context.meta.0.0.contains_key(task_api::JOB_KEY);
+            if in_job {
+                needed = needed.max(auth::Scope::Write);
+            }
             if c.scope < needed {
                 return Ok(CallToolResponse::Complete(errors::error_result(format!(
                     "`{name}` needs a token with the {} scope{}; this token ({}) has {}: ask the server's operator for one with `--scopes {}`",
                     needed.name(),
-                    tool.map_or("", |t| t.scope_note),
+                    if in_job {
+                        " when its work is filed under a job"
+                    } else {
+                        tool.map_or("", |t| t.scope_note)
+                    },
                     c.subject,
                     c.scope.name(),
                     needed.name()

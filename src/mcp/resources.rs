@@ -156,7 +156,7 @@ pub(super) fn results_template() -> ResourceTemplate {
     ResourceTemplate::new("mnemograph://results/{taskId}/{field}", "result")
         .with_description(
             "The rest of a tool result too long to show whole, paged (follow `next`); kept as \
-             long as its task",
+             long as its task, or its job",
         )
         .with_mime_type("application/json")
 }
@@ -178,7 +178,8 @@ pub(super) async fn read_rest(
         McpError::resource_not_found(
             format!(
                 "no result at {uri}: {why}; a cut result is kept as long as its task (an hour \
-                 unless the call asked otherwise): call the tool again"
+                 unless the call asked otherwise), or its job's when the call named a job: call \
+                 the tool again"
             ),
             Some(json!({ "uri": uri })),
         )
@@ -198,16 +199,25 @@ pub(super) async fn read_rest(
         None if query.is_empty() => 0,
         None => return Err(gone("the only query it takes is `from=N`")),
     };
+    // A task's own result while the task is kept; after that (or for another reader of the
+    // job) the result filed under the task's job, if it was run under one.
     let (t, task) = (Arc::clone(tasks), id.to_owned());
-    let view = tokio::task::spawn_blocking(move || t.get(&who, &task))
-        .await
-        .map_err(|e| errors::worker_failed("resources/read", e))?
-        .map_err(errors::request_error)?
-        .ok_or_else(|| gone("it expired, or it is not one of your results"))?;
-    let Some(full) = &view.row.result else {
+    let found = tokio::task::spawn_blocking(move || -> crate::error::Result<_> {
+        if let Some(view) = t.get(&who, &task)? {
+            return Ok(Some((view.row.status.as_str().to_owned(), view.row.result)));
+        }
+        let filed = t.engine().job_result(&task, &who.grant.access)?;
+        Ok(filed.map(|r| (r.status, r.result)))
+    })
+    .await
+    .map_err(|e| errors::worker_failed("resources/read", e))?
+    .map_err(errors::request_error)?;
+    let Some((status, result)) = found else {
+        return Err(gone("it expired, or it is not one of your results"));
+    };
+    let Some(full) = &result else {
         return Err(gone(&format!(
-            "its task is {}, with no result",
-            view.row.status.as_str()
+            "its task is {status}, with no result to show you"
         )));
     };
     let page = budget::page(

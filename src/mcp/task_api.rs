@@ -28,6 +28,45 @@ const DECISION_KEY: &str = "mnemograph/decision";
 const PROGRESS_KEY: &str = "mnemograph/progress";
 /// Request `_meta` key a client may use to ask for a task time-to-live, in milliseconds.
 const TTL_KEY: &str = "mnemograph/taskTtlMs";
+/// Request `_meta` key naming the job a long call's work is filed under (see [`named_job`]).
+pub(crate) const JOB_KEY: &str = "mnemograph/job";
+
+/// The job a request's `_meta` names, as (namespace, name): a name, in the namespace the call
+/// works in (its `namespace` argument, or the default); or `{"name", "namespace"}`.
+fn named_job(
+    ctx: &RequestContext<RoleServer>,
+    args: &JsonObject,
+) -> crate::error::Result<Option<(Option<String>, String)>> {
+    let bad = |why: &str| {
+        crate::error::Error::invalid(
+            format!("_meta[\"{JOB_KEY}\"]"),
+            why,
+            "give a job name, or {\"name\": …, \"namespace\": …}",
+        )
+    };
+    let in_call = || {
+        args.get("namespace")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    match ctx.meta.0.0.get(JOB_KEY) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(name)) => Ok(Some((in_call(), name.clone()))),
+        Some(Value::Object(o)) => {
+            let name = o
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad("has no `name`"))?;
+            let ns = match o.get("namespace") {
+                None | Some(Value::Null) => in_call(),
+                Some(Value::String(ns)) => Some(ns.clone()),
+                Some(_) => return Err(bad("has a `namespace` that is not a string")),
+            };
+            Ok(Some((ns, name.to_owned())))
+        }
+        Some(_) => Err(bad("is neither a name nor an object")),
+    }
+}
 
 /// Whether this request may receive a task: when its client declared the tasks extension, in
 /// either era (a 2025-11-25 client that lists it in `initialize` speaks its `tasks/*` methods).
@@ -118,7 +157,11 @@ pub(crate) async fn call_long(
     if cap == Capability::Tasks {
         who.answers = answering(ctx);
     }
-    let work = match work::work_of(
+    let named = match named_job(ctx, &args) {
+        Ok(n) => n,
+        Err(e) => return tool_answer(e).map(CallToolResponse::Complete),
+    };
+    let mut work = match work::work_of(
         tool,
         &Value::Object(args),
         &who,
@@ -130,13 +173,24 @@ pub(crate) async fn call_long(
     };
     let engine = Arc::clone(tasks.engine());
     let for_estimate = work.clone();
-    let estimate = tokio::task::spawn_blocking(move || work::estimate(&engine, &for_estimate))
-        .await
-        .map_err(|e| worker_failed("tools/call", e))?;
-    let estimate_ms = match estimate {
-        Ok(ms) => ms,
+    let access = who.access.clone();
+    let checked = tokio::task::spawn_blocking(move || {
+        let job = match named {
+            Some((ns, name)) => Some(engine.job_to_file(ns.as_deref(), &name, &access)?),
+            None => None,
+        };
+        Ok::<_, crate::error::Error>((job, work::estimate(&engine, &for_estimate)?))
+    })
+    .await
+    .map_err(|e| worker_failed("tools/call", e))?;
+    let (job, estimate_ms) = match checked {
+        Ok(c) => c,
         Err(e) => return tool_answer(e).map(CallToolResponse::Complete),
     };
+    // An import under a job files what it learns there too.
+    if let (Some(j), crate::engine::work::Work::Import { request }) = (&job, &mut work) {
+        request.job = Some(j.clone());
+    }
     let (mut plan, mut reason) = decide(cap, estimate_ms, tasks.config().inline_budget);
     if plan == Plan::Inline && cap == Capability::Tasks && work.may_ask() {
         // Only a task can wait for the client's answer: quick work that may ask races.
@@ -184,6 +238,7 @@ pub(crate) async fn call_long(
                 estimate: std::time::Duration::from_secs_f64(estimate_ms.max(0.0) / 1e3),
             },
             ttl,
+            job,
             on_progress,
             ctx.ct.cancelled(),
         )

@@ -5,12 +5,12 @@
 
 use super::{Arg, Db, Row, args};
 use crate::error::Result;
-use crate::model::{JobResult, JobRow, JobVersion, MemoryKey, Millis};
+use crate::model::{JobRef, JobResult, JobRow, JobVersion, MemoryKey, Millis};
 
 const JOB_COLS: &str =
     "namespace, name, state, head, created_by, created_at, updated_at, closed_at";
 const VERSION_COLS: &str = "version, parent, reverts_to, body, author, task_id, created_at";
-const RESULT_COLS: &str = "task_id, tool, status, summary, result, finished_at";
+const RESULT_COLS: &str = "task_id, tool, status, summary, result, finished_at, reach";
 
 fn json(s: Option<String>) -> Option<serde_json::Value> {
     s.and_then(|s| serde_json::from_str(&s).ok())
@@ -49,6 +49,7 @@ fn result_row(r: &Row<'_>) -> Result<JobResult> {
         summary: r.get(3)?,
         result: json(r.get(4)?),
         finished_at: r.get(5)?,
+        reach: json(r.get(6)?),
     })
 }
 
@@ -204,31 +205,128 @@ pub fn memories_since(
 }
 
 /// The job each of `keys` is filed under, if any (for curation, which keeps jobs apart).
-pub fn jobs_of(db: &Db, keys: &[MemoryKey]) -> Result<Vec<(MemoryKey, String)>> {
+pub fn jobs_of(db: &Db, keys: &[MemoryKey]) -> Result<Vec<(MemoryKey, JobRef)>> {
     let raw: Vec<i64> = keys.iter().map(|k| k.0).collect();
     let mut out = Vec::new();
     super::in_chunks(&raw, |marks, list| {
         db.for_each(
-            &format!("SELECT memory_key, job FROM job_memories WHERE memory_key IN ({marks})"),
+            &format!(
+                "SELECT memory_key, namespace, job FROM job_memories WHERE memory_key IN ({marks})"
+            ),
             list,
             |r| {
-                out.push((MemoryKey(r.get(0)?), r.get(1)?));
+                let job = JobRef {
+                    namespace: r.get(1)?,
+                    name: r.get(2)?,
+                };
+                out.push((MemoryKey(r.get(0)?), job));
                 Ok(())
             },
         )
     })?;
-    out.sort();
-    out.dedup();
+    out.sort_by_key(|(k, _)| *k);
+    out.dedup_by(|a, b| a.0 == b.0);
     Ok(out)
+}
+
+/// Those of `keys` whose job keeps them from being archived: filed under a job that is open
+/// (or has no row), or that was closed after `closed_before`.
+pub fn kept_by_jobs(db: &Db, keys: &[MemoryKey], closed_before: Millis) -> Result<Vec<MemoryKey>> {
+    let raw: Vec<i64> = keys.iter().map(|k| k.0).collect();
+    let mut out = Vec::new();
+    super::in_chunks(&raw, |marks, list| {
+        let mut args = list.to_vec();
+        args.push(Arg::Int(closed_before));
+        db.for_each(
+            &format!(
+                "SELECT m.memory_key FROM job_memories m LEFT JOIN jobs j \
+                 ON j.namespace = m.namespace AND j.name = m.job \
+                 WHERE m.memory_key IN ({marks}) \
+                 AND (j.state IS NULL OR j.state = 'open' OR j.closed_at > ?)"
+            ),
+            &args,
+            |r| {
+                out.push(MemoryKey(r.get(0)?));
+                Ok(())
+            },
+        )
+    })?;
+    Ok(out)
+}
+
+/// Closed jobs of `namespace` that have no summary yet, oldest closed first (at most `n`).
+pub fn closed_unsummarised(db: &Db, namespace: &str, n: usize) -> Result<Vec<JobRow>> {
+    db.query_all(
+        &format!(
+            "SELECT {JOB_COLS} FROM jobs WHERE namespace = ?1 AND state = 'closed' \
+             AND summary_key IS NULL ORDER BY closed_at, name LIMIT ?2"
+        ),
+        args![namespace, n as i64],
+        job_row,
+    )
+}
+
+/// Records the memory that summarises a closed job.
+pub fn set_summary(db: &Db, namespace: &str, name: &str, key: MemoryKey) -> Result<()> {
+    db.execute(
+        "UPDATE jobs SET summary_key = ?3 WHERE namespace = ?1 AND name = ?2",
+        args![namespace, name, key.0],
+    )?;
+    Ok(())
+}
+
+/// Closed jobs of `namespace` whose context is due to be archived: closed at or before
+/// `closed_before`, summarised, not archived yet (at most `n`).
+pub fn due_for_archive(
+    db: &Db,
+    namespace: &str,
+    closed_before: Millis,
+    n: usize,
+) -> Result<Vec<JobRow>> {
+    db.query_all(
+        &format!(
+            "SELECT {JOB_COLS} FROM jobs WHERE namespace = ?1 AND state = 'closed' \
+             AND closed_at <= ?2 AND summary_key IS NOT NULL AND archived_at IS NULL \
+             ORDER BY closed_at, name LIMIT ?3"
+        ),
+        args![namespace, closed_before, n as i64],
+        job_row,
+    )
+}
+
+/// Records that a closed job's context was archived.
+pub fn set_archived(db: &Db, namespace: &str, name: &str, now: Millis) -> Result<()> {
+    db.execute(
+        "UPDATE jobs SET archived_at = ?3 WHERE namespace = ?1 AND name = ?2",
+        args![namespace, name, now],
+    )?;
+    Ok(())
+}
+
+/// Up to `n` keys of the memories filed under a job, above `after`, in key order.
+pub fn memory_keys(
+    db: &Db,
+    namespace: &str,
+    job: &str,
+    after: MemoryKey,
+    n: usize,
+) -> Result<Vec<MemoryKey>> {
+    db.query_all(
+        "SELECT memory_key FROM job_memories WHERE namespace = ?1 AND job = ?2 \
+         AND memory_key > ?3 ORDER BY memory_key LIMIT ?4",
+        args![namespace, job, after.0, n as i64],
+        |r| Ok(MemoryKey(r.get(0)?)),
+    )
 }
 
 /// Files (or replaces) the outcome of task `r.task_id` under a job.
 pub fn file_result(db: &Db, namespace: &str, job: &str, r: &JobResult) -> Result<()> {
     let result = r.result.as_ref().map(serde_json::Value::to_string);
+    let reach = r.reach.as_ref().map(serde_json::Value::to_string);
     db.execute(
         &format!(
             "INSERT INTO job_results (namespace, job, {RESULT_COLS}) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (task_id) DO UPDATE SET \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (task_id) DO UPDATE SET \
              status = excluded.status, summary = excluded.summary, result = excluded.result, \
              finished_at = excluded.finished_at"
         ),
@@ -241,9 +339,61 @@ pub fn file_result(db: &Db, namespace: &str, job: &str, r: &JobResult) -> Result
             Arg::Text(&r.summary),
             result.as_deref().map_or(Arg::Null, Arg::Text),
             Arg::Int(r.finished_at),
+            reach.as_deref().map_or(Arg::Null, Arg::Text),
         ],
     )?;
     Ok(())
+}
+
+/// Brings a running task's result up to date at a checkpoint (`summary`: where it stands);
+/// false when the task is not filed under a job, or has ended.
+pub fn result_progressed(db: &Db, task_id: &str, summary: &str, now: Millis) -> Result<bool> {
+    let n = db.execute(
+        "UPDATE job_results SET summary = ?2, finished_at = ?3 \
+         WHERE task_id = ?1 AND status = 'working'",
+        args![task_id, summary, now],
+    )?;
+    Ok(n == 1)
+}
+
+/// Records how a task filed under a job ended (nothing when it is not filed under one): in the
+/// transaction that ends the task, so the two never disagree.
+pub fn result_ended(
+    db: &Db,
+    task_id: &str,
+    status: &str,
+    summary: &str,
+    result: Option<&serde_json::Value>,
+    now: Millis,
+) -> Result<bool> {
+    let result = result.map(serde_json::Value::to_string);
+    let n = db.execute(
+        "UPDATE job_results SET status = ?2, summary = ?3, result = ?4, finished_at = ?5 \
+         WHERE task_id = ?1 AND status = 'working'",
+        &[
+            Arg::Text(task_id),
+            Arg::Text(status),
+            Arg::Text(summary),
+            result.as_deref().map_or(Arg::Null, Arg::Text),
+            Arg::Int(now),
+        ],
+    )?;
+    Ok(n == 1)
+}
+
+/// The job task `task_id` is filed under, and its result there.
+pub fn result_of(db: &Db, task_id: &str) -> Result<Option<(JobRef, JobResult)>> {
+    db.query_opt(
+        &format!("SELECT {RESULT_COLS}, namespace, job FROM job_results WHERE task_id = ?1"),
+        args![task_id],
+        |r| {
+            let job = JobRef {
+                namespace: r.get(7)?,
+                name: r.get(8)?,
+            };
+            Ok((job, result_row(r)?))
+        },
+    )
 }
 
 /// Up to `n` of a job's task results, newest first, and how many it has.

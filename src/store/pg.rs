@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 
 /// Version of the PostgreSQL schema this build writes (numbered on its own: the SQLite
 /// schema's history of small steps starts here as one).
-pub(crate) const PG_SCHEMA_VERSION: i64 = 4;
+pub(crate) const PG_SCHEMA_VERSION: i64 = 5;
 
 /// How long connecting may take when the URL does not say (`connect_timeout`).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -364,7 +364,13 @@ CREATE INDEX job_results_job ON job_results(namespace, job, finished_at);
 /// Version 4: the job's head version when a memory was filed under it (SQLite's version 11).
 const V4: &str = "ALTER TABLE job_memories ADD COLUMN head_version BIGINT NOT NULL DEFAULT 0";
 
-const STEPS: [&str; PG_SCHEMA_VERSION as usize] = [V1, V2, V3, V4];
+/// Version 5: the namespaces a job's task result could read, a closed job's summary and when
+/// its context was archived (SQLite's version 12).
+const V5: &str = "ALTER TABLE job_results ADD COLUMN reach TEXT;
+ALTER TABLE jobs ADD COLUMN summary_key BIGINT;
+ALTER TABLE jobs ADD COLUMN archived_at BIGINT;";
+
+const STEPS: [&str; PG_SCHEMA_VERSION as usize] = [V1, V2, V3, V4, V5];
 
 /// Brings the database up to [`PG_SCHEMA_VERSION`], one version per transaction. Instances
 /// starting together take turns on the `meta` row that holds the version (the first creates

@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::error::{Error, Result};
 
 /// Version this build writes.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 /// Oldest version this build can migrate from (0 is an empty file).
 pub const OLDEST_SUPPORTED_SCHEMA: i64 = 0;
 
@@ -242,6 +242,15 @@ const V11: &str = r#"
 ALTER TABLE job_memories ADD COLUMN head_version INTEGER NOT NULL DEFAULT 0;
 "#;
 
+/// Version 12: a job's task result keeps the namespaces the task could read, so that a reader
+/// of the job with narrower rights sees that the result exists but not what it holds; a closed
+/// job records the memory that summarises it and when its context was archived.
+const V12: &str = r#"
+ALTER TABLE job_results ADD COLUMN reach TEXT;
+ALTER TABLE jobs ADD COLUMN summary_key INTEGER;
+ALTER TABLE jobs ADD COLUMN archived_at INTEGER;
+"#;
+
 /// Brings the database up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -259,7 +268,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
             reason: format!("version {version} is too old to migrate"),
         });
     }
-    let steps: [&str; 11] = [V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
+    let steps: [&str; 12] = [V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12];
     for (i, sql) in steps.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         // Another process may have migrated while we waited for the lock.

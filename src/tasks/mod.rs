@@ -24,7 +24,7 @@ use crate::engine::work::Work;
 use crate::engine::{Beat, Ending, Engine, Grant};
 use crate::error::{Error, Result};
 use crate::lock::lock;
-use crate::model::{Millis, TaskRow, TaskState, now_millis};
+use crate::model::{JobRef, JobResult, Millis, TaskRow, TaskState, now_millis};
 
 use pace::Pace;
 pub use pace::Reading;
@@ -137,6 +137,8 @@ struct Live {
     stop_asked: Mutex<Option<(std::time::Instant, u64)>>,
     /// How its progress reads and how often to poll it.
     pace: Pace,
+    /// The job the work is filed under: its checkpoints and end are recorded there.
+    job: Option<JobRef>,
 }
 
 impl Live {
@@ -166,6 +168,7 @@ impl Live {
             answered: (Mutex::new(()), Condvar::new()),
             stop_asked: Mutex::new(None),
             pace: Pace::fresh(Duration::ZERO),
+            job: None,
         }
     }
 
@@ -284,6 +287,15 @@ impl Control for LiveControl {
         {
             let mut c = lock(&self.live.checkpoint);
             *c = Some(checkpoint.clone());
+        }
+        if let (Some(_), Some(id)) = (&self.live.job, self.live.task_id.get()) {
+            let summary = format!("checkpoint · {}", self.live.reading().status_message);
+            if let Err(e) = self
+                .engine
+                .task_progressed_in_job(id, &summary, now_millis())
+            {
+                tracing::warn!(task = short_id(id), error = %e, "could not record a checkpoint with the task's job");
+            }
         }
     }
 
@@ -484,7 +496,8 @@ impl Tasks {
     /// Runs one call according to `plan`. `on_progress` is called (from async context) while
     /// an inline answer is being computed, and never after this returns. When `cancelled`
     /// completes while the call is still to be answered inline (the client cancelled the
-    /// request), the work is stopped; once it is a task, only `tasks/cancel` stops it.
+    /// request), the work is stopped; once it is a task, only `tasks/cancel` stops it. Work
+    /// under a `job` files its outcome there (a task from its start, see [`JobResult`]).
     #[allow(clippy::too_many_arguments)]
     pub async fn run(
         self: &Arc<Self>,
@@ -493,6 +506,7 @@ impl Tasks {
         work: Work,
         decision: Decision,
         ttl_ms: Option<u64>,
+        job: Option<JobRef>,
         on_progress: Option<ProgressSink>,
         cancelled: impl Future<Output = ()> + Send,
     ) -> Result<Answer> {
@@ -502,6 +516,7 @@ impl Tasks {
         let live = Arc::new(Live {
             may_wait: plan != Plan::Inline,
             pace: Pace::fresh(decision.estimate),
+            job,
             ..Live::new(None, None, tool, Arc::new(work), kind)
         });
         let mut handle = self.spawn_work(&live);
@@ -550,6 +565,9 @@ impl Tasks {
                         f(p);
                     }
                 }
+                if let Some(job) = &live.job {
+                    self.file_inline(owner, job, &live, &out).await;
+                }
                 return Ok(Answer::Inline(out));
             }
         }
@@ -580,7 +598,22 @@ impl Tasks {
         };
         let engine = Arc::clone(&self.engine);
         let inserted = row.clone();
-        let res = tokio::task::spawn_blocking(move || engine.task_insert(&inserted)).await;
+        let filed = live.job.clone().map(|job| {
+            let r = JobResult {
+                task_id: row.id.clone(),
+                tool: tool.to_owned(),
+                status: TaskState::Working.as_str().to_owned(),
+                summary: row.status_message.clone().unwrap_or_default(),
+                result: None,
+                finished_at: now,
+                reach: owner.grant.access.to_json(),
+            };
+            (job, r)
+        });
+        let res = tokio::task::spawn_blocking(move || {
+            engine.task_insert(&inserted, filed.as_ref().map(|(j, r)| (j, r)))
+        })
+        .await;
         if let Err(e) = flatten(res) {
             live.ctl.cancelled.store(true, Ordering::Relaxed);
             return Err(e);
@@ -687,37 +720,7 @@ impl Tasks {
             return;
         }
         let p = live.progress();
-        let (status, msg, result, error) = match &outcome {
-            Ok(v) => (
-                TaskState::Completed,
-                format!(
-                    "done · {}",
-                    self.executor
-                        .summary(&live.work, v)
-                        .unwrap_or_else(|| status_message(&p))
-                ),
-                Some(v.clone()),
-                None,
-            ),
-            Err(Error::Cancelled) => (
-                TaskState::Cancelled,
-                format!("cancelled · {}", status_message(&p)),
-                None,
-                None,
-            ),
-            Err(e) if e.is_user_error() => (
-                TaskState::Completed,
-                format!("finished with an error · {e}"),
-                None,
-                Some(error_json(e)),
-            ),
-            Err(e) => (
-                TaskState::Failed,
-                format!("failed · {e}"),
-                None,
-                Some(error_json(e)),
-            ),
-        };
+        let (status, msg, result, error) = self.ending(live, &p, &outcome);
         let engine = Arc::clone(&self.engine);
         let (id2, boot) = (id.to_owned(), self.boot_id.clone());
         let mut prog = live.pace.read(&p).progress;
@@ -768,6 +771,68 @@ impl Tasks {
         }
     }
 
+    /// How work ended, as its task records it: the status, its message, the output or the
+    /// error.
+    fn ending(
+        &self,
+        live: &Live,
+        p: &WorkProgress,
+        outcome: &Result<Value>,
+    ) -> (TaskState, String, Option<Value>, Option<Value>) {
+        match outcome {
+            Ok(v) => (
+                TaskState::Completed,
+                format!(
+                    "done · {}",
+                    self.executor
+                        .summary(&live.work, v)
+                        .unwrap_or_else(|| status_message(p))
+                ),
+                Some(v.clone()),
+                None,
+            ),
+            Err(Error::Cancelled) => (
+                TaskState::Cancelled,
+                format!("cancelled · {}", status_message(p)),
+                None,
+                None,
+            ),
+            Err(e) if e.is_user_error() => (
+                TaskState::Completed,
+                format!("finished with an error · {e}"),
+                None,
+                Some(error_json(e)),
+            ),
+            Err(e) => (
+                TaskState::Failed,
+                format!("failed · {e}"),
+                None,
+                Some(error_json(e)),
+            ),
+        }
+    }
+
+    /// Files the outcome of work answered inline under its job, under an id of its own (a
+    /// failure to file is logged: the caller has its answer).
+    async fn file_inline(&self, owner: &Requester, job: &JobRef, live: &Live, out: &Result<Value>) {
+        let (status, summary, result, error) = self.ending(live, &live.progress(), out);
+        let r = JobResult {
+            task_id: random_task_id(),
+            tool: live.tool.clone(),
+            status: status.as_str().to_owned(),
+            summary,
+            result: result.or(error),
+            finished_at: now_millis(),
+            reach: owner.grant.access.to_json(),
+        };
+        let (engine, job, by) = (Arc::clone(&self.engine), job.clone(), owner.owner.clone());
+        let filed =
+            tokio::task::spawn_blocking(move || engine.file_job_result(&job, &r, &by)).await;
+        if let Err(e) = flatten(filed) {
+            tracing::warn!(tool = %live.tool, error = %e, "could not file an inline answer with its job");
+        }
+    }
+
     /// The task `id` if `who` may see it: its owner, with rights that cover the task's.
     /// Unknown and foreign ids look the same: `None`.
     pub fn get(&self, who: &Requester, id: &str) -> Result<Option<TaskView>> {
@@ -808,7 +873,7 @@ impl Tasks {
             input_responses: None,
             grant: Some(who.grant.to_json()),
         };
-        self.engine.task_insert(&row)?;
+        self.engine.task_insert(&row, None)?;
         Ok(row)
     }
 
@@ -961,10 +1026,16 @@ impl Tasks {
         let won = flatten(
             tokio::task::spawn_blocking(move || {
                 let now = now_millis();
-                engine.task_adopt(&id, &old, &new, now - stale, now)
+                let won = engine.task_adopt(&id, &old, &new, now - stale, now)?;
+                let job = match won {
+                    true => engine.task_job(&id)?.map(|(job, _)| job),
+                    false => None,
+                };
+                Ok((won, job))
             })
             .await,
         )?;
+        let (won, job) = won;
         if !won {
             return Ok(()); // another process took it
         }
@@ -1005,6 +1076,7 @@ impl Tasks {
             tracing::info!(task = short_id(&row.id), tool = %row.tool, "resuming a task whose process stopped, from its last checkpoint");
             let live = Arc::new(Live {
                 pace: Pace::resumed(&row.progress),
+                job: job.clone(),
                 ..Live::new(
                     Some(row.id.clone()),
                     row.checkpoint.clone(),
@@ -1019,6 +1091,7 @@ impl Tasks {
             tracing::info!(task = short_id(&row.id), tool = %row.tool, "re-running a task whose process stopped");
             let live = Arc::new(Live {
                 pace: Pace::resumed(&row.progress),
+                job,
                 ..Live::new(Some(row.id.clone()), None, &row.tool, work, kind)
             });
             let handle = self.spawn_work(&live);
@@ -1165,8 +1238,8 @@ mod tests {
         let stale = Duration::from_secs(3);
         let orphan = working_row("orphan", now_millis() - 10_000);
         let live = working_row("live", now_millis());
-        engine.task_insert(&orphan).unwrap();
-        engine.task_insert(&live).unwrap();
+        engine.task_insert(&orphan, None).unwrap();
+        engine.task_insert(&live, None).unwrap();
         assert_eq!(
             cancel_for_operator(&engine, &orphan, stale).unwrap(),
             OperatorCancel::Cancelled
@@ -1225,6 +1298,7 @@ mod tests {
                     args,
                 },
                 Plan::Task.into(),
+                None,
                 None,
                 None,
                 std::future::pending(),
@@ -1444,6 +1518,7 @@ mod tests {
                 Plan::Inline.into(),
                 None,
                 None,
+                None,
                 std::future::pending(),
             )
             .await
@@ -1469,7 +1544,7 @@ mod tests {
         .unwrap();
         row.status = TaskState::InputRequired;
         row.input_requests = Some(json!({"a": {}, "b": {}}));
-        tasks.engine().task_insert(&row).unwrap();
+        tasks.engine().task_insert(&row, None).unwrap();
         let answered = answers(&[("a", json!("yes")), ("b", json!("no"))]);
         assert!(
             tasks

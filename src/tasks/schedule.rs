@@ -158,6 +158,7 @@ impl Tasks {
                 Plan::Task.into(),
                 None,
                 None,
+                None,
                 std::future::pending(),
             )
             .await;

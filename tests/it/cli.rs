@@ -122,8 +122,10 @@ fn cancelling_an_orphaned_task_ends_it_and_a_live_one_is_asked_to_stop() {
     let engine = Engine::open(Config::for_db(&db.path)).expect("open");
     let orphan = "0123456789abcdef0123456789abcdef";
     let live = "fedcba9876543210fedcba9876543210";
-    engine.task_insert(&working_row(orphan, 60_000)).unwrap();
-    engine.task_insert(&working_row(live, 0)).unwrap();
+    engine
+        .task_insert(&working_row(orphan, 60_000), None)
+        .unwrap();
+    engine.task_insert(&working_row(live, 0), None).unwrap();
     drop(engine);
 
     let said = cancel(&db, orphan);

@@ -293,7 +293,8 @@ async fn random_params_always_get_one_answer_and_the_server_goes_on() {
             "{era:?}: {tool_results} tool results ({tool_errors} with isError), {unknown_tasks} unknown tasks"
         );
         assert!(tool_results >= TOOL_CALLS / 3, "{summary}");
-        assert!(tool_errors >= TOOL_CALLS / 4, "{summary}");
+        // A good share of the calls reach the tools' own checks (and fail there).
+        assert!(tool_errors >= TOOL_CALLS / 5, "{summary}");
         assert!(unknown_tasks >= TASK_CALLS / 5, "{summary}");
         assert!(
             problems.is_empty(),

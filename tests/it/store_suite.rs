@@ -305,13 +305,13 @@ fn jobs_keep_versions_memories_and_results_alike() {
             (vec![], 0),
             "{backend}: nothing filed since version 4"
         );
+        let j = mnemograph::model::JobRef {
+            namespace: "work".into(),
+            name: "J".into(),
+        };
         assert_eq!(
             of,
-            [
-                (keys[0], "J".to_owned()),
-                (keys[1], "J".to_owned()),
-                (keys[2], "J".to_owned())
-            ],
+            [(keys[0], j.clone()), (keys[1], j.clone()), (keys[2], j)],
             "{backend}"
         );
 
@@ -322,6 +322,7 @@ fn jobs_keep_versions_memories_and_results_alike() {
             summary: format!("import {status}"),
             result: Some(json!({"added": 3})),
             finished_at: at,
+            reach: Some(json!(["work"])),
         };
         store
             .write(|db| {
@@ -332,6 +333,65 @@ fn jobs_keep_versions_memories_and_results_alike() {
         let (results, n) = store.read(|db| jobs::results(db, "work", "J", 10)).unwrap();
         assert_eq!(n, 1, "{backend}");
         assert_eq!(results, [result("completed", 190)], "{backend}");
+
+        // A task filed when it starts is brought up to date at its checkpoints and ends once;
+        // a task filed under no job changes nothing.
+        let mut running = result("working", 191);
+        running.task_id = "task2".into();
+        running.result = None;
+        store
+            .write(|db| jobs::file_result(db, "work", "J", &running))
+            .unwrap();
+        assert!(
+            store
+                .write(|db| jobs::result_progressed(db, "task2", "checkpoint · 10 of 20", 192))
+                .unwrap()
+        );
+        assert!(
+            !store
+                .write(|db| jobs::result_progressed(db, "elsewhere", "x", 192))
+                .unwrap()
+        );
+        let out = json!({"added": 20});
+        assert!(
+            store
+                .write(|db| jobs::result_ended(db, "task2", "completed", "done", Some(&out), 193))
+                .unwrap()
+        );
+        assert!(
+            !store
+                .write(|db| jobs::result_ended(db, "task2", "failed", "again", None, 194))
+                .unwrap(),
+            "{backend}: ended twice"
+        );
+        let (job, ended) = store
+            .read(|db| jobs::result_of(db, "task2"))
+            .unwrap()
+            .expect("filed");
+        assert_eq!((job.namespace.as_str(), job.name.as_str()), ("work", "J"));
+        assert_eq!(
+            (
+                ended.status.as_str(),
+                ended.summary.as_str(),
+                ended.result,
+                ended.finished_at
+            ),
+            ("completed", "done", Some(out), 193),
+            "{backend}"
+        );
+        assert_eq!(ended.reach, Some(json!(["work"])));
+        assert!(
+            store
+                .read(|db| jobs::result_of(db, "task1"))
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            store
+                .read(|db| jobs::result_of(db, "nope"))
+                .unwrap()
+                .is_none()
+        );
 
         assert!(store.write(|db| jobs::close(db, "work", "J", 200)).unwrap());
         assert!(!store.write(|db| jobs::close(db, "work", "J", 210)).unwrap());

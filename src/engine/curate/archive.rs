@@ -1,8 +1,8 @@
 //! The decay and archive steps. Decay writes nothing: salience is a stored value and the time it
 //! was computed, decayed where it is read; the step measures it with the run's half-life. Archive
 //! moves memories of low salience, unused for long, not pinned (importance ≥ 0.9 or a `pinned`
-//! tag) and not named, to the archived state: out of recall and traversal until asked for or
-//! restored. Nothing is deleted.
+//! tag), not named and not kept by their job (see `jobs`), to the archived state: out of recall
+//! and traversal until asked for or restored. Nothing is deleted.
 
 use crate::engine::curate::salience::decayed;
 use crate::engine::curate::{Batch, Example, Run, truncate};
@@ -77,7 +77,12 @@ pub(super) fn run(run: &mut Run<'_>, ns: &str, decay: bool) -> Result<()> {
 /// Archives the memories of `chosen` that are still as planned and still archivable.
 fn archive(run: &Run<'_>, db: &Db, chosen: &[(MemoryKey, i64)], decay: bool) -> Result<Batch> {
     let mut batch = Batch::default();
+    let keys: Vec<MemoryKey> = chosen.iter().map(|&(k, _)| k).collect();
+    let kept = super::jobs::kept(run, db, &keys)?;
     for &(key, version) in chosen {
+        if kept.contains(&key) {
+            continue;
+        }
         let Some(m) = memories::by_key(db, key)? else {
             continue;
         };

@@ -4,12 +4,13 @@
 //! folds each group into one survivor.
 //! The survivor keeps its content plus the distinct sentences of the others, the union of tags,
 //! the highest importance, the summed use and the earliest creation; relations move to it. The
-//! others are marked `merged_into` it and forgotten. A named memory is never merged away.
+//! others are marked `merged_into` it and forgotten. A named memory is never merged away, and
+//! memories of two jobs (or of a job and none) never merge.
 
 use std::collections::{HashMap, HashSet};
 
 use crate::engine::curate::identity::{Identity, identity};
-use crate::engine::curate::{Batch, Example, Run, pairs, truncate};
+use crate::engine::curate::{Batch, Example, Run, jobs, pairs, truncate};
 use crate::engine::recall::{jaccard, word_set};
 use crate::error::Result;
 use crate::model::{Memory, MemoryKey};
@@ -105,14 +106,19 @@ fn plan(run: &mut Run<'_>, ns: &str) -> Result<Vec<Cluster>> {
     let mut clusters = Vec::new();
     let mut taken: HashSet<MemoryKey> = HashSet::new();
     for group in engine.store.read(|c| memories::exact_repeats(c, ns))? {
-        let mut rows = engine.store.read(|c| memories::by_keys(c, &group))?;
+        let (mut rows, filed) = engine
+            .store
+            .read(|c| Ok((memories::by_keys(c, &group)?, jobs::jobs_of(c, &group)?)))?;
         rows.sort_by_key(rank);
-        // The best-ranked takes every compatible one; the rest group again among themselves.
+        // The best-ranked takes every compatible one of its job; the rest group again among
+        // themselves.
         while !rows.is_empty() {
             let survivor = rows.remove(0);
-            let (members, rest): (Vec<Memory>, Vec<Memory>) = rows
-                .into_iter()
-                .partition(|m| m.name.is_none() && compatible(&survivor, m));
+            let (members, rest): (Vec<Memory>, Vec<Memory>) = rows.into_iter().partition(|m| {
+                m.name.is_none()
+                    && compatible(&survivor, m)
+                    && jobs::same_job(&filed, survivor.key, m.key)
+            });
             rows = rest;
             if members.is_empty() {
                 continue;
@@ -170,9 +176,13 @@ fn plan(run: &mut Run<'_>, ns: &str) -> Result<Vec<Cluster>> {
     wanted.sort_unstable();
     wanted.dedup();
     let mut known: HashMap<MemoryKey, Memory> = HashMap::with_capacity(wanted.len());
+    let mut filed = HashMap::new();
     for chunk in wanted.chunks(super::PAGE) {
-        let rows = engine.store.read(|c| memories::by_keys(c, chunk))?;
+        let (rows, jobs) = engine
+            .store
+            .read(|c| Ok((memories::by_keys(c, chunk)?, jobs::jobs_of(c, chunk)?)))?;
         known.extend(rows.into_iter().map(|m| (m.key, m)));
+        filed.extend(jobs);
     }
     // What identifies (numbers, ids, names, negations) must agree: near-duplicates that differ
     // in one say different things, and stay apart.
@@ -185,7 +195,8 @@ fn plan(run: &mut Run<'_>, ns: &str) -> Result<Vec<Cluster>> {
         if let (Some(ma), Some(mb)) = (known.get(&a), known.get(&b))
             && compatible(ma, mb)
         {
-            if ids[&a].differs(&ids[&b]).is_some() {
+            // Notes of two jobs (or of a job and none) stay apart however alike they read.
+            if ids[&a].differs(&ids[&b]).is_some() || !jobs::same_job(&filed, a, b) {
                 run.counts.kept_apart += 1;
                 continue;
             }

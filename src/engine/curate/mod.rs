@@ -10,6 +10,7 @@ mod confirm;
 mod contradict;
 mod hygiene;
 mod identity;
+mod jobs;
 mod merge;
 mod owner;
 mod pairs;
@@ -496,8 +497,14 @@ impl Engine {
                 match step {
                     Step::Merge => merge::run(run, ns)?,
                     Step::Decay => archive::measure(run, ns)?,
-                    Step::Archive => archive::run(run, ns, decay)?,
-                    Step::Summarise => summarise::run(run, ns)?,
+                    Step::Archive => {
+                        jobs::archive(run, ns)?;
+                        archive::run(run, ns, decay)?;
+                    }
+                    Step::Summarise => {
+                        summarise::run(run, ns)?;
+                        jobs::summarise(run, ns)?;
+                    }
                     Step::Contradictions => contradict::run(run, ns)?,
                     Step::Hygiene => hygiene::run(run, ns)?,
                 }

@@ -125,6 +125,9 @@ pub struct Policy {
     /// Seconds a run waits for the client's answer before it takes the stated default: not
     /// confirmed (nothing changes), or extractive summaries (1–86,400).
     pub answer_wait_s: f64,
+    /// Days a closed job's memories are kept from archiving; after them the job's context is
+    /// archived (its summary stays) (0–36,500).
+    pub job_retention_days: f64,
 }
 
 /// Least `merge_overlap`: near-duplicates share words (below this the word index that finds them
@@ -172,6 +175,7 @@ impl Default for Policy {
             resolve: Resolve::Link,
             confirm_above: 100,
             answer_wait_s: 300.0,
+            job_retention_days: 30.0,
         }
     }
 }
@@ -204,7 +208,7 @@ impl Policy {
                 Error::invalid(
                     field,
                     e.inner().to_string(),
-                    "give an object with any of merge_similarity, merge_overlap, half_life_days, archive_below, archive_unused_days, summarise_after_days, summarise_min_sources, summary_max_chars, single_valued, resolve (\"link\" or \"newest\"), confirm_above, answer_wait_s",
+                    "give an object with any of merge_similarity, merge_overlap, half_life_days, archive_below, archive_unused_days, summarise_after_days, summarise_min_sources, summary_max_chars, single_valued, resolve (\"link\" or \"newest\"), confirm_above, answer_wait_s, job_retention_days",
                 )
             })?,
         };
@@ -241,6 +245,13 @@ impl Policy {
             false,
         )?;
         range("answer_wait_s", p.answer_wait_s, 1.0, 86_400.0, false)?;
+        range(
+            "job_retention_days",
+            p.job_retention_days,
+            0.0,
+            36_500.0,
+            false,
+        )?;
         if p.single_valued.len() > 1_000 {
             return Err(Error::invalid(
                 "policy.single_valued",
@@ -308,6 +319,10 @@ mod tests {
             ),
             (json!({"resolve": "oldest"}), "policy.resolve"),
             (json!({"answer_wait_s": 0}), "policy.answer_wait_s"),
+            (
+                json!({"job_retention_days": -1}),
+                "policy.job_retention_days",
+            ),
             (json!({"confirm_above": -1}), "policy.confirm_above"),
             (json!({"single_valued": [""]}), "policy.single_valued[0]"),
         ] {

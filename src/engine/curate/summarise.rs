@@ -285,21 +285,7 @@ fn write(run: &Run<'_>, db: &Db, planned: &[Planned]) -> Result<Batch> {
             };
             let summary = run.insert_memory(db, &p.memory, stamps, "summarise")?;
             for &(dst, _) in std::iter::once(&p.anchor).chain(&p.sources) {
-                let link = RelationRow {
-                    key: 0,
-                    id: new_id("r_"),
-                    src: summary.key.0,
-                    dst: dst.0,
-                    kind: SUMMARIZES.into(),
-                    weight: 1.0,
-                    metadata: serde_json::json!({}),
-                    created_at: run.now,
-                    reinforced_at: run.now,
-                    valid_from: None,
-                    valid_until: None,
-                    deleted_at: None,
-                };
-                run.insert_relation(db, &link, "summarise")?;
+                link(run, db, summary.key, dst)?;
             }
             ids.push(summary.id);
         }
@@ -311,6 +297,26 @@ fn write(run: &Run<'_>, db: &Db, planned: &[Planned]) -> Result<Batch> {
         });
     }
     Ok(batch)
+}
+
+/// Links summary `src` to what it summarises, `dst` (recorded as the run's).
+pub(super) fn link(run: &Run<'_>, db: &Db, src: MemoryKey, dst: MemoryKey) -> Result<()> {
+    let row = RelationRow {
+        key: 0,
+        id: new_id("r_"),
+        src: src.0,
+        dst: dst.0,
+        kind: SUMMARIZES.into(),
+        weight: 1.0,
+        metadata: serde_json::json!({}),
+        created_at: run.now,
+        reinforced_at: run.now,
+        valid_from: None,
+        valid_until: None,
+        deleted_at: None,
+    };
+    run.insert_relation(db, &row, "summarise")?;
+    Ok(())
 }
 
 /// How central each episode is: the cosine of its vector to the group's mean, scaled to 0–1

@@ -319,6 +319,90 @@ fn exact_repeats_merge_without_vectors_and_named_memories_never_merge_into_anoth
 }
 
 #[test]
+fn jobs_are_kept_apart_kept_while_open_and_summarised_then_archived_once_closed() {
+    let (_d, e) = engine();
+    let all = crate::engine::Access::All;
+    // Near-duplicates: two in job alpha, one in job beta, two in no job.
+    let ids = put(
+        &e,
+        [
+            "we checked the invoice table in billing",
+            "we checked the invoice table in billing today",
+            "we checked the invoice table in billing again",
+            "we checked the invoice table in billing twice",
+            "we checked the invoice table in billing once more",
+        ]
+        .into_iter()
+        .map(note)
+        .collect(),
+    );
+    e.file_in_job("alpha", &ids[0..2], "test").unwrap();
+    e.file_in_job("beta", &ids[2..3], "test").unwrap();
+    let merged = consolidate(&e, &req(&["merge"], json!({"merge_similarity": 0.7})));
+    assert_eq!(merged.counts.merged, 2, "{merged:?}");
+    let live: Vec<&String> = ids
+        .iter()
+        .filter(|id| get(&e, id).merged.is_none())
+        .collect();
+    assert_eq!(live.len(), 3, "one per job and one of no job: {live:?}");
+    assert!(
+        get(&e, &ids[2]).merged.is_none(),
+        "beta's note stays its own"
+    );
+    let alpha = get(&e, &ids[0]).memory.id;
+    let loose = get(&e, &ids[3]).memory.id;
+
+    // Old and unused everywhere: only what no job keeps is archived.
+    let aggressive = json!({"archive_below": 0.6, "archive_unused_days": 0});
+    let archived = consolidate(&e, &req(&["decay", "archive"], aggressive));
+    assert_eq!(archived.counts.archived, 1, "{archived:?}");
+    assert!(get(&e, &loose).memory.archived_at.is_some());
+    assert!(get(&e, &alpha).memory.archived_at.is_none());
+
+    // A closed job is summarised at once: its last checkpoint and its notes, linked.
+    let body = json!({"note": "mapped the tables", "learned": ["invoices live in billing.inv"]});
+    e.job_checkpoint(None, "alpha", 0, &body, "test", &all)
+        .unwrap();
+    e.job_close(None, "alpha", &all).unwrap();
+    let summarised = consolidate(&e, &req(&["summarise"], json!({})));
+    assert_eq!(summarised.counts.summaries, 1, "{summarised:?}");
+    let summary = get(&e, &summarised.examples[0].ids[0]);
+    let text = &summary.memory.content;
+    assert!(
+        text.starts_with("Summary of job alpha (closed ")
+            && text.contains("Last checkpoint: mapped the tables.")
+            && text.contains("Learned: invoices live in billing.inv.")
+            && text.contains("we checked the invoice table in billing"),
+        "{text}"
+    );
+    let links: Vec<(&str, &str)> = summary
+        .relations
+        .iter()
+        .map(|r| (r.kind.as_str(), r.to.as_str()))
+        .collect();
+    assert_eq!(links, [("summarizes", alpha.as_str())], "{links:?}");
+    let again = consolidate(&e, &req(&["summarise"], json!({})));
+    assert_eq!(again.counts.summaries, 0, "a job is summarised once");
+
+    // Its context is archived only once its retention has passed; the summary stays.
+    let by_job = json!({"archive_below": 0.0});
+    let kept = consolidate(&e, &req(&["archive"], by_job.clone()));
+    assert_eq!(kept.counts.archived, 0, "{kept:?}");
+    let mut due = by_job;
+    due["job_retention_days"] = json!(0);
+    let gone = consolidate(&e, &req(&["archive"], due.clone()));
+    assert_eq!(gone.counts.archived, 1, "{gone:?}");
+    assert!(get(&e, &alpha).memory.archived_at.is_some());
+    assert!(get(&e, &summary.memory.id).memory.archived_at.is_none());
+    assert!(
+        get(&e, &ids[2]).memory.archived_at.is_none(),
+        "beta is open"
+    );
+    let twice = consolidate(&e, &req(&["archive"], due));
+    assert_eq!(twice.counts.archived, 0, "{twice:?}");
+}
+
+#[test]
 fn archive_takes_unused_low_salience_memories_out_of_recall_until_restored() {
     let (_d, e) = engine();
     let ids = put(

@@ -14,7 +14,7 @@ use crate::model::{DEFAULT_NAMESPACE, Memory, MemoryKey, Millis, NewMemory};
 use crate::store::history::{self, Entity};
 use crate::store::memories::{self, Stamps};
 use crate::store::relations::{self, NewRelation, RelationStamps};
-use crate::store::{self, Db, changes, import_keys, new_id, vectors};
+use crate::store::{self, Db, changes, import_keys, jobs, new_id, vectors};
 
 /// A record of a batch after validation.
 pub(super) enum Item {
@@ -272,6 +272,8 @@ impl Engine {
         let mut counts = Counts::default();
         let model = self.embedder.as_ref().map(|e| (e.model_id(), e.dim()));
         let mut keys: HashMap<usize, (MemoryKey, Millis)> = HashMap::new();
+        // What the batch taught the job it is filed under: memories added, or added to.
+        let mut learned = Vec::new();
         for (i, it) in items.iter().enumerate() {
             match it {
                 Item::Bad { line, reason } => counts.errors.push((*line, reason.clone())),
@@ -286,6 +288,9 @@ impl Engine {
                                 Outcome::Added => counts.memories_added += 1,
                                 Outcome::Existing => counts.memories_existing += 1,
                                 Outcome::Merged => counts.memories_merged += 1,
+                            }
+                            if outcome != Outcome::Existing {
+                                learned.push(key);
                             }
                             counts.vectors_added += u64::from(vector);
                         }
@@ -330,6 +335,12 @@ impl Engine {
                 }
                 Item::Bad { .. } => {}
             }
+        }
+        if let Some(job) = &req.job
+            && !learned.is_empty()
+        {
+            jobs::open(tx, &job.namespace, &job.name, actor, now)?;
+            jobs::file_memories(tx, &job.namespace, &job.name, &learned, now)?;
         }
         counts.errors.sort_by_key(|(line, _)| *line);
         Ok(counts)
@@ -575,6 +586,7 @@ impl Engine {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Added,
     Existing,

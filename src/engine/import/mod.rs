@@ -50,6 +50,10 @@ pub struct ImportRequest {
     /// The namespaces the importer may write: a record for another namespace, or a relation
     /// with an end outside them, is a bad record.
     pub access: Access,
+    /// The job the memories it adds (or adds to) are filed under, with the batch that writes
+    /// them: what the import learned, when the job is resumed.
+    #[serde(default)]
+    pub job: Option<crate::model::JobRef>,
 }
 
 /// What an import did (or, for a dry run, would do).
@@ -479,8 +483,11 @@ impl Run<'_> {
                 Ok(cp)
             })?;
             self.report = report;
+            // Progress first, so what is recorded with the checkpoint counts this batch.
+            self.progress();
             self.ctl.checkpointed(&checkpoint);
             engine.mark_dirty();
+            return Ok(());
         }
         self.progress();
         Ok(())

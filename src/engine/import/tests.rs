@@ -29,6 +29,7 @@ fn request(source: Source) -> ImportRequest {
         actor: "test".into(),
         max_records: None,
         access: crate::engine::Access::All,
+        job: None,
     }
 }
 
@@ -240,7 +241,7 @@ fn a_stopped_import_resumes_from_its_checkpoint_and_ends_like_an_uninterrupted_o
         input_responses: None,
         grant: None,
     };
-    e.task_insert(&row).unwrap();
+    e.task_insert(&row, None).unwrap();
     let first = Killer {
         task: "t1".into(),
         resume: None,

@@ -12,7 +12,8 @@ use super::{Call, Descriptor, Hints, Pending, blocking, input_schema, parse_obje
 use crate::engine::job_context::Resumed;
 use crate::error::{Error, Result};
 use crate::mcp::auth::Scope;
-use crate::model::{JobVersion, format_time};
+use crate::mcp::resources;
+use crate::model::{JobResult, JobVersion, format_time};
 
 /// Memories and task results a resume shows (the result budget cuts further, with links).
 const RESUME_ITEMS: usize = 20;
@@ -20,6 +21,9 @@ const RESUME_ITEMS: usize = 20;
 const HISTORY_PAGE: usize = 20;
 /// Characters of a learned memory's content a resume shows.
 const CONTENT_CHARS: usize = 300;
+/// Largest task result a resume shows whole (bytes of compact JSON); a larger one is read at
+/// its address.
+const INLINE_RESULT_BYTES: usize = 600;
 
 // What a call does with the job (no doc comment: it would be the schema's description).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
@@ -186,6 +190,27 @@ fn written(name: &str, v: &JobVersion) -> Value {
     })
 }
 
+/// One task result as a resume shows it: where it stands, and its result when small (always
+/// at its address, paged, for as long as the job is kept).
+fn result_line(t: &JobResult, withheld: &[String]) -> Value {
+    let mut o = json!({
+        "taskId": t.task_id,
+        "tool": t.tool,
+        "status": t.status,
+        "summary": t.summary,
+        "at": format_time(t.finished_at),
+    });
+    if withheld.contains(&t.task_id) {
+        o["result"] = json!("withheld: the work could read namespaces you may not");
+    } else if let Some(v) = &t.result {
+        o["uri"] = json!(format!("{}{}", resources::RESULTS, t.task_id));
+        if crate::mcp::budget::size(v) <= INLINE_RESULT_BYTES {
+            o["result"] = v.clone();
+        }
+    }
+    o
+}
+
 /// A resumed job as the tool (and its resource) answers it.
 pub(crate) fn resumed(r: Resumed, name: &str) -> Value {
     let Some(job) = &r.job else {
@@ -218,13 +243,7 @@ pub(crate) fn resumed(r: Resumed, name: &str) -> Value {
         },
         "results": {
             "total": r.results_total,
-            "tasks": r.results.iter().map(|t| json!({
-                "taskId": t.task_id,
-                "tool": t.tool,
-                "status": t.status,
-                "summary": t.summary,
-                "finishedAt": format_time(t.finished_at),
-            })).collect::<Vec<_>>(),
+            "tasks": r.results.iter().map(|t| result_line(t, &r.withheld)).collect::<Vec<_>>(),
         },
         "next": format!("checkpoint with base {} to save where the work stands", job.head),
     })

@@ -182,6 +182,7 @@ fn import_request(p: ImportParams, who: &Acting) -> Result<ImportRequest> {
         actor: who.actor("import"),
         max_records: None,
         access: who.access.clone(),
+        job: None,
     })
 }
 

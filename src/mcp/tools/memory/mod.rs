@@ -151,10 +151,20 @@ async fn remember(engine: &Arc<Engine>, args: JsonObject, who: Acting) -> Result
     }
     let items = wire::remember_items(params)?;
     let rs = blocking(engine, move |e| {
+        if let Some(job) = &job {
+            // A closed job takes nothing more: say so before anything is written.
+            let mut namespaces: Vec<Option<&str>> =
+                items.iter().map(|i| i.namespace.as_deref()).collect();
+            namespaces.sort_unstable();
+            namespaces.dedup();
+            for ns in namespaces {
+                e.job_to_file(ns, job, &who.access)?;
+            }
+        }
         let rs = e.remember_in(&items, &who.access)?;
         if let Some(job) = &job {
             let ids: Vec<String> = rs.iter().flatten().map(|m| m.id.clone()).collect();
-            e.file_in_job(job, &ids)?;
+            e.file_in_job(job, &ids, &who.actor("remember"))?;
         }
         Ok(rs)
     })
