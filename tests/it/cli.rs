@@ -1,7 +1,7 @@
 //! The operator's commands on the real binary: `mnemograph import` leaves the indexes ready for
 //! the next process, and names its paths explicitly; `mnemograph tasks cancel` ends a task whose
 //! process is gone at once and asks a live one's process to stop it; `mnemograph demo` speaks MCP
-//! to a server of its own.
+//! to a server of its own, and `demo --job` resumes a job on a second server after the first dies.
 
 use std::path::Path;
 use std::process::Command;
@@ -170,6 +170,31 @@ fn the_demo_speaks_mcp_to_its_own_server_and_prints_each_step() {
         "with 2 relations",
         "duplicate: true",
         "stats: 4 memories, 2 relations",
+    ] {
+        assert!(stdout.contains(step), "missing {step:?} in:\n{stdout}");
+    }
+}
+
+#[test]
+fn the_job_demo_resumes_the_job_on_the_second_server() {
+    let out = Command::new(BIN)
+        .args(["demo", "--job"])
+        .output()
+        .expect("run mnemograph demo --job");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for step in [
+        "A  checkpoint v3  half of the notes are in",
+        "A  killed (SIGKILL)",
+        "import completed  done · imported 30,000 / 30,000 items",
+        "B  head v3: half of the notes are in",
+        "B    v1 (parent null)  plan: import the field notes",
+        "\"memories_added\":30000",
+        "a client writing from v2: conflict: job \"field-notes\" is at version 3",
     ] {
         assert!(stdout.contains(step), "missing {step:?} in:\n{stdout}");
     }
