@@ -274,6 +274,10 @@ impl Engine {
                         ));
                     }
                     match sync {
+                        // Vector mode searches no words: say what it misses, and what finds it.
+                        VectorSync::Behind(n) if q.mode == RecallMode::Vector => warnings.push(format!(
+                            "the vector index is catching up ({n} changes behind): the newest memories are not searchable by meaning yet; mode \"hybrid\" finds them by words meanwhile"
+                        )),
                         VectorSync::Behind(n) => warnings.push(format!(
                             "the vector index is catching up ({n} changes behind); newer memories are found by text only for now"
                         )),

@@ -893,6 +893,41 @@ mod tests {
         (hits, page.warnings)
     }
 
+    // Vector mode behind a large burst of writes used to say the newest memories were "found by
+    // text only", though it searches no words: it found nothing of them, and said otherwise.
+    #[test]
+    fn vector_mode_behind_a_burst_says_what_it_misses_and_hybrid_finds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(Config::for_db(dir.path().join("memory.db"))).unwrap();
+        remember(&e, "A kitten napping in a sunny window");
+        assert!(vector_hits(&e, "sleepy cat").1.is_empty());
+        let burst: Vec<RememberItem> = (0..=super::READ_CATCH_UP)
+            .map(|i| RememberItem {
+                content: format!("burst memory {i} about the zebra crossing"),
+                ..RememberItem::default()
+            })
+            .collect();
+        for r in e.remember(&burst).unwrap() {
+            r.unwrap();
+        }
+        let (_, warnings) = vector_hits(&e, "zebra crossing");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("not searchable by meaning yet") && w.contains("\"hybrid\"")),
+            "{warnings:?}"
+        );
+        assert!(!warnings.iter().any(|w| w.contains("found by text only")));
+        let page = e
+            .recall(&RecallQuery {
+                text: "zebra crossing".into(),
+                limit: 5,
+                ..RecallQuery::default()
+            })
+            .unwrap();
+        assert_eq!(page.hits.len(), 5, "hybrid finds the burst by words");
+    }
+
     // A fresh process used to answer by text only (with a warning) until its HNSW graph was
     // loaded from the dump, which takes about a second at 100,000 vectors: hosts that start a
     // server per call never got a search by meaning.
