@@ -12,10 +12,14 @@
 //! `data/madial/` holds a made-up sample in the same shape, which the example's test replays
 //! against floors.
 
+#[path = "common/quality.rs"]
+mod quality;
 #[path = "common/weights.rs"]
 mod weights;
 
 use std::collections::{BTreeMap, HashSet};
+
+use quality::{K, Score};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -32,20 +36,7 @@ macro_rules! say {
     }};
 }
 
-const K: usize = 10;
 const NAMESPACE: &str = "madial";
-
-/// Scores of one ranking mode.
-#[derive(Default)]
-struct Score {
-    r5: f64,
-    r10: f64,
-    ndcg: f64,
-    /// R@10 summed and dialogues counted by the scene of the first relevant memory.
-    by_scene: BTreeMap<String, (f64, usize)>,
-    n: usize,
-    times_ms: Vec<f64>,
-}
 
 /// A row of the table: its label, the ranking, the fusion weights and the graph expansion
 /// (`None`: the defaults).
@@ -217,37 +208,19 @@ fn evaluate(dir: &str, extra: &[Row]) -> anyhow::Result<Evaluation> {
                 expand: expand.unwrap_or(defaults.expand),
                 ..defaults
             })?;
-            score.times_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            let ms = t.elapsed().as_secs_f64() * 1e3;
             let ranked: Vec<String> = page
                 .hits
                 .into_iter()
                 .filter_map(|h| h.memory.name)
                 .collect();
-            let hit = |k: usize| {
-                ranked
-                    .iter()
-                    .take(k)
-                    .filter(|r| relevant.contains(*r))
-                    .count()
-            };
-            let n = relevant.len() as f64;
-            score.r5 += hit(5) as f64 / n;
-            score.r10 += hit(K) as f64 / n;
-            let c = score.by_scene.entry(scene.clone()).or_default();
-            c.0 += hit(K) as f64 / n;
-            c.1 += 1;
-            let dcg: f64 = ranked
-                .iter()
-                .take(K)
-                .enumerate()
-                .filter(|(_, r)| relevant.contains(*r))
-                .map(|(i, _)| 1.0 / ((i + 2) as f64).log2())
-                .sum();
-            let ideal: f64 = (0..relevant.len().min(K))
-                .map(|i| 1.0 / ((i + 2) as f64).log2())
-                .sum();
-            score.ndcg += dcg / ideal;
-            score.n += 1;
+            score.add(
+                &ranked,
+                |r| relevant.contains(r),
+                relevant.len(),
+                &scene,
+                ms,
+            );
         }
     }
     Ok(Evaluation {
@@ -273,40 +246,8 @@ fn report(ev: Evaluation) {
     say!(
         "{memories} memories, {dialogues} dialogues (the turns before the first test turn as the query); {seconds:.1} s; embedder {embedder}.\n"
     );
-    say!("| ranking | R@5 | R@10 | NDCG@10 | p50 | p99 |");
-    say!("|---|---:|---:|---:|---:|---:|");
-    for ((name, ..), s) in modes.iter().zip(&mut scores) {
-        s.times_ms.sort_by(f64::total_cmp);
-        let q = |f: f64| s.times_ms[((s.times_ms.len() as f64 * f).ceil() as usize).max(1) - 1];
-        let n = s.n.max(1) as f64;
-        say!(
-            "| {name} | {:.3} | {:.3} | {:.3} | {:.2} ms | {:.2} ms |",
-            s.r5 / n,
-            s.r10 / n,
-            s.ndcg / n,
-            q(0.5),
-            q(0.99)
-        );
-    }
-    say!(
-        "\n| scene | dialogues | {} |",
-        modes
-            .iter()
-            .map(|m| format!("R@10 {}", m.0))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    );
-    say!("|---|---:|{}", "---:|".repeat(modes.len()));
-    for (scene, (_, n)) in &scores[0].by_scene {
-        let cells: Vec<String> = scores
-            .iter()
-            .map(|s| {
-                let (sum, n) = s.by_scene[scene];
-                format!("{:.3}", sum / n.max(1) as f64)
-            })
-            .collect();
-        say!("| {scene} | {n} | {} |", cells.join(" | "));
-    }
+    let names: Vec<&str> = modes.iter().map(|m| m.0.as_str()).collect();
+    quality::print_tables(&names, &mut scores, "scene", "dialogues", |l| say!("{l}"));
 }
 
 #[cfg(test)]

@@ -19,10 +19,14 @@
 //! transformer, `minilm:DIR`, in builds with `--features minilm`). `data/realmem/` holds a made-up
 //! persona in the same shape, which the example's test replays against floors.
 
+#[path = "common/quality.rs"]
+mod quality;
 #[path = "common/weights.rs"]
 mod weights;
 
 use std::collections::{HashMap, HashSet};
+
+use quality::{K, Score};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -40,21 +44,8 @@ macro_rules! say {
     }};
 }
 
-const K: usize = 10;
 /// Turns longer than this are cut (the server's content limit is 64 KiB).
 const MAX_CONTENT: usize = 60_000;
-
-/// Scores of one ranking mode.
-#[derive(Default)]
-struct Score {
-    r5: f64,
-    r10: f64,
-    /// R@10 summed and questions counted per question category (`category_name`).
-    by_category: std::collections::BTreeMap<String, (f64, usize)>,
-    ndcg: f64,
-    n: usize,
-    times_ms: Vec<f64>,
-}
 
 /// A row of the table: its label, the ranking, the fusion weights (`None`: the default), the
 /// graph expansion (`None`: the default).
@@ -313,29 +304,18 @@ fn evaluate(dir: &str, extra: &Extra) -> anyhow::Result<Evaluation> {
                     expand: expand.unwrap_or(defaults.expand),
                     ..defaults
                 });
-                score.times_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                let ms = t.elapsed().as_secs_f64() * 1e3;
                 let ranked: Vec<String> = match page {
                     Ok(p) => p.hits.into_iter().filter_map(|h| h.memory.name).collect(),
                     Err(_) => Vec::new(),
                 };
-                let hit = |k: usize| ranked.iter().take(k).filter(|r| ev.contains(r)).count();
-                score.r5 += hit(5) as f64 / ev.len() as f64;
-                score.r10 += hit(K) as f64 / ev.len() as f64;
-                let c = score.by_category.entry(category.clone()).or_default();
-                c.0 += hit(K) as f64 / ev.len() as f64;
-                c.1 += 1;
-                let dcg: f64 = ranked
-                    .iter()
-                    .take(K)
-                    .enumerate()
-                    .filter(|(_, r)| ev.contains(r))
-                    .map(|(i, _)| 1.0 / ((i + 2) as f64).log2())
-                    .sum();
-                let ideal: f64 = (0..ev.len().min(K))
-                    .map(|i| 1.0 / ((i + 2) as f64).log2())
-                    .sum();
-                score.ndcg += dcg / ideal;
-                score.n += 1;
+                score.add(
+                    &ranked,
+                    |r| ev.iter().any(|e| e.as_str() == r),
+                    ev.len(),
+                    category,
+                    ms,
+                );
             }
         }
         for r in engine.remember(&pending[stored..])? {
@@ -369,41 +349,10 @@ fn report(ev: Evaluation) {
     say!(
         "{personas} personas, {turns} turns, {questions} questions with evidence before them; replayed in {seconds:.0} s; embedder {embedder}.\n"
     );
-    say!("| ranking | R@5 | R@10 | NDCG@10 | p50 | p99 |");
-    say!("|---|---:|---:|---:|---:|---:|");
-    for ((name, ..), s) in modes.iter().zip(&mut scores) {
-        s.times_ms.sort_by(f64::total_cmp);
-        let q = |f: f64| s.times_ms[((s.times_ms.len() as f64 * f).ceil() as usize).max(1) - 1];
-        let n = s.n.max(1) as f64;
-        say!(
-            "| {name} | {:.3} | {:.3} | {:.3} | {:.2} ms | {:.2} ms |",
-            s.r5 / n,
-            s.r10 / n,
-            s.ndcg / n,
-            q(0.5),
-            q(0.99)
-        );
-    }
-    // R@10 by question category, one column per ranking.
-    say!(
-        "\n| category | questions | {} |",
-        modes
-            .iter()
-            .map(|m| format!("R@10 {}", m.0))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    );
-    say!("|---|---:|{}", "---:|".repeat(modes.len()));
-    for (category, (_, n)) in &scores[0].by_category {
-        let cells: Vec<String> = scores
-            .iter()
-            .map(|s| {
-                let (sum, n) = s.by_category[category];
-                format!("{:.3}", sum / n.max(1) as f64)
-            })
-            .collect();
-        say!("| {category} | {n} | {} |", cells.join(" | "));
-    }
+    let names: Vec<&str> = modes.iter().map(|m| m.0.as_str()).collect();
+    quality::print_tables(&names, &mut scores, "category", "questions", |l| {
+        say!("{l}")
+    });
 }
 
 #[cfg(test)]
