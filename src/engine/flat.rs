@@ -88,6 +88,27 @@ impl Engine {
         Ok(read)
     }
 
+    /// The compact file while it covers more of the change log than the loaded index does (an
+    /// index built from the database, with no dump to load, as after a command-line import);
+    /// once the index has passed it, the file's vectors are freed.
+    pub(crate) fn flat_ahead_of_index(&self) -> Result<Option<Arc<FlatVectors>>> {
+        if matches!(self.vectors.flat().slot, Slot::Absent) {
+            return Ok(None);
+        }
+        let Some(f) = self.flat_for_read()? else {
+            return Ok(None);
+        };
+        if self
+            .vectors
+            .loaded_seq()
+            .is_none_or(|seq| f.position().seq > seq)
+        {
+            return Ok(Some(f));
+        }
+        self.drop_flat();
+        Ok(None)
+    }
+
     /// Frees the file's vectors once the index is loaded.
     pub(crate) fn drop_flat(&self) {
         let mut state = self.vectors.flat();

@@ -387,8 +387,13 @@ impl Engine {
             }
         }
         let dumped_seq = index.seq();
+        let loaded = state == LoadState::Loaded;
         self.vectors.install(index, dumped_seq);
-        self.drop_flat();
+        if loaded {
+            self.drop_flat();
+        }
+        // An index built from the database instead (no dump, as after a command-line import)
+        // starts empty: the compact file answers until the index has passed it.
         Ok(true)
     }
 
@@ -614,9 +619,10 @@ impl Engine {
                 reason: "no embedder is configured".into(),
             });
         };
-        // While the index loads, the compact file answers (exactly, by a scan).
+        // While the index loads, or is built from the database behind the compact file, the
+        // file answers (exactly, by a scan).
         let flat = if self.ensure_vectors(false)? {
-            None
+            self.flat_ahead_of_index()?
         } else {
             match self.flat_for_read()? {
                 Some(f) => Some(f),
@@ -891,6 +897,44 @@ mod tests {
             .map(|h| (h.memory.id, h.score))
             .collect();
         (hits, page.warnings)
+    }
+
+    // After a command-line import (vectors stored, the compact file written, no dump), a new
+    // process built its index from the database and, until that was done, answered "catching
+    // up (N changes behind)" by text only, although the file held every vector.
+    #[test]
+    fn after_an_import_the_compact_file_answers_while_the_index_is_built() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config::for_db(dir.path().join("memory.db"));
+        let n = super::READ_CATCH_UP as usize + 500;
+        {
+            let e = Engine::open(cfg.clone()).unwrap();
+            let mut data = String::from(
+                "{\"type\":\"memory\",\"content\":\"A kitten napping in a sunny window\"}\n",
+            );
+            for i in 0..n {
+                data.push_str(&format!(
+                    "{{\"type\":\"memory\",\"content\":\"ledger entry {i} for the quarterly tax filing\"}}\n"
+                ));
+            }
+            crate::engine::tests::import_text(&e, &data);
+            assert_eq!(e.write_flat_from_store().unwrap(), Some(n + 1));
+        }
+        let e = Engine::open(cfg).unwrap();
+        let (hits, warnings) = vector_hits(&e, "sleepy cat");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(
+            hits.first().map(|h| h.0.as_str()),
+            recall_ids_in(&e, "kitten napping", RecallMode::Text)
+                .first()
+                .map(String::as_str),
+            "{hits:?}"
+        );
+        // A memory written after the file is found beside it.
+        let puppy = remember(&e, "A puppy chewing on an old shoe");
+        let (hits, warnings) = vector_hits(&e, "dog biting footwear");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(hits[0].0, puppy, "{hits:?}");
     }
 
     // Vector mode behind a large burst of writes used to say the newest memories were "found by
