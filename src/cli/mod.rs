@@ -926,6 +926,9 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 explain: true,
                 ..RecallQuery::default()
             })?;
+            for w in &page.warnings {
+                writeln!(std::io::stderr().lock(), "warning: {w}")?;
+            }
             let mut out = std::io::stdout().lock();
             if page.hits.is_empty() {
                 writeln!(out, "no memories match")?;
@@ -1163,6 +1166,16 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 format_time(crate::model::now_millis())
             )?;
             if engine.embedder().is_some() {
+                let started = std::time::Instant::now();
+                // The compact file first (a fraction of a second): a server started while the
+                // graph is built searches it, so its answers are hybrid meanwhile.
+                if let Some(v) = engine.write_flat_from_store()? {
+                    writeln!(
+                        std::io::stderr().lock(),
+                        "vector file: {v} vectors written in {:.1} s (a server started meanwhile searches it); building the vector index's graph, the longest step…",
+                        started.elapsed().as_secs_f64(),
+                    )?;
+                }
                 let started = std::time::Instant::now();
                 let n = engine.reindex_vectors()?;
                 writeln!(

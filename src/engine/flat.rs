@@ -88,6 +88,29 @@ impl Engine {
         Ok(read)
     }
 
+    /// Once the index is installed at `seq`: the compact file stays (read now) when it covers
+    /// more of this database's change log than the index — a command-line import wrote it after
+    /// the index's dump, or there is no dump — and is freed otherwise. A file kept is never
+    /// overwritten by the index's own before the index has passed it.
+    pub(crate) fn settle_flat(&self, seq: i64) -> Result<()> {
+        let Some(e) = &self.embedder else {
+            return Ok(());
+        };
+        let on_disk = match &self.vectors.flat().slot {
+            Slot::Ready(f) => Some(f.position().clone()),
+            _ => FlatVectors::position_in(&self.cfg.vector_index_dir(), e.model_id(), e.dim()),
+        };
+        let ahead = match on_disk {
+            Some(p) if p.seq > seq => self.store.read(|c| changes::follows(c, &p))?,
+            _ => false,
+        };
+        if ahead && self.flat_for_read()?.is_some() {
+            return Ok(());
+        }
+        self.drop_flat();
+        Ok(())
+    }
+
     /// The compact file while it covers more of the change log than the loaded index does (an
     /// index built from the database, with no dump to load, as after a command-line import);
     /// once the index has passed it, the file's vectors are freed.

@@ -387,13 +387,10 @@ impl Engine {
             }
         }
         let dumped_seq = index.seq();
-        let loaded = state == LoadState::Loaded;
         self.vectors.install(index, dumped_seq);
-        if loaded {
-            self.drop_flat();
-        }
-        // An index built from the database instead (no dump, as after a command-line import)
-        // starts empty: the compact file answers until the index has passed it.
+        // After a command-line import the compact file is ahead of the dump (or there is no
+        // dump): it answers until the index has passed it.
+        self.settle_flat(dumped_seq)?;
         Ok(true)
     }
 
@@ -899,14 +896,21 @@ mod tests {
         (hits, page.warnings)
     }
 
-    // After a command-line import (vectors stored, the compact file written, no dump), a new
-    // process built its index from the database and, until that was done, answered "catching
-    // up (N changes behind)" by text only, although the file held every vector.
+    // After a command-line import (vectors stored, the compact file written, the dump left as
+    // it was), a new process loaded the older dump (or built its index from the database) and,
+    // until it had caught up, answered "catching up (N changes behind)" by text only, although
+    // the file held every vector.
     #[test]
-    fn after_an_import_the_compact_file_answers_while_the_index_is_built() {
+    fn after_an_import_the_compact_file_answers_while_the_index_catches_up() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = Config::for_db(dir.path().join("memory.db"));
         let n = super::READ_CATCH_UP as usize + 500;
+        {
+            // A server's dump from before the import.
+            let e = Engine::open(cfg.clone()).unwrap();
+            remember(&e, "The harbour ferry leaves at seven");
+            assert!(vector_hits(&e, "boat departure").1.is_empty());
+        }
         {
             let e = Engine::open(cfg.clone()).unwrap();
             let mut data = String::from(
@@ -918,7 +922,7 @@ mod tests {
                 ));
             }
             crate::engine::tests::import_text(&e, &data);
-            assert_eq!(e.write_flat_from_store().unwrap(), Some(n + 1));
+            assert_eq!(e.write_flat_from_store().unwrap(), Some(n + 2));
         }
         let e = Engine::open(cfg).unwrap();
         let (hits, warnings) = vector_hits(&e, "sleepy cat");

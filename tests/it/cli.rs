@@ -34,28 +34,37 @@ fn run(args: &[&str], db: &Path) -> String {
     stdout
 }
 
+/// Over the read catch-up limit (4,000 changes), so that only what the import leaves behind can
+/// make the next process's first recall hybrid.
+const CLI_IMPORT: usize = 5_000;
+
 #[test]
-fn a_cli_import_leaves_the_text_index_current() {
+fn a_cli_import_leaves_the_text_index_current_and_the_next_recall_hybrid() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     let db = dir.path().join("memory.db");
     let source = data.path().join("corpus.jsonl");
     let mut w = std::io::BufWriter::new(std::fs::File::create(&source).unwrap());
-    for i in 0..3_000 {
+    for i in 0..CLI_IMPORT {
         let line = json!({"type": "memory", "content": format!("cli memory {i} about lanterns")});
         writeln!(w, "{line}").unwrap();
     }
     w.flush().unwrap();
     drop(w);
     let report = run(&["import", source.to_str().unwrap()], &db);
-    assert!(report.contains("memories +3000"), "{report}");
+    assert!(report.contains("memories +5000"), "{report}");
     let stats = run(&["stats"], &db);
-    assert!(stats.contains("memories        3000"), "{stats}");
+    assert!(stats.contains("memories        5000"), "{stats}");
     assert!(
         stats.lines().any(|l| l.trim() == "text index lag  0"),
         "{stats}"
     );
+    // The compact vector file the import wrote answers the meaning half at once.
+    let (ok, hits, warnings) = try_run(&["recall", "lantern light", "--limit", "5"], &db);
+    assert!(ok, "{hits}\n{warnings}");
+    assert!(!warnings.contains("warning:"), "{warnings}");
+    assert!(hits.contains("meaning #"), "{hits}");
 }
 
 #[test]

@@ -127,6 +127,23 @@ impl FlatVectors {
         Ok(crate::index::write_atomically(dir, FILE_NAME, &[&buf])?)
     }
 
+    /// The position of the file in `dir` when it holds vectors of `model` and `dim`, read from
+    /// its header alone; `None` when there is none or it is not one of theirs.
+    pub fn position_in(dir: &Path, model: &str, dim: usize) -> Option<LogPosition> {
+        use std::io::Read;
+        let mut f = fs::File::open(dir.join(FILE_NAME)).ok()?;
+        let mut head = [0u8; 12];
+        f.read_exact(&mut head).ok()?;
+        if &head[..8] != MAGIC {
+            return None;
+        }
+        let hlen = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
+        let mut header = vec![0u8; hlen.min(1 << 20)];
+        f.read_exact(&mut header).ok()?;
+        let header: Header = serde_json::from_slice(&header).ok()?;
+        (header.model == model && header.dim == dim).then_some(header.position)
+    }
+
     /// Reads the file of `model` and `dim` from `dir`: `None` when there is none, an error when
     /// it is damaged or made for another model or dimension.
     pub fn read(dir: &Path, model: &str, dim: usize) -> Result<Option<FlatVectors>> {
