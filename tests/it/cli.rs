@@ -157,18 +157,25 @@ fn cancelling_an_orphaned_task_ends_it_and_a_live_one_is_asked_to_stop() {
     assert!(row.cancel_requested, "{row:?}");
 }
 
-#[test]
-fn the_demo_speaks_mcp_to_its_own_server_and_prints_each_step() {
+/// What `mnemograph demo <args>` printed, asserting that it succeeded.
+fn demo(args: &[&str]) -> String {
     let out = Command::new(BIN)
         .arg("demo")
+        .args(args)
         .output()
         .expect("run mnemograph demo");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
+}
+
+#[test]
+fn the_demo_speaks_mcp_to_its_own_server_and_prints_each_step() {
+    let stdout = demo(&[]);
     for step in [
         "connected to mnemograph",
         "tools: remember, recall",
@@ -186,16 +193,7 @@ fn the_demo_speaks_mcp_to_its_own_server_and_prints_each_step() {
 
 #[test]
 fn the_job_demo_resumes_the_job_on_the_second_server() {
-    let out = Command::new(BIN)
-        .args(["demo", "--job"])
-        .output()
-        .expect("run mnemograph demo --job");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = demo(&["--job"]);
     for step in [
         "A  checkpoint v3  half of the notes are in",
         "A  killed (SIGKILL)",
