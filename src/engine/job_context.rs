@@ -300,12 +300,18 @@ impl Engine {
         validate::label("job", name, MAX_JOB_NAME)?;
         let now = now_millis();
         self.store.write(|tx| {
-            let mut n = 0;
+            // The job of each namespace is opened, and its head read, once for all its memories.
+            let mut by_namespace: std::collections::BTreeMap<String, Vec<MemoryKey>> =
+                Default::default();
             for id in ids {
                 if let Some(m) = memories::by_id(tx, id)? {
-                    jobs::open(tx, &m.namespace, name, by, now)?;
-                    n += jobs::file_memories(tx, &m.namespace, name, &[m.key], now)?;
+                    by_namespace.entry(m.namespace).or_default().push(m.key);
                 }
+            }
+            let mut n = 0;
+            for (ns, keys) in by_namespace {
+                jobs::open(tx, &ns, name, by, now)?;
+                n += jobs::file_memories(tx, &ns, name, &keys, now)?;
             }
             Ok(n)
         })

@@ -266,6 +266,18 @@ pub fn closed_unsummarised(db: &Db, namespace: &str, n: usize) -> Result<Vec<Job
     )
 }
 
+/// Whether job `name` of `namespace` is closed and has no summary yet.
+pub fn unsummarised(db: &Db, namespace: &str, name: &str) -> Result<bool> {
+    Ok(db
+        .query_opt(
+            "SELECT 1 FROM jobs WHERE namespace = ?1 AND name = ?2 AND state = 'closed' \
+             AND summary_key IS NULL",
+            args![namespace, name],
+            |r| r.get::<i64>(0),
+        )?
+        .is_some())
+}
+
 /// Records the memory that summarises a closed job.
 pub fn set_summary(db: &Db, namespace: &str, name: &str, key: MemoryKey) -> Result<()> {
     db.execute(

@@ -162,10 +162,7 @@ fn example(p: &Planned, id: Option<String>) -> Example {
 /// Writes a planned job summary, unless the job was summarised meanwhile.
 fn write(run: &Run<'_>, db: &Db, p: &Planned) -> Result<Batch> {
     let mut batch = Batch::default();
-    let still_due = jobs::closed_unsummarised(db, &p.job.namespace, JOBS_PER_PASS)?
-        .iter()
-        .any(|j| j.name == p.job.name);
-    if !still_due {
+    if !jobs::unsummarised(db, &p.job.namespace, &p.job.name)? {
         return Ok(batch);
     }
     let summary = run.insert_memory(db, &p.memory, memories::Stamps::now(run.now), "summarise")?;
