@@ -157,4 +157,6 @@ impl Drop for Engine {
 }
 
 #[cfg(test)]
+mod recall_tests;
+#[cfg(test)]
 pub(crate) mod tests;

@@ -48,6 +48,10 @@ pub const DUPLICATE_WORD_OVERLAP: f32 = 0.9;
 /// In hybrid mode a memory found by the vector signal alone must be at least this similar to
 /// the query; below it, nearest neighbours are noise (every query has some).
 pub const MIN_VECTOR_SIMILARITY: f32 = 0.35;
+/// [`MIN_VECTOR_SIMILARITY`] when no memory holds any of the query's words: meaning is then all
+/// the evidence there is ("drink" finds "Alice prefers green tea" at 0.34 with the built-in
+/// model; words nothing relates to, "xyzzy plugh", reach 0.15).
+pub const MIN_VECTOR_SIMILARITY_ALONE: f32 = 0.25;
 /// Namespaces this small are searched exactly (every vector compared) instead of through HNSW.
 const EXACT_SCOPE: i64 = 20_000;
 /// How many more vector candidates are fetched when filters will drop some.
@@ -328,12 +332,16 @@ impl Engine {
         for (i, (k, s)) in text_hits.iter().enumerate() {
             cands.entry(*k).or_default().text = Some((i + 1, *s));
         }
+        // Where no memory holds any of the query's words, meaning is the only evidence there
+        // is: it counts from a lower similarity.
+        let min_similarity = if text_hits.is_empty() {
+            MIN_VECTOR_SIMILARITY_ALONE
+        } else {
+            MIN_VECTOR_SIMILARITY
+        };
         if mode != RecallMode::Text {
             for (i, (k, s)) in vector_hits.iter().enumerate() {
-                if mode == RecallMode::Hybrid
-                    && *s < MIN_VECTOR_SIMILARITY
-                    && !cands.contains_key(k)
-                {
+                if mode == RecallMode::Hybrid && *s < min_similarity && !cands.contains_key(k) {
                     continue;
                 }
                 cands.entry(*k).or_default().vector = Some((i + 1, *s));
@@ -342,7 +350,7 @@ impl Engine {
         let scoring = Scoring {
             mode,
             weights: q.weights.unwrap_or(DEFAULT_WEIGHTS),
-            scale: Scale::of(&text_hits, &vector_hits),
+            scale: Scale::of(&text_hits, &vector_hits, min_similarity),
             now: now_millis(),
         };
         let need = q.offset + q.limit + 1;
@@ -824,16 +832,19 @@ struct Scale {
     text_best: f32,
     vector_best: f32,
     vector_floor: f32,
+    /// The least similarity that counts at all.
+    vector_min: f32,
 }
 
 impl Scale {
-    fn of(text: &[(MemoryKey, f32)], vector: &[(MemoryKey, f32)]) -> Scale {
+    fn of(text: &[(MemoryKey, f32)], vector: &[(MemoryKey, f32)], min: f32) -> Scale {
         let best = |l: &[(MemoryKey, f32)]| l.iter().map(|h| h.1).fold(f32::MIN, f32::max);
         let worst = |l: &[(MemoryKey, f32)]| l.iter().map(|h| h.1).fold(f32::MAX, f32::min);
         Scale {
             text_best: best(text),
             vector_best: best(vector),
-            vector_floor: worst(vector).max(MIN_VECTOR_SIMILARITY),
+            vector_floor: worst(vector).max(min),
+            vector_min: min,
         }
     }
 
@@ -851,7 +862,7 @@ impl Scale {
             ((s - self.vector_floor) / span).clamp(0.0, 1.0)
         } else {
             // One candidate, or all alike: full credit where the similarity counts at all.
-            f32::from(s >= self.vector_best && s >= MIN_VECTOR_SIMILARITY)
+            f32::from(s >= self.vector_best && s >= self.vector_min)
         }
     }
 }
@@ -930,17 +941,21 @@ mod tests {
         let k = MemoryKey;
         let text = [(k(1), 8.0), (k(2), 2.0)];
         let vector = [(k(2), 0.9), (k(3), 0.6), (k(1), 0.5)];
-        let s = Scale::of(&text, &vector);
+        let s = Scale::of(&text, &vector, MIN_VECTOR_SIMILARITY);
         assert_eq!((s.text(8.0), s.text(2.0)), (1.0, 0.25));
         assert_eq!((s.vector(0.9), s.vector(0.5)), (1.0, 0.0));
         assert!((s.vector(0.6) - 0.25).abs() < 1e-6);
         // The floor is at least the similarity that counts at all.
-        let s = Scale::of(&text, &[(k(2), 0.9), (k(1), 0.1)]);
+        let s = Scale::of(&text, &[(k(2), 0.9), (k(1), 0.1)], MIN_VECTOR_SIMILARITY);
         assert_eq!(s.vector(0.35), 0.0);
         // One vector candidate: full credit only when it counts at all.
-        assert_eq!(Scale::of(&text, &[(k(2), 0.9)]).vector(0.9), 1.0);
-        assert_eq!(Scale::of(&text, &[(k(2), 0.2)]).vector(0.2), 0.0);
-        assert_eq!(Scale::of(&[], &[]).text(3.0), 0.0);
+        let m = MIN_VECTOR_SIMILARITY;
+        assert_eq!(Scale::of(&text, &[(k(2), 0.9)], m).vector(0.9), 1.0);
+        assert_eq!(Scale::of(&text, &[(k(2), 0.2)], m).vector(0.2), 0.0);
+        assert_eq!(Scale::of(&[], &[], m).text(3.0), 0.0);
+        // Without a text hit, less similarity counts.
+        let alone = MIN_VECTOR_SIMILARITY_ALONE;
+        assert_eq!(Scale::of(&[], &[(k(2), 0.3)], alone).vector(0.3), 1.0);
     }
 
     #[test]

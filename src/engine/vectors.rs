@@ -276,26 +276,25 @@ pub(crate) enum VectorSync {
 }
 
 /// The text a memory is embedded from: its content, after its name when the name reads as words
-/// (an entity's name such as `alice` or `project-atlas` says what the content is about; an
-/// identifier such as `3f2a9c1e-…:12` or `D1:3` says nothing, and its rare pieces would pull
-/// the vector away from the content's meaning).
+/// and says something the content does not (an entity's name such as `project-atlas` says what
+/// the content is about; an identifier such as `3f2a9c1e-…:12` or `D1:3` says nothing, and its
+/// rare pieces would pull the vector away from the content's meaning). A name the content
+/// already says (`alice` for "Alice is the tech lead…") adds nothing: said twice, it would pull
+/// the memory toward every query that names her, whatever the query asks about her.
 pub(crate) fn embed_text(name: Option<&str>, content: &str) -> String {
-    match name {
-        Some(n) if reads_as_words(n) => format!("{n}: {content}"),
-        _ => content.to_owned(),
+    let Some(name) = name.filter(|n| crate::index::tokenize::reads_as_words(n)) else {
+        return content.to_owned();
+    };
+    let held: std::collections::HashSet<String> = crate::index::tokenize::word_spans(content)
+        .map(|(from, to)| content[from..to].to_lowercase())
+        .collect();
+    let says_more = crate::index::tokenize::word_spans(name)
+        .any(|(from, to)| !held.contains(&name[from..to].to_lowercase()));
+    if says_more {
+        format!("{name}: {content}")
+    } else {
+        content.to_owned()
     }
-}
-
-/// True when at least half of the name's parts (split at anything not a letter or digit) are
-/// letters only.
-fn reads_as_words(name: &str) -> bool {
-    let (parts, wordy) = name
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|p| !p.is_empty())
-        .fold((0usize, 0usize), |(n, w), p| {
-            (n + 1, w + usize::from(p.chars().all(char::is_alphabetic)))
-        });
-    parts > 0 && 2 * wordy >= parts
 }
 
 /// Embeds `texts` on the rayon pool in chunks; one failing chunk fails the whole call.
@@ -805,13 +804,26 @@ mod tests {
     use crate::model::{MemoryRef, RecallMode, RecallQuery};
 
     #[test]
-    fn names_are_embedded_only_when_they_read_as_words() {
+    fn names_are_embedded_only_when_they_read_as_words_the_content_lacks() {
         use super::embed_text;
         assert_eq!(embed_text(Some("alice"), "likes tea"), "alice: likes tea");
         assert_eq!(embed_text(Some("project-atlas"), "x"), "project-atlas: x");
         assert_eq!(
             embed_text(Some("conv-26 session 1"), "x"),
             "conv-26 session 1: x"
+        );
+        // Words the content says already are not said again.
+        assert_eq!(
+            embed_text(Some("alice"), "Alice is the tech lead"),
+            "Alice is the tech lead"
+        );
+        assert_eq!(
+            embed_text(Some("atlas-deploys"), "Deploys of Atlas go through staging"),
+            "Deploys of Atlas go through staging"
+        );
+        assert_eq!(
+            embed_text(Some("atlas runbook"), "Atlas deploys go through staging"),
+            "atlas runbook: Atlas deploys go through staging"
         );
         for id in [
             "D1:3",

@@ -57,6 +57,32 @@ pub fn words(text: &str) -> Vec<(usize, usize, String)> {
         .collect()
 }
 
+/// True when at least half of a name's parts (split at anything not a letter or digit) are
+/// letters only: `alice`, `project-atlas`, `conv-26 session 1`, not `D1:3` or a UUID. Such a
+/// name is embedded with its memory's content; an identifier is not.
+pub fn reads_as_words(name: &str) -> bool {
+    let (parts, wordy) = word_parts(name);
+    parts > 0 && 2 * wordy >= parts
+}
+
+/// True when more than half of a name's parts are letters only: `alice`, `atlas runbook`, not
+/// `mem:12` or `conv-26 session 1`. Such a name's words are searched with its memory's content;
+/// the pieces of a name half made of numbers would match any number a query holds.
+pub fn is_mostly_words(name: &str) -> bool {
+    let (parts, wordy) = word_parts(name);
+    2 * wordy > parts
+}
+
+/// How many parts a name has (split at anything not a letter or digit), and how many of them
+/// are letters only.
+fn word_parts(name: &str) -> (usize, usize) {
+    name.split(|c: char| !c.is_alphanumeric())
+        .filter(|p| !p.is_empty())
+        .fold((0usize, 0usize), |(n, w), p| {
+            (n + 1, w + usize::from(p.chars().all(char::is_alphabetic)))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

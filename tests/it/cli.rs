@@ -189,6 +189,17 @@ fn the_demo_speaks_mcp_to_its_own_server_and_prints_each_step() {
     ] {
         assert!(stdout.contains(step), "missing {step:?} in:\n{stdout}");
     }
+    // The question about what Alice drinks is answered by the tea memory first, not by the
+    // memory named `alice`.
+    let answer = stdout
+        .split("recall \"what does Alice drink?\"")
+        .nth(1)
+        .and_then(|rest| rest.lines().nth(1))
+        .unwrap_or_default();
+    assert!(
+        answer.ends_with("Alice prefers green tea over coffee in the morning"),
+        "the first answer to the drink question is {answer:?} in:\n{stdout}"
+    );
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! The tantivy full-text index: BM25 over content and name, filters on namespace, kind, tags, time
+//! The tantivy full-text index: BM25 over a memory's words (its content, and the words of its name
+//! the content lacks: a word counts once, wherever it is), filters on namespace, kind, tags, time
 //! and importance. Derived state: it records the change-log position it applied (database id,
 //! `seq`, the entry's stamp) in its commit payload and is rebuilt from SQLite when missing, stale,
 //! corrupt or built from another history. It never reads SQLite itself.
@@ -23,7 +24,7 @@ use tantivy::collector::TopDocs;
 use tantivy::columnar::ColumnValues;
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{
-    BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery,
+    BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery,
 };
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STRING, Schema, TextFieldIndexing, TextOptions,
@@ -37,11 +38,11 @@ use crate::lock;
 use crate::model::{LogPosition, MemoryKey, Millis, NamespaceScope, RecallQuery};
 
 /// Bumped whenever the schema, the analyzer or the payload changes; an index of another version
-/// is rebuilt. (4: the payload names the database and the stamp of the entry it applied.)
-const TEXT_SCHEMA_VERSION: u32 = 4;
+/// is rebuilt. (4: the payload names the database and the stamp of the entry it applied; 5: one
+/// field of words, the name's joining the content's, instead of a boosted name field; the whole
+/// name as one term.)
+const TEXT_SCHEMA_VERSION: u32 = 5;
 const ANALYZER: &str = "mnemo";
-/// Extra weight of a match in a memory's name over one in its content.
-const NAME_BOOST: f32 = 2.0;
 /// Text hits fetched beyond those asked for, to see whether the last ones asked for tie with
 /// more (see `top_keys`).
 const TIE_SLACK: usize = 8;
@@ -77,13 +78,14 @@ struct Fields {
     namespace: Field,
     kind: Field,
     tags: Field,
+    /// The whole name as one term (see [`name_key`]): a query that is a memory's name finds it.
     name: Field,
+    /// The content, then the name's words the content does not hold (see [`words_of`]).
     content: Field,
     created: Field,
     importance: Field,
-    /// Exact token counts of content and name, so statistics can leave deleted documents out.
+    /// Exact token counts of `content`, so statistics can leave deleted documents out.
     content_tokens: Field,
-    name_tokens: Field,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -98,12 +100,18 @@ fn schema() -> (Schema, Fields) {
         namespace: b.add_text_field("namespace", STRING),
         kind: b.add_text_field("kind", STRING),
         tags: b.add_text_field("tags", STRING),
-        name: b.add_text_field("name", text.clone()),
+        name: b.add_text_field(
+            "name",
+            TextOptions::default().set_indexing_options(
+                TextFieldIndexing::default()
+                    .set_tokenizer("raw")
+                    .set_index_option(IndexRecordOption::WithFreqs),
+            ),
+        ),
         content: b.add_text_field("content", text),
         created: b.add_i64_field("created", INDEXED | FAST),
         importance: b.add_f64_field("importance", INDEXED | FAST),
         content_tokens: b.add_u64_field("content_tokens", FAST),
-        name_tokens: b.add_u64_field("name_tokens", FAST),
     };
     (b.build(), fields)
 }
@@ -633,21 +641,25 @@ impl TextIndex {
         if terms.is_empty() {
             return None;
         }
-        let mut words: Vec<(Occur, Box<dyn Query>)> = Vec::with_capacity(terms.len() * 2);
-        for t in &terms {
-            let content = TermQuery::new(
-                Term::from_field_text(f.content, t),
-                IndexRecordOption::WithFreqs,
-            );
+        let mut words: Vec<(Occur, Box<dyn Query>)> = terms
+            .iter()
+            .map(|t| {
+                let term = TermQuery::new(
+                    Term::from_field_text(f.content, t),
+                    IndexRecordOption::WithFreqs,
+                );
+                (Occur::Should, Box::new(term) as Box<dyn Query>)
+            })
+            .collect();
+        // A query that is a memory's whole name (`atlas`, `Project-Atlas`) is a lookup: that
+        // memory gains the name's term, rare by nature, over the others holding the word.
+        let key = name_key(&q.text);
+        if !key.is_empty() {
             let name = TermQuery::new(
-                Term::from_field_text(f.name, t),
+                Term::from_field_text(f.name, &key),
                 IndexRecordOption::WithFreqs,
             );
-            words.push((Occur::Should, Box::new(content)));
-            words.push((
-                Occur::Should,
-                Box::new(BoostQuery::new(Box::new(name), NAME_BOOST)),
-            ));
+            words.push((Occur::Should, Box::new(name)));
         }
         let mut filters: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         let mut filter = |q: Box<dyn Query>| {
@@ -742,15 +754,12 @@ impl Fields {
         for tag in &d.tags {
             doc.add_text(self.tags, tag);
         }
-        if let Some(name) = &d.name {
-            doc.add_text(self.name, name);
+        if let Some(key) = d.name.as_deref().map(name_key).filter(|k| !k.is_empty()) {
+            doc.add_text(self.name, key);
         }
-        doc.add_u64(
-            self.name_tokens,
-            d.name.as_deref().map_or(0, |n| counter.count(n)),
-        );
-        doc.add_text(self.content, &d.content);
-        doc.add_u64(self.content_tokens, counter.count(&d.content));
+        let words = words_of(&mut counter.0, &d.content, d.name.as_deref());
+        doc.add_u64(self.content_tokens, counter.count(&words));
+        doc.add_text(self.content, words);
         doc.add_i64(self.created, d.created_at);
         doc.add_f64(self.importance, d.importance);
         doc
@@ -870,18 +879,73 @@ fn top_keys_by_key(
 /// many terms they hold in all.
 fn term_counts(weights: &[(String, f64)], content: &str, name: Option<&str>) -> (Vec<u32>, u32) {
     let mut analyzer = analyzer();
+    let words = words_of(&mut analyzer, content, name);
     let mut tf = vec![0u32; weights.len()];
     let mut len = 0u32;
-    for text in [content, name.unwrap_or("")] {
-        let mut stream = analyzer.token_stream(text);
-        while let Some(t) = stream.next() {
-            len += 1;
-            if let Some(i) = weights.iter().position(|(w, _)| *w == t.text) {
-                tf[i] += 1;
-            }
+    let mut stream = analyzer.token_stream(&words);
+    while let Some(t) = stream.next() {
+        len += 1;
+        if let Some(i) = weights.iter().position(|(w, _)| *w == t.text) {
+            tf[i] += 1;
         }
     }
     (tf, len)
+}
+
+/// A name or a query as one term: its words, lower-cased, one space apart (`Project-Atlas` and
+/// `project atlas` are the same).
+fn name_key(text: &str) -> String {
+    let mut key = String::with_capacity(text.len());
+    for (from, to) in crate::index::tokenize::word_spans(text) {
+        if !key.is_empty() {
+            key.push(' ');
+        }
+        key.push_str(&text[from..to].to_lowercase());
+    }
+    key
+}
+
+/// The words a memory is searched by: its content, then the words of its name that the content
+/// does not hold (as the analyzer makes them). A word counts once whether it is in the name, the
+/// content or both, so a memory named `alice` that says "Alice is the tech lead" holds "alice"
+/// as often as any other memory that names her once, not thrice; a name's own words (`deploy
+/// runbook`) still find it. A name that is not mostly words (`mem:12`, `D1:3`, a UUID; see
+/// [`is_mostly_words`](crate::index::tokenize::is_mostly_words)) adds nothing: `get` finds it.
+fn words_of<'a>(
+    analyzer: &mut TextAnalyzer,
+    content: &'a str,
+    name: Option<&str>,
+) -> std::borrow::Cow<'a, str> {
+    let Some(name) = name.filter(|n| crate::index::tokenize::is_mostly_words(n)) else {
+        return content.into();
+    };
+    let mut held = std::collections::HashSet::new();
+    {
+        let mut stream = analyzer.token_stream(content);
+        while let Some(t) = stream.next() {
+            held.insert(t.text.clone());
+        }
+    }
+    let mut extra: Vec<(usize, usize)> = Vec::new();
+    let mut stream = analyzer.token_stream(name);
+    while let Some(t) = stream.next() {
+        if held.insert(t.text.clone()) {
+            extra.push((t.offset_from, t.offset_to));
+        }
+    }
+    if extra.is_empty() {
+        return content.into();
+    }
+    let mut words = String::with_capacity(content.len() + name.len() + 2);
+    words.push_str(content);
+    words.push('\n');
+    for (i, (from, to)) in extra.into_iter().enumerate() {
+        if i > 0 {
+            words.push(' ');
+        }
+        words.push_str(&name[from..to]);
+    }
+    words.into()
 }
 
 /// The memory key column of a segment (`None` when it cannot be read: keys then read as 0).
@@ -964,8 +1028,6 @@ impl tantivy::query::Bm25StatisticsProvider for LiveStatistics<'_> {
     fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
         let counts = if field == self.fields.content {
             "content_tokens"
-        } else if field == self.fields.name {
-            "name_tokens"
         } else {
             return self.searcher.total_num_tokens(field);
         };
