@@ -878,17 +878,14 @@ fn top_keys_by_key(
 /// How often each weighted term occurs in a memory's content and name (as analysed), and how
 /// many terms they hold in all.
 fn term_counts(weights: &[(String, f64)], content: &str, name: Option<&str>) -> (Vec<u32>, u32) {
-    let mut analyzer = analyzer();
-    let words = words_of(&mut analyzer, content, name);
     let mut tf = vec![0u32; weights.len()];
     let mut len = 0u32;
-    let mut stream = analyzer.token_stream(&words);
-    while let Some(t) = stream.next() {
+    each_word(&mut analyzer(), content, name, |word, _| {
         len += 1;
-        if let Some(i) = weights.iter().position(|(w, _)| *w == t.text) {
+        if let Some(i) = weights.iter().position(|(w, _)| w == word) {
             tf[i] += 1;
         }
-    }
+    });
     (tf, len)
 }
 
@@ -916,26 +913,11 @@ fn words_of<'a>(
     content: &'a str,
     name: Option<&str>,
 ) -> std::borrow::Cow<'a, str> {
-    let Some(name) = name.filter(|n| crate::index::tokenize::is_mostly_words(n)) else {
+    let mut extra: Vec<(usize, usize)> = Vec::new();
+    each_word(analyzer, content, name, |_, span| extra.extend(span));
+    let Some(name) = name.filter(|_| !extra.is_empty()) else {
         return content.into();
     };
-    let mut held = std::collections::HashSet::new();
-    {
-        let mut stream = analyzer.token_stream(content);
-        while let Some(t) = stream.next() {
-            held.insert(t.text.clone());
-        }
-    }
-    let mut extra: Vec<(usize, usize)> = Vec::new();
-    let mut stream = analyzer.token_stream(name);
-    while let Some(t) = stream.next() {
-        if held.insert(t.text.clone()) {
-            extra.push((t.offset_from, t.offset_to));
-        }
-    }
-    if extra.is_empty() {
-        return content.into();
-    }
     let mut words = String::with_capacity(content.len() + name.len() + 2);
     words.push_str(content);
     words.push('\n');
@@ -946,6 +928,35 @@ fn words_of<'a>(
         words.push_str(&name[from..to]);
     }
     words.into()
+}
+
+/// Calls `f` with each token of [`words_of`], reading the content once: the content's tokens
+/// (span `None`), then the name's the content lacks, each with its span in the name.
+fn each_word(
+    analyzer: &mut TextAnalyzer,
+    content: &str,
+    name: Option<&str>,
+    mut f: impl FnMut(&str, Option<(usize, usize)>),
+) {
+    let name = name.filter(|n| crate::index::tokenize::is_mostly_words(n));
+    let mut held = std::collections::HashSet::new();
+    {
+        let mut stream = analyzer.token_stream(content);
+        while let Some(t) = stream.next() {
+            f(&t.text, None);
+            if name.is_some() {
+                held.insert(t.text.clone());
+            }
+        }
+    }
+    if let Some(name) = name {
+        let mut stream = analyzer.token_stream(name);
+        while let Some(t) = stream.next() {
+            if held.insert(t.text.clone()) {
+                f(&t.text, Some((t.offset_from, t.offset_to)));
+            }
+        }
+    }
 }
 
 /// The memory key column of a segment (`None` when it cannot be read: keys then read as 0).
