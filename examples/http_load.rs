@@ -85,16 +85,6 @@ struct Load {
     server_cpu_ms: Option<f64>,
 }
 
-/// CPU time (user + system) process `pid` has used, from `/proc` (Linux).
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
-}
-
 /// `clients` clients calling recall back to back for `seconds`.
 async fn load(
     url: Option<&str>,
@@ -113,7 +103,7 @@ async fn load(
     for i in 0..200 {
         recall(&sessions[0], &corpus, 2_000_000 + i).await;
     }
-    let cpu_before = server.and_then(cpu_seconds);
+    let cpu_before = server.and_then(report::cpu_seconds);
     let started = Instant::now();
     let deadline = started + Duration::from_secs(seconds);
     let mut workers = Vec::new();
@@ -135,7 +125,7 @@ async fn load(
         all.extend(w.await.expect("worker"));
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let server_cpu_ms = match (cpu_before, server.and_then(cpu_seconds)) {
+    let server_cpu_ms = match (cpu_before, server.and_then(report::cpu_seconds)) {
         (Some(a), Some(b)) => Some((b - a) * 1e3 / all.len().max(1) as f64),
         _ => None,
     };

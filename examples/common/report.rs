@@ -79,3 +79,13 @@ pub(crate) fn serve_http(
     let url = rx.recv_timeout(wait).expect("the server names its URL");
     (child, url)
 }
+
+/// CPU time (user + system) process `pid` has used, from `/proc` (Linux).
+pub(crate) fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}

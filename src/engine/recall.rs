@@ -501,7 +501,8 @@ impl Engine {
         Ok(())
     }
 
-    /// The best `depth` text matches, filters applied by the index (no rows yet), and how many
+    /// The best `depth` text matches, filters applied by the index (no rows yet), each score
+    /// weighed by the memory's coverage of the query, and how many
     /// recent change-log entries the search could not see (see [`Engine::prepare_text_read`]).
     fn text_candidates(&self, q: &RecallQuery, depth: usize) -> Result<TextSide> {
         if self.text.query_terms(&q.text).is_empty() {
@@ -511,7 +512,7 @@ impl Engine {
         let mut tq = q.clone();
         tq.offset = 0;
         tq.limit = depth;
-        let (hits, unseen) = match self.text.search(&tq) {
+        let (found, unseen) = match self.text.search(&tq) {
             Ok(found) => (found, unseen),
             // The index is derived state: when it cannot be read, it is rebuilt, never fatal.
             Err(e) => {
@@ -520,6 +521,13 @@ impl Engine {
                 (self.text.search(&tq)?, 0)
             }
         };
+        // Each score weighed by the share of the query's weight the memory holds (see
+        // [`COVERAGE_POWER`]), best first.
+        let mut hits: Vec<(MemoryKey, f32)> = found
+            .into_iter()
+            .map(|h| (h.key, h.score * (h.coverage as f32).powf(COVERAGE_POWER)))
+            .collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         Ok(TextSide {
             hits,
             unseen,
@@ -553,34 +561,13 @@ impl Engine {
         Ok(ranked)
     }
 
-    /// The best `depth` text matches with their rows, each score scaled by how much of the
-    /// query's weight the memory covers (see [`COVERAGE_POWER`]), best first.
+    /// The best `depth` text matches (see [`Engine::text_candidates`]) with their rows.
     fn text_side(&self, q: &RecallQuery, depth: usize) -> Result<TextSide> {
-        let TextSide {
-            mut hits,
-            unseen,
-            head,
-            ..
-        } = self.text_candidates(q, depth)?;
-        let mut keys: Vec<MemoryKey> = hits.iter().map(|h| h.0).collect();
+        let mut side = self.text_candidates(q, depth)?;
+        let mut keys: Vec<MemoryKey> = side.hits.iter().map(|h| h.0).collect();
         keys.sort_unstable();
-        let rows = self.load_rows(&keys, q.include_archived)?;
-        if COVERAGE_POWER > 0.0 && !hits.is_empty() {
-            let weights = self.text.query_weights(&q.text);
-            for (k, s) in &mut hits {
-                if let Some(m) = rows.get(k) {
-                    let c = self.text.coverage(&weights, &m.content, m.name.as_deref());
-                    *s *= (c as f32).powf(COVERAGE_POWER);
-                }
-            }
-            hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        }
-        Ok(TextSide {
-            hits,
-            unseen,
-            rows,
-            head,
-        })
+        side.rows = self.load_rows(&keys, q.include_archived)?;
+        Ok(side)
     }
 
     /// The `depth` nearest memories by vector, scoped to the query's namespaces (exactly when

@@ -30,7 +30,9 @@ use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STRING, Schema, TextFieldIndexing, TextOptions,
 };
 use tantivy::tokenizer::TextAnalyzer;
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{
+    DocAddress, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term,
+};
 
 use crate::error::Result;
 use crate::index::text::analyzer::analyzer;
@@ -51,6 +53,16 @@ const TIE_SLACK: usize = 8;
 const HIDE_BY_DROPPING: usize = 1_024;
 /// Longest query, in terms, that is searched; the rest of a very long query is ignored.
 const MAX_QUERY_TERMS: usize = 64;
+
+/// One match of [`TextIndex::search`]: the memory, its BM25 score, and the share of the
+/// query's weight (inverse document frequency) its words hold, 1 when it holds every term
+/// (see [`TextIndex::coverage`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TextHit {
+    pub key: MemoryKey,
+    pub score: f32,
+    pub coverage: f64,
+}
 
 /// What the text index holds of one memory.
 #[derive(Debug, Clone, PartialEq)]
@@ -553,19 +565,32 @@ impl TextIndex {
     /// [`TextIndex::relevance`] and [`TextIndex::coverage`].
     pub fn query_weights(&self, text: &str) -> Vec<(String, f64)> {
         let terms = self.query_terms(text);
-        let weigh = |stats: &dyn tantivy::query::Bm25StatisticsProvider| -> Vec<(String, f64)> {
-            let n = stats.total_num_docs().unwrap_or(0).max(1) as f64;
-            terms
-                .iter()
-                .map(|t| {
-                    let term = Term::from_field_text(self.fields.content, t);
-                    let df = stats.doc_freq(&term).unwrap_or(0) as f64;
-                    (t.clone(), (1.0 + (n - df + 0.5) / (df + 0.5)).ln())
-                })
-                .collect()
+        let weigh = |stats: &dyn tantivy::query::Bm25StatisticsProvider| {
+            self.weigh(&terms, stats)
+                .into_iter()
+                .zip(&terms)
+                .map(|((_, w), t)| (t.clone(), w))
+                .collect::<Vec<_>>()
         };
         self.with_live_statistics(|_, _, stats| Ok(weigh(stats)))
             .unwrap_or_else(|_| weigh(&LiveStatistics::new(&self.reader.searcher(), self.fields)))
+    }
+
+    /// Each term of the content field with its inverse document frequency under `stats`.
+    fn weigh(
+        &self,
+        terms: &[String],
+        stats: &dyn tantivy::query::Bm25StatisticsProvider,
+    ) -> Vec<(Term, f64)> {
+        let n = stats.total_num_docs().unwrap_or(0).max(1) as f64;
+        terms
+            .iter()
+            .map(|t| {
+                let term = Term::from_field_text(self.fields.content, t);
+                let df = stats.doc_freq(&term).unwrap_or(0) as f64;
+                (term, (1.0 + (n - df + 0.5) / (df + 0.5)).ln())
+            })
+            .collect()
     }
 
     /// Runs `f` with the committed index's searcher, the overlay and its searcher (when it holds
@@ -702,28 +727,32 @@ impl TextIndex {
         Some(BooleanQuery::new(filters))
     }
 
-    /// Ranked keys matching `q.text` (any of its words) and every filter of `q`; `q.offset` and
-    /// `q.limit` select the page. Never fails on the query's words: there is no query syntax.
-    /// Answers from the committed index and the overlay together.
-    pub fn search(&self, q: &RecallQuery) -> Result<Vec<(MemoryKey, f32)>> {
+    /// Ranked matches of `q.text` (any of its words) and every filter of `q`, each with its
+    /// coverage (see [`TextHit`]); `q.offset` and `q.limit` select the page. Never fails on the
+    /// query's words: there is no query syntax. Answers from the committed index and the overlay
+    /// together.
+    pub fn search(&self, q: &RecallQuery) -> Result<Vec<TextHit>> {
         if q.limit == 0 {
             return Ok(Vec::new());
         }
         let Some(query) = self.query_of(q) else {
             return Ok(Vec::new());
         };
+        let terms = self.query_terms(&q.text);
         self.with_live_statistics(|searcher, overlay, stats| {
+            let weights = self.weigh(&terms, stats);
             let Some((overlay, overlay_searcher)) = overlay else {
-                return top_keys(searcher, &query, q.offset, q.limit, stats);
+                let hits = top_keys(searcher, &query, q.offset, q.limit, stats)?;
+                return covered(searcher, &weights, hits);
             };
             // Both halves are scored with the statistics of both. The committed index's entries
             // of keys the overlay replaces are hidden: a few by asking for as many more hits and
             // dropping them (the query stays one tantivy can prune), many by excluding them.
             let depth = q.offset + q.limit;
             let hidden = &overlay.keys;
-            let mut hits = if hidden.len() <= HIDE_BY_DROPPING {
+            let committed = if hidden.len() <= HIDE_BY_DROPPING {
                 let mut hits = top_keys(searcher, &query, 0, depth + hidden.len(), stats)?;
-                hits.retain(|(k, _)| !hidden.contains_key(&(k.0 as u64)));
+                hits.retain(|(k, _, _)| !hidden.contains_key(&(k.0 as u64)));
                 hits.truncate(depth);
                 hits
             } else {
@@ -737,8 +766,10 @@ impl TextIndex {
                 ]);
                 top_keys(searcher, &committed_query, 0, depth, stats)?
             };
-            hits.extend(top_keys(overlay_searcher, &query, 0, depth, stats)?);
-            hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            let mut hits = covered(searcher, &weights, committed)?;
+            let recent = top_keys(overlay_searcher, &query, 0, depth, stats)?;
+            hits.extend(covered(overlay_searcher, &weights, recent)?);
+            hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.key.cmp(&b.key)));
             Ok(hits.into_iter().skip(q.offset).take(q.limit).collect())
         })
     }
@@ -818,7 +849,7 @@ fn top_keys(
     offset: usize,
     limit: usize,
     stats: &dyn tantivy::query::Bm25StatisticsProvider,
-) -> Result<Vec<(MemoryKey, f32)>> {
+) -> Result<Vec<(MemoryKey, f32, DocAddress)>> {
     // By score alone first: tantivy then skips blocks that cannot reach the top (block-max
     // WAND), which ordering by (score, key) forbids. A few more than asked are fetched; when the
     // last of them still ties the last one asked for, the tie may go on beyond, and the full
@@ -834,20 +865,20 @@ fn top_keys(
         return top_keys_by_key(searcher, query, offset, limit, stats);
     }
     let mut columns: HashMap<u32, Option<std::sync::Arc<dyn ColumnValues<u64>>>> = HashMap::new();
-    let mut hits: Vec<(f32, u64)> = Vec::with_capacity(found.len());
+    let mut hits: Vec<(f32, u64, DocAddress)> = Vec::with_capacity(found.len());
     for (score, address) in found {
         let column = columns
             .entry(address.segment_ord)
             .or_insert_with(|| key_column(searcher.segment_reader(address.segment_ord)));
         let key = column.as_ref().map_or(0, |c| c.get_val(address.doc_id));
-        hits.push((score, key));
+        hits.push((score, key, address));
     }
     hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     Ok(hits
         .into_iter()
         .skip(offset)
         .take(limit)
-        .map(|(score, key)| (MemoryKey(key as i64), score))
+        .map(|(score, key, address)| (MemoryKey(key as i64), score, address))
         .collect())
 }
 
@@ -858,7 +889,7 @@ fn top_keys_by_key(
     offset: usize,
     limit: usize,
     stats: &dyn tantivy::query::Bm25StatisticsProvider,
-) -> Result<Vec<(MemoryKey, f32)>> {
+) -> Result<Vec<(MemoryKey, f32, DocAddress)>> {
     let top = TopDocs::with_limit(limit).and_offset(offset).tweak_score(
         |segment: &tantivy::SegmentReader| {
             let keys = key_column(segment);
@@ -871,7 +902,53 @@ fn top_keys_by_key(
     let found = searcher.search_with_statistics_provider(query, &top, stats)?;
     Ok(found
         .into_iter()
-        .map(|((score, std::cmp::Reverse(key)), _)| (MemoryKey(key as i64), score))
+        .map(|((score, std::cmp::Reverse(key)), address)| (MemoryKey(key as i64), score, address))
+        .collect())
+}
+
+/// `hits` of `searcher` with their coverage: the share of `weights` whose terms their
+/// documents hold, read from the terms' postings (a seek per hit and term, hits taken in
+/// document order) instead of analysing each memory's text again. The content field holds the
+/// words [`TextIndex::coverage`] counts, so the two agree.
+fn covered(
+    searcher: &tantivy::Searcher,
+    weights: &[(Term, f64)],
+    hits: Vec<(MemoryKey, f32, DocAddress)>,
+) -> Result<Vec<TextHit>> {
+    let total: f64 = weights.iter().map(|(_, w)| w).sum();
+    let mut held = vec![0.0f64; hits.len()];
+    if total > 0.0 {
+        let mut order: Vec<usize> = (0..hits.len()).collect();
+        order.sort_unstable_by_key(|&i| (hits[i].2.segment_ord, hits[i].2.doc_id));
+        for segment in order.chunk_by(|&a, &b| hits[a].2.segment_ord == hits[b].2.segment_ord) {
+            let reader = searcher.segment_reader(hits[segment[0]].2.segment_ord);
+            for (term, weight) in weights {
+                let postings = reader
+                    .inverted_index(term.field())?
+                    .read_postings(term, IndexRecordOption::Basic)?;
+                let Some(mut postings) = postings else {
+                    continue;
+                };
+                for &i in segment {
+                    let doc = hits[i].2.doc_id;
+                    if postings.doc() < doc {
+                        postings.seek(doc);
+                    }
+                    if postings.doc() == doc {
+                        held[i] += weight;
+                    }
+                }
+            }
+        }
+    }
+    Ok(hits
+        .into_iter()
+        .zip(held)
+        .map(|((key, score, _), held)| TextHit {
+            key,
+            score,
+            coverage: if total > 0.0 { held / total } else { 1.0 },
+        })
         .collect())
 }
 
@@ -1165,8 +1242,8 @@ mod tests {
         }
     }
 
-    fn keys(hits: Vec<(MemoryKey, f32)>) -> Vec<i64> {
-        hits.into_iter().map(|(k, _)| k.0).collect()
+    fn keys(hits: Vec<TextHit>) -> Vec<i64> {
+        hits.into_iter().map(|h| h.key.0).collect()
     }
 
     fn filled() -> TextIndex {
@@ -1256,6 +1333,77 @@ mod tests {
             .unwrap();
         assert!(keys(hits).contains(&1));
         assert_eq!(keys(idx.search(&query("茶")).unwrap()), [3]);
+    }
+
+    #[test]
+    fn coverage_read_from_postings_equals_coverage_of_the_text() {
+        // Memories in several segments (one commit each), some named, some replaced in the
+        // overlay: each hit's coverage is what analysing its text gives.
+        let idx = TextIndex::open_in_ram().unwrap();
+        let texts: Vec<(i64, &str, Option<&str>)> = vec![
+            (1, "Alice drinks green tea every morning", Some("alice")),
+            (2, "Bob prefers coffee, black, and never tea", None),
+            (
+                3,
+                "The deploy runbook lists every step",
+                Some("Atlas deploy runbook"),
+            ),
+            (4, "Morning standup moved to Thursdays", Some("mem:12")),
+            (5, "Green tea and coffee both keep Alice awake", None),
+            (6, "Running every morning before the deploy", Some("habits")),
+        ];
+        let mut texts_by_key: HashMap<i64, (String, Option<String>)> = HashMap::new();
+        for chunk in texts.chunks(2) {
+            let ops: Vec<TextOp> = chunk
+                .iter()
+                .map(|(k, c, n)| {
+                    texts_by_key.insert(*k, ((*c).to_owned(), n.map(str::to_owned)));
+                    let mut d = doc(*k, "a", c);
+                    d.name = n.map(str::to_owned);
+                    TextOp::Upsert(d)
+                })
+                .collect();
+            idx.update(|base| Ok((ops, at(base + 2)))).unwrap();
+        }
+        let check = |idx: &TextIndex, texts: &HashMap<i64, (String, Option<String>)>| {
+            for q in [
+                "what does Alice drink in the morning?",
+                "deploy runbook steps",
+                "tea coffee",
+                "habits",
+                "thursday standup",
+                "nothing matches zzzz",
+            ] {
+                let weights = idx.query_weights(q);
+                let hits = idx.search(&query(q)).unwrap();
+                for h in &hits {
+                    let (content, name) = &texts[&h.key.0];
+                    let want = idx.coverage(&weights, content, name.as_deref());
+                    assert!(
+                        (h.coverage - want).abs() < 1e-9,
+                        "{q:?}, memory {}: postings {} against text {want}",
+                        h.key.0,
+                        h.coverage
+                    );
+                }
+            }
+        };
+        check(&idx, &texts_by_key);
+        let head = idx.position().unwrap().committed;
+        let ops = vec![
+            (
+                head + 1,
+                TextOp::Upsert(doc(2, "a", "Bob switched to green tea")),
+            ),
+            (
+                head + 2,
+                TextOp::Upsert(doc(7, "a", "A runbook for Thursday deploys")),
+            ),
+        ];
+        texts_by_key.insert(2, ("Bob switched to green tea".into(), None));
+        texts_by_key.insert(7, ("A runbook for Thursday deploys".into(), None));
+        idx.extend_overlay(ops, head + 2).unwrap();
+        check(&idx, &texts_by_key);
     }
 
     #[test]

@@ -1,0 +1,110 @@
+//! CPU time one `recall` costs in-process, by mode, over the cached benchmark corpus: every
+//! thread of the process counted (the vector search's, the access-count writer's), read from
+//! `/proc` before and after a series of distinct queries, so other load on the machine does not
+//! inflate it as it does wall time. Prints a markdown table of the median over the rounds.
+//! Run: `cargo run --release --example recall_cpu` (100,000 memories; `-- --memories N`,
+//! `--queries N`, `--rounds N` change the corpus, the queries per round and the rounds).
+
+#[allow(dead_code)]
+#[path = "../benches/fixture/mod.rs"]
+mod fixture;
+#[allow(dead_code, unused_macros)]
+#[macro_use]
+#[path = "common/report.rs"]
+mod report;
+
+use std::process::ExitCode;
+
+use mnemograph::model::{RecallMode, RecallQuery};
+use mnemograph::{Config, Engine};
+
+use fixture::{BIG_CORPUS, Corpus};
+
+struct Args {
+    memories: usize,
+    queries: usize,
+    rounds: usize,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        memories: BIG_CORPUS,
+        queries: 2_000,
+        rounds: 5,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or(format!("{flag} needs a number"))?;
+        let n: usize = value
+            .parse()
+            .map_err(|_| format!("{flag} {value:?}: give a whole number"))?;
+        match flag.as_str() {
+            "--memories" => a.memories = n,
+            "--queries" => a.queries = n.max(1),
+            "--rounds" => a.rounds = n.max(1),
+            _ => {
+                return Err(format!(
+                    "unknown flag {flag}: use --memories, --queries, --rounds"
+                ));
+            }
+        }
+    }
+    Ok(a)
+}
+
+fn main() -> ExitCode {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            note!("recall_cpu: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let corpus = Corpus::new();
+    let (dir, db) = fixture::scratch_copy(a.memories);
+    let engine = Engine::open(Config::for_db(&db)).expect("open engine");
+    engine.sync_text().expect("sync the text index");
+    // The vector index loads in the background: recall until it answers by meaning.
+    while engine.vector_lag().expect("lag") != 0 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let pid = std::process::id();
+    out!(
+        "| mode | memories | queries × rounds | CPU per recall, median (min–max) |\n|---|---:|---:|---:|"
+    );
+    for mode in [RecallMode::Text, RecallMode::Vector, RecallMode::Hybrid] {
+        let query = |i: usize| RecallQuery {
+            text: corpus.query(i as u64),
+            limit: 10,
+            mode,
+            ..RecallQuery::default()
+        };
+        for i in 0..200 {
+            engine.recall(&query(5_000_000 + i)).expect("recall");
+        }
+        let mut per: Vec<f64> = Vec::with_capacity(a.rounds);
+        for r in 0..a.rounds {
+            let queries: Vec<RecallQuery> =
+                (0..a.queries).map(|i| query(r * a.queries + i)).collect();
+            let before = report::cpu_seconds(pid).expect("CPU time from /proc");
+            for q in &queries {
+                engine.recall(q).expect("recall");
+            }
+            let after = report::cpu_seconds(pid).expect("CPU time from /proc");
+            per.push((after - before) * 1e3 / a.queries as f64);
+        }
+        per.sort_by(f64::total_cmp);
+        out!(
+            "| {mode:?} | {} | {} × {} | {:.2} ms ({:.2}–{:.2}) |",
+            a.memories,
+            a.queries,
+            a.rounds,
+            per[per.len() / 2],
+            per[0],
+            per[per.len() - 1]
+        );
+    }
+    drop(engine);
+    drop(dir);
+    ExitCode::SUCCESS
+}
