@@ -329,7 +329,7 @@ pub(super) fn sentences(text: &str) -> Vec<&str> {
 /// overlap below `overlap` with every sentence kept, or a number, id or name the text kept so
 /// far never mentions), within `max_bytes`.
 fn union_of_sentences(survivor: &str, others: &[&str], overlap: f64, max_bytes: usize) -> String {
-    let mut kept: Vec<HashSet<String>> = sentences(survivor).into_iter().map(word_set).collect();
+    let mut kept: Vec<Vec<String>> = sentences(survivor).into_iter().map(word_set).collect();
     let mut out = survivor.to_owned();
     let mut said = identity(&out);
     for other in others {

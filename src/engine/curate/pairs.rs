@@ -6,6 +6,7 @@
 //! indexed by its own prefix — a shorter one, as every later set is at least as large. Rare words make short posting lists, so the sets compared are
 //! few; the answer is exact — every pair at or above the threshold, nothing below.
 
+use crate::engine::recall::jaccard;
 use crate::error::Result;
 
 /// One set: the group it may pair within (pairs never cross groups) and its word ids (any order,
@@ -20,28 +21,6 @@ pub(super) struct WordSet {
 const TICK_EVERY: usize = 2_000;
 /// Slack for the float products of the size bounds (a bound errs toward comparing more).
 const EPS: f64 = 1e-9;
-
-/// `J(a, b)` of two sorted, repeat-free lists, computed as the merge step has always computed it
-/// (shared over all, in `f32`).
-fn jaccard(a: &[u32], b: &[u32]) -> f32 {
-    let (mut i, mut j, mut shared) = (0, 0, 0usize);
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                shared += 1;
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    let union = a.len() + b.len() - shared;
-    if union == 0 {
-        return 1.0;
-    }
-    shared as f32 / union as f32
-}
 
 /// Fewest shared words a set of `n` words needs with any partner to reach `t`.
 fn needed(n: usize, t: f64) -> usize {

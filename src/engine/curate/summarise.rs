@@ -404,7 +404,7 @@ fn facts(sentence: &str) -> HashSet<String> {
 struct Candidate {
     order: (usize, usize),
     text: String,
-    words: HashSet<String>,
+    words: Vec<String>,
     facts: HashSet<String>,
     /// Below 1 for greetings, questions and exclamations.
     weight: f32,
