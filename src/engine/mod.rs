@@ -13,6 +13,7 @@ mod graph;
 pub mod import;
 pub mod job_context;
 mod jobs;
+mod overlap;
 mod read;
 pub mod recall;
 pub mod snippet;

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::engine::curate::identity::{Identity, identity};
 use crate::engine::curate::{Batch, Example, Run, jobs, pairs, truncate};
-use crate::engine::recall::{jaccard, word_set};
+use crate::engine::overlap::{jaccard, word_set};
 use crate::error::Result;
 use crate::model::{Memory, MemoryKey};
 use crate::store::relations::{self, RelationRow};

@@ -6,7 +6,7 @@
 //! indexed by its own prefix — a shorter one, as every later set is at least as large. Rare words make short posting lists, so the sets compared are
 //! few; the answer is exact — every pair at or above the threshold, nothing below.
 
-use crate::engine::recall::jaccard;
+use crate::engine::overlap::jaccard;
 use crate::error::Result;
 
 /// One set: the group it may pair within (pairs never cross groups) and its word ids (any order,

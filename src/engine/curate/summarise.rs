@@ -16,7 +16,7 @@ use crate::embed::chat::{self, Summarizer};
 use crate::engine::control::duration_words;
 use crate::engine::curate::merge::sentences;
 use crate::engine::curate::{Batch, Example, Run, truncate};
-use crate::engine::recall::{jaccard, word_set};
+use crate::engine::overlap::{jaccard, word_set};
 use crate::error::Result;
 use crate::model::{Memory, MemoryKey, Millis, NewMemory, format_time};
 use crate::store::relations::{self, RelationRow};
