@@ -816,25 +816,17 @@ mod tests {
             .into_iter()
             .map(|m| m.key)
             .collect();
+        let found = |asked: &[MemoryKey]| -> Vec<MemoryKey> {
+            let rows = store.read(|c| by_keys(c, asked)).unwrap();
+            rows.into_iter().map(|m| m.key).collect()
+        };
         let unknown = MemoryKey(1_000_000);
         // Unsorted, over more than one statement's list, with an unknown key among them.
         let mut asked: Vec<MemoryKey> = keys.iter().rev().step_by(2).copied().collect();
         asked.insert(7, unknown);
-        let got: Vec<MemoryKey> = store
-            .read(|c| by_keys(c, &asked))
-            .unwrap()
-            .into_iter()
-            .map(|m| m.key)
-            .collect();
+        let got = found(&asked);
         asked.retain(|k| *k != unknown);
         assert_eq!(got, asked);
-        let sorted: Vec<MemoryKey> = keys[10..20].to_vec();
-        let got: Vec<MemoryKey> = store
-            .read(|c| by_keys(c, &sorted))
-            .unwrap()
-            .into_iter()
-            .map(|m| m.key)
-            .collect();
-        assert_eq!(got, sorted);
+        assert_eq!(found(&keys[10..20]), keys[10..20]);
     }
 }

@@ -660,9 +660,14 @@ impl TextIndex {
     }
 
     /// The query of `q`'s words and filters; `None` when it has no word to search.
+    #[cfg(test)]
     fn query_of(&self, q: &RecallQuery) -> Option<BooleanQuery> {
+        self.query_of_terms(q, &self.query_terms(&q.text))
+    }
+
+    /// The query of `q`'s words (`terms`, analysed already) and filters; `None` without a word.
+    fn query_of_terms(&self, q: &RecallQuery, terms: &[String]) -> Option<BooleanQuery> {
         let f = self.fields;
-        let terms = self.query_terms(&q.text);
         if terms.is_empty() {
             return None;
         }
@@ -735,10 +740,10 @@ impl TextIndex {
         if q.limit == 0 {
             return Ok(Vec::new());
         }
-        let Some(query) = self.query_of(q) else {
+        let terms = self.query_terms(&q.text);
+        let Some(query) = self.query_of_terms(q, &terms) else {
             return Ok(Vec::new());
         };
-        let terms = self.query_terms(&q.text);
         self.with_live_statistics(|searcher, overlay, stats| {
             let weights = self.weigh(&terms, stats);
             let Some((overlay, overlay_searcher)) = overlay else {
