@@ -5,8 +5,10 @@
 //! markdown table against the floors.
 //! With `--staged`, the vectors are only staged (searchable at once, not in the graph yet, as
 //! while an import runs) and the table is of searches among staged vectors.
+//! With `--lists`, a second table gives recall and search time at candidate lists of 32 to 384
+//! (how the index's list length was chosen).
 //! Run: `cargo run --release --example vector_scale [-- --n 1000000 --queries 1000]
-//! [--texts TEXTS,QUESTIONS] [--staged]`.
+//! [--texts TEXTS,QUESTIONS] [--staged] [--lists]`.
 
 #[allow(dead_code)]
 #[path = "../benches/fixture/mod.rs"]
@@ -50,6 +52,8 @@ struct Args {
     texts: Option<(PathBuf, PathBuf)>,
     /// Stage the vectors instead of inserting them into the graph.
     staged: bool,
+    /// Also measure recall and search time at a range of candidate list lengths.
+    lists: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -58,11 +62,16 @@ fn parse_args() -> Result<Args, String> {
         queries: 1_000,
         texts: None,
         staged: false,
+        lists: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--staged" {
             args.staged = true;
+            continue;
+        }
+        if flag == "--lists" {
+            args.lists = true;
             continue;
         }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -82,12 +91,67 @@ fn parse_args() -> Result<Args, String> {
             "--queries" => args.queries = number.max(RECALL_QUERIES),
             _ => {
                 return Err(format!(
-                    "unknown flag {flag} (try --n N, --queries Q, --texts TEXTS,QUESTIONS, --staged)"
+                    "unknown flag {flag} (try --n N, --queries Q, --texts TEXTS,QUESTIONS, --staged, --lists)"
                 ));
             }
         }
     }
     Ok(args)
+}
+
+/// Candidate list lengths `--lists` measures.
+const LISTS: [usize; 8] = [32, 64, 96, 128, 160, 200, 256, 384];
+/// Hits asked of the searches `--lists` measures: the top 10 (as the recall row) and the 100
+/// a recall asks of the vector half; the top-10 column of the latter counts its first ten.
+const LIST_KS: [usize; 2] = [K, 100];
+
+/// Recall against the exact scan and search time at each length of [`LISTS`], as a markdown
+/// table. Each query is searched once per list for the time (warm: the recall pass reads every
+/// vector between two searches), and the `step`-spaced ones again against the exact scan.
+fn list_table(index: &VectorIndex, queries: &[Vec<f32>], step: usize) -> String {
+    let mut out = String::from(
+        "| hits asked | candidate list | recall@k | recall@10 of the first 10 | search p50 |\n|---:|---:|---:|---:|---:|\n",
+    );
+    let sample: Vec<&Vec<f32>> = queries.iter().step_by(step).take(RECALL_QUERIES).collect();
+    let truths: Vec<[Vec<(u64, f32)>; 2]> = sample
+        .iter()
+        .map(|q| LIST_KS.map(|k| index.exact(q, k, Scope::All)))
+        .collect();
+    for (ki, &k) in LIST_KS.iter().enumerate() {
+        for list in LISTS.into_iter().filter(|&l| l >= k) {
+            let mut times: Vec<Duration> = queries
+                .iter()
+                .map(|q| {
+                    let t = Instant::now();
+                    std::hint::black_box(index.search_with_list(q, k, list));
+                    t.elapsed()
+                })
+                .collect();
+            times.sort();
+            let (mut found, mut asked, mut found10, mut asked10) = (0, 0, 0, 0);
+            for (q, truth) in sample.iter().zip(&truths) {
+                let hits = index.search_with_list(q, k, list);
+                let at_least = |t: &[(u64, f32)]| t.last().map_or(f32::MAX, |h| h.1);
+                asked += truth[ki].len();
+                found += hits.iter().filter(|h| h.1 >= at_least(&truth[ki])).count();
+                asked10 += truth[0].len();
+                found10 += hits
+                    .iter()
+                    .take(K)
+                    .filter(|h| h.1 >= at_least(&truth[0]))
+                    .count();
+            }
+            let share = |f: usize, a: usize| f as f64 / a.max(1) as f64;
+            out += &format!(
+                "| {k} | {list} | {:.3} | {:.3} | {:.3} ms |\n",
+                share(found, asked),
+                share(found10, asked10),
+                percentile_ms(&times, 0.5)
+            );
+            log(format_args!("  list {list} for {k} measured"));
+        }
+    }
+    out
 }
 
 fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
@@ -282,6 +346,7 @@ fn main() -> ExitCode {
             .count();
     }
     let recall = found as f64 / asked.max(1) as f64;
+    let lists = args.lists.then(|| list_table(&index, &queries, step));
 
     if args.staged {
         let mut out = std::io::stdout().lock();
@@ -309,6 +374,9 @@ fn main() -> ExitCode {
             out,
             "| recall@{K} against the exact scan ({RECALL_QUERIES} queries) | {recall:.3} |"
         );
+        if let Some(table) = &lists {
+            let _ = write!(out, "\n{table}");
+        }
         return ExitCode::SUCCESS;
     }
 
@@ -379,5 +447,8 @@ fn main() -> ExitCode {
         "| load the dump | {:.3} s | | |",
         load_time.as_secs_f64()
     );
+    if let Some(table) = &lists {
+        let _ = write!(out, "\n{table}");
+    }
     ExitCode::SUCCESS
 }

@@ -18,6 +18,9 @@ pub(super) const CONNECTIVITY: usize = 16;
 pub(super) const EXPANSION_ADD: usize = 128;
 /// Calls the graph serves at once; more wait for a free context.
 const CONTEXTS: usize = 32;
+/// usearch's own shortest candidate list: a search's list is `max(LIST_FLOOR, count)`, so the
+/// index chooses each search's list by the count it asks for.
+const LIST_FLOOR: usize = 16;
 /// Smallest capacity reserved, in points.
 const MIN_CAPACITY: usize = 1_024;
 
@@ -67,7 +70,8 @@ impl Graph {
             quantization: ScalarKind::F16,
             connectivity: CONNECTIVITY,
             expansion_add: EXPANSION_ADD,
-            expansion_search: super::EF_SEARCH_MIN,
+            // A search's list is the count it asks for (see `Graph::search`).
+            expansion_search: LIST_FLOOR,
             multi: false,
         }
     }
@@ -108,6 +112,8 @@ impl Graph {
                 index.dimensions()
             ));
         }
+        // The list is the count a search asks for, whatever the file's writer used.
+        index.change_expansion_search(LIST_FLOOR);
         let graph = Graph::with_index(index, dim, CONTEXTS);
         // A loaded graph has room for its points but contexts for as many threads as the
         // machine has cores: reserve one per permit, or a search beyond the core count fails.
@@ -159,8 +165,8 @@ impl Graph {
         let _ = self.index.remove(u64::from(slot));
     }
 
-    /// Up to `count` slots nearest to `query`, nearest first, found with a candidate list of at
-    /// least `count`; an error of the graph is returned, never taken for "nothing near".
+    /// Up to `count` slots nearest to `query`, nearest first, found with a candidate list of
+    /// `count` (at least [`LIST_FLOOR`]); an error of the graph is returned, never taken for "nothing near".
     pub(super) fn search(&self, query: &[f32], count: usize) -> Result<Vec<u32>, String> {
         let _permit = self.permits.take();
         self.index

@@ -13,12 +13,23 @@ use super::staged::{self, Staged};
 use super::topk::*;
 use crate::error::{Error, Result};
 
-/// Smallest candidate list of a search; a search for k asks `max(2k, EF_SEARCH_MIN)`. The
-/// built-in model's vectors crowd into a narrow cone (their mean has length 0.84–0.90), where a
-/// graph search needs a long list: on 18,495 real conversation turns searched by 3,401 real
-/// questions, recall@10 was 0.84 with 64, 0.91 with 128, 0.95 with 256 and 0.966 with 384
-/// (0.36 ms a search), counting a hit that ties the exact 10th as found.
-pub(super) const EF_SEARCH_MIN: usize = 384;
+/// Shortest candidate list of a graph search (see [`LIST_PER_ROOT`]).
+pub(super) const EF_SEARCH_MIN: usize = 128;
+/// Longest candidate list a search for up to 192 hits gets by the graph's size alone.
+pub(super) const EF_SEARCH_MAX: usize = 384;
+/// A graph search's candidate list grows with the square root of the graph's points. The
+/// list that found the exact top 10 at recall 0.95 on the built-in model's vectors of real
+/// conversation turns asked their questions (centred, searched toward `q − 0.6·c`, see
+/// [`State::centre`]) was 64 for the 18,489 turns (0.952; 0.997 at 384), 128 for the turns
+/// grown to 100,000 (0.958; 0.991 at 384) and 384 grown to a million (0.956): about 0.4 √n.
+/// Memories grown from this project's documentation, asked sentences none of them holds, are
+/// harder: 160 at 100,000 (0.955). So 0.5 √n, between [`EF_SEARCH_MIN`] (small graphs, whose
+/// searches cost little, and vectors less structured than real text's: 0.99 on 3,000 random
+/// points in a cone) and [`EF_SEARCH_MAX`] (from about 600,000 points; a million real turns
+/// then reach 0.956 at the latency they had), and at least 2k. `examples/vector_scale.rs
+/// --lists` measures recall and time by list. Before, every search had a list of 384 whatever
+/// the size.
+pub(super) const LIST_PER_ROOT: f64 = 0.5;
 
 /// Graph searches of this process that failed and were answered by an exact scan instead.
 pub(super) static GRAPH_FAILURES: AtomicU64 = AtomicU64::new(0);
@@ -565,7 +576,7 @@ impl State {
             }
         };
         // A share of 0 asks for an infinite list, which saturates: scanned.
-        let ef = ef_for(k).max((2.0 * k as f64 / share).ceil() as usize);
+        let ef = list_for(k, points).max((2.0 * k as f64 / share).ceil() as usize);
         let scan = ef > EF_MAX.min(points) || scan_cost <= (ef * SCAN_VECTORS_PER_CANDIDATE) as f64;
         (!scan).then_some(ef)
     }
@@ -625,6 +636,9 @@ pub(super) fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-pub(super) fn ef_for(k: usize) -> usize {
-    k.saturating_mul(2).max(EF_SEARCH_MIN)
+/// The candidate list of a search for `k` among `points` graph points (see [`LIST_PER_ROOT`]).
+pub(super) fn list_for(k: usize, points: usize) -> usize {
+    let by_size = (LIST_PER_ROOT * (points as f64).sqrt()).ceil() as usize;
+    k.saturating_mul(2)
+        .max(by_size.clamp(EF_SEARCH_MIN, EF_SEARCH_MAX))
 }
