@@ -18,6 +18,22 @@ use crate::store::memories;
 
 /// Deepest page recall serves (offset + limit).
 const MAX_RECALL_DEPTH: usize = 1_000;
+
+/// The threads hybrid recalls search their vector half on (one per core), started with the
+/// first hybrid recall; `None` when the system would not start them (each recall then searches
+/// both halves on its own thread, one after the other).
+fn recall_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(std::thread::available_parallelism().map_or(2, usize::from))
+            .thread_name(|i| format!("mnemograph-recall-{i}"))
+            .build()
+            .map_err(|e| tracing::warn!(error = %e, "no recall threads; the halves of a hybrid recall run one after the other"))
+            .ok()
+    })
+    .as_ref()
+}
 /// Default fusion weights (text, vector): a static model's neighbours are a weaker signal than
 /// exact words, so they count a quarter (measured on LoCoMo and RealMem, see docs/figures.md).
 pub const DEFAULT_WEIGHTS: (f32, f32) = (1.0, 0.25);
@@ -210,57 +226,57 @@ impl Engine {
         if q.mode == RecallMode::Vector && self.embedder.is_none() {
             warnings.push("no embedder is configured; answered with text search".to_owned());
         }
-        // Hybrid: the text search runs here while another thread searches the vectors (each
-        // half takes milliseconds at a million memories; a spawned thread costs microseconds
-        // and, unlike a pool, never queues behind an import's embedding work).
+        // Hybrid: the text search runs here while a thread of the recall pool searches the
+        // vectors (each half takes milliseconds at a million memories). The pool is recall's
+        // own, so the vector half never queues behind an import's embedding work on rayon's
+        // global pool, and no recall pays for starting a thread.
         let text_now = q.mode == RecallMode::Hybrid || !want_vector;
-        let (vector_found, text_found) = std::thread::scope(|scope| {
-            let vector = want_vector.then(|| {
-                // On a database server, a recall that expands also reads the vector hits' rows
-                // here, beside the text half's reads, rather than after both: expanding reads
-                // the page's rows anyway, and one round trip less on the calling thread is what
-                // counts. Without expanding, most of those rows are never needed (see `Bar`).
-                let prefetch = self.store.is_postgres() && q.expand > 0;
-                let search = move || -> Result<VectorSide> {
-                    let Nearest {
-                        hits,
-                        sync,
-                        fell_back,
-                    } = self.vector_candidates(q, depth)?;
-                    let mut read = None;
-                    if prefetch && !hits.is_empty() {
-                        let mut keys: Vec<MemoryKey> = hits.iter().map(|h| h.0).collect();
-                        keys.sort_unstable();
-                        let rows = self.load_rows(&keys, q.include_archived)?;
-                        read = Some((keys, rows));
-                    }
-                    Ok(VectorSide {
-                        hits,
-                        sync,
-                        fell_back,
-                        read,
-                    })
-                };
-                if text_now {
-                    std::thread::Builder::new()
-                        .name("mnemograph-recall".into())
-                        .spawn_scoped(scope, search)
-                        .map_err(|_| search)
-                } else {
-                    Err(search)
-                }
-            });
-            // The text half also reads its rows while the vector search may still run.
-            let text = text_now.then(|| self.text_side(q, depth));
-            let vector = vector.map(|v| match v {
-                Ok(thread) => thread
-                    .join()
-                    .unwrap_or_else(|_| Err(Error::Internal("the vector search panicked".into()))),
-                // No thread (or none needed): searched here.
-                Err(search) => search(),
-            });
-            (vector, text)
-        });
+        // On a database server, a recall that expands also reads the vector hits' rows beside
+        // the vector search, rather than after both halves: expanding reads the page's rows
+        // anyway, and one round trip less on the calling thread is what counts. Without
+        // expanding, most of those rows are never needed (see `Bar`).
+        let prefetch = self.store.is_postgres() && q.expand > 0;
+        let search = || -> Result<VectorSide> {
+            let Nearest {
+                hits,
+                sync,
+                fell_back,
+            } = self.vector_candidates(q, depth)?;
+            let mut read = None;
+            if prefetch && !hits.is_empty() {
+                let mut keys: Vec<MemoryKey> = hits.iter().map(|h| h.0).collect();
+                keys.sort_unstable();
+                let rows = self.load_rows(&keys, q.include_archived)?;
+                read = Some((keys, rows));
+            }
+            Ok(VectorSide {
+                hits,
+                sync,
+                fell_back,
+                read,
+            })
+        };
+        let text_side = || text_now.then(|| self.text_side(q, depth));
+        let (vector_found, text_found) = match (want_vector, text_now, recall_pool()) {
+            (true, true, Some(pool)) => {
+                let mut vector = None;
+                let text = pool.in_place_scope(|scope| {
+                    scope.spawn(|_| {
+                        vector = Some(
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(search))
+                                .unwrap_or_else(|_| {
+                                    Err(Error::Internal("the vector search panicked".into()))
+                                }),
+                        );
+                    });
+                    // The text half also reads its rows while the vector search may still run.
+                    text_side()
+                });
+                (vector, text)
+            }
+            // One half only, or no pool: searched here.
+            _ => (want_vector.then(search), text_side()),
+        };
         let mut vector_hits = Vec::new();
         let mut vector_read = None;
         if let Some(found) = vector_found {
