@@ -8,6 +8,7 @@ mod budget;
 mod errors;
 #[cfg(feature = "conformance")]
 mod fixtures;
+mod gate;
 mod guard;
 pub mod http;
 mod listener;
@@ -69,6 +70,8 @@ pub struct MemoryServer {
     budget: usize,
     /// Counts tool calls when set (HTTP serves them at `/metrics`).
     metrics: Option<Arc<metrics::Metrics>>,
+    /// The line in front of the cores that every session's calls answered at once share.
+    gate: Arc<gate::Gate>,
 }
 
 impl MemoryServer {
@@ -93,6 +96,7 @@ impl MemoryServer {
                 .unwrap_or(budget::DEFAULT_TOKENS)
                 .max(budget::MIN_TOKENS),
             metrics: None,
+            gate: gate::Gate::per_core(),
         }
     }
 
@@ -247,6 +251,8 @@ impl MemoryServer {
                 None,
             ));
         };
+        // Calls answered at once take turns for the cores, by caller (see `gate`).
+        let _turn = self.gate.enter(&self.owner(&context)).await;
         let call = tools::Call {
             engine: Arc::clone(&self.engine),
             tasks: Arc::clone(&self.tasks),
