@@ -25,12 +25,14 @@ const MAX_RECALL_DEPTH: usize = 1_000;
 fn recall_pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
     POOL.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
+        let built = rayon::ThreadPoolBuilder::new()
             .num_threads(std::thread::available_parallelism().map_or(2, usize::from))
             .thread_name(|i| format!("mnemograph-recall-{i}"))
-            .build()
-            .map_err(|e| tracing::warn!(error = %e, "no recall threads; the halves of a hybrid recall run one after the other"))
-            .ok()
+            .build();
+        if let Err(e) = &built {
+            tracing::warn!(error = %e, "no recall threads: a hybrid recall searches its halves one after the other");
+        }
+        built.ok()
     })
     .as_ref()
 }

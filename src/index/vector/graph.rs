@@ -166,7 +166,8 @@ impl Graph {
     }
 
     /// Up to `count` slots nearest to `query`, nearest first, found with a candidate list of
-    /// `count` (at least [`LIST_FLOOR`]); an error of the graph is returned, never taken for "nothing near".
+    /// `count` (at least [`LIST_FLOOR`]); an error of the graph is returned, never taken for
+    /// "nothing near".
     pub(super) fn search(&self, query: &[f32], count: usize) -> Result<Vec<u32>, String> {
         let _permit = self.permits.take();
         self.index

@@ -407,11 +407,11 @@ impl VectorIndex {
 
     /// Top k keys by similarity to `query` (dot product of unit vectors, higher is closer), best
     /// first, only live keys in scope. `All` and `Predicate` search the graph with a candidate
-    /// list of `max(2k, 0.5 √points)` (within 128–384), lengthened to about 2k/share when a sample of the
-    /// keys says only a share of them is in scope (liveness ANDed with the predicate), then
-    /// filter it; when the keys in scope are few enough (a few thousand) that reading them all
-    /// is cheaper, they are scanned instead, exactly. `Keys` always scans those keys' vectors. A query of the wrong
-    /// length, non-finite or zero finds nothing.
+    /// list of `max(2k, 0.5 √points)` (within 128–384), lengthened to about 2k/share when a
+    /// sample of the keys says only a share of them is in scope (liveness ANDed with the
+    /// predicate), then filter it; when the keys in scope are few enough (a few thousand) that
+    /// reading them all is cheaper, they are scanned instead, exactly. `Keys` always scans
+    /// those keys' vectors. A query of the wrong length, non-finite or zero finds nothing.
     pub fn search(&self, query: &[f32], k: usize, scope: Scope<'_>) -> Vec<(u64, f32)> {
         self.search_noting(query, k, scope).0
     }
@@ -441,15 +441,16 @@ impl VectorIndex {
         let hits = match scope {
             _ if st.live_count() == 0 => Vec::new(),
             Scope::Keys(_) => st.exact(&query, k, scope),
-            Scope::All => st.search_scope(&query, k, None),
-            Scope::Predicate(accept) => st.search_scope(&query, k, Some(accept)),
+            Scope::All => st.search_scope(&query, k, None, None),
+            Scope::Predicate(accept) => st.search_scope(&query, k, Some(accept), None),
         };
         hits.into_iter().map(|h| (h.key, h.score)).collect()
     }
 
     /// [`VectorIndex::search`] over every key, the graph searched with a candidate list of
     /// `list` instead of the one the index would choose: for benchmarks that choose the list's
-    /// length by recall against [`VectorIndex::exact`]. Staged vectors are read as by `search`.
+    /// length by recall against [`VectorIndex::exact`]. Staged vectors, and a graph that fails,
+    /// are handled as by `search`.
     pub fn search_with_list(&self, query: &[f32], k: usize, list: usize) -> Vec<(u64, f32)> {
         let Some(query) = self.query_vector(query) else {
             return Vec::new();
@@ -458,11 +459,7 @@ impl VectorIndex {
         if k == 0 || st.live_count() == 0 {
             return Vec::new();
         }
-        let query = st.query(query);
-        let hits = match st.graph_search(&query, k, list.max(k), None) {
-            Ok(hits) => st.with_staged(&query, k, None, hits),
-            Err(_) => st.exact(&query, k, Scope::All),
-        };
+        let hits = st.search_scope(&st.query(query), k, None, Some(list));
         hits.into_iter().map(|h| (h.key, h.score)).collect()
     }
 

@@ -14,18 +14,18 @@ use super::topk::*;
 use crate::error::{Error, Result};
 
 /// Shortest candidate list of a graph search (see [`LIST_PER_ROOT`]).
-pub(super) const EF_SEARCH_MIN: usize = 128;
+pub(super) const LIST_MIN: usize = 128;
 /// Longest candidate list a search for up to 192 hits gets by the graph's size alone.
-pub(super) const EF_SEARCH_MAX: usize = 384;
+pub(super) const LIST_MAX_BY_SIZE: usize = 384;
 /// A graph search's candidate list grows with the square root of the graph's points. The
 /// list that found the exact top 10 at recall 0.95 on the built-in model's vectors of real
 /// conversation turns asked their questions (centred, searched toward `q − 0.6·c`, see
 /// [`State::centre`]) was 64 for the 18,489 turns (0.952; 0.997 at 384), 128 for the turns
 /// grown to 100,000 (0.958; 0.991 at 384) and 384 grown to a million (0.956): about 0.4 √n.
 /// Memories grown from this project's documentation, asked sentences none of them holds, are
-/// harder: 160 at 100,000 (0.955). So 0.5 √n, between [`EF_SEARCH_MIN`] (small graphs, whose
+/// harder: 160 at 100,000 (0.955). So 0.5 √n, between [`LIST_MIN`] (small graphs, whose
 /// searches cost little, and vectors less structured than real text's: 0.99 on 3,000 random
-/// points in a cone) and [`EF_SEARCH_MAX`] (from about 600,000 points; a million real turns
+/// points in a cone) and [`LIST_MAX_BY_SIZE`] (from about 600,000 points; a million real turns
 /// then reach 0.956 at the latency they had), and at least 2k. `examples/vector_scale.rs
 /// --lists` measures recall and time by list. Before, every search had a list of 384 whatever
 /// the size.
@@ -496,12 +496,14 @@ impl State {
     /// Top k of the live vectors in scope (`All` when `accept` is `None`), by the graph or, where
     /// cheaper, by a scan. The graph is searched unfiltered with a candidate list long enough that
     /// about 2k of its members should be in scope (live and accepted), and the candidates are
-    /// then filtered and scored.
+    /// then filtered and scored; `list`, when given, is the candidate list instead (benchmarks
+    /// choosing its length).
     pub(super) fn search_scope(
         &self,
         query: &Query,
         k: usize,
         accept: Option<&(dyn Fn(u64) -> bool + Sync)>,
+        list: Option<usize>,
     ) -> Vec<Hit> {
         let scope = accept.map_or(Scope::All, Scope::Predicate);
         let scan = || {
@@ -514,7 +516,11 @@ impl State {
                 self.with_staged(query, k, accept, hits)
             }
         };
-        let Some(ef) = self.graph_plan(k, accept) else {
+        let plan = match list {
+            Some(list) if self.graph.len() > 0 => Some(list.max(k)),
+            _ => self.graph_plan(k, accept),
+        };
+        let Some(ef) = plan else {
             return scan();
         };
         let hits = match self.graph_search(query, k, ef, accept) {
@@ -640,5 +646,5 @@ pub(super) fn mix(mut z: u64) -> u64 {
 pub(super) fn list_for(k: usize, points: usize) -> usize {
     let by_size = (LIST_PER_ROOT * (points as f64).sqrt()).ceil() as usize;
     k.saturating_mul(2)
-        .max(by_size.clamp(EF_SEARCH_MIN, EF_SEARCH_MAX))
+        .max(by_size.clamp(LIST_MIN, LIST_MAX_BY_SIZE))
 }
