@@ -191,6 +191,10 @@ enum Command {
     /// word of its output, and appends its hash (never the token) to FILE.
     #[command(subcommand)]
     Token(TokenAction),
+    /// Open the memory browser on this database: serves the page on a loopback port (a free
+    /// one unless --port) and prints its URL; Ctrl-C stops it. The same server as `serve
+    /// --http 127.0.0.1:PORT`, with its flags.
+    Ui(Box<UiArgs>),
     /// Start a server on a scratch database, talk MCP to it and print what happens.
     Demo {
         /// Show the MCP tasks flow instead: a graph of 100,000 memories, a walk that becomes a
@@ -304,6 +308,15 @@ enum Command {
     },
 }
 
+#[derive(Debug, clap::Args)]
+struct UiArgs {
+    /// The loopback port (0: a free one).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
 #[derive(Debug, clap::Args, Default)]
 struct ServeArgs {
     /// How long an eligible call may run before it is handed back as a task, in milliseconds
@@ -347,6 +360,9 @@ struct ServeArgs {
     /// server, one task runner); the process ends when that session does.
     #[arg(long, requires = "http")]
     stdio: bool,
+    /// With --http: do not serve the memory browser at `/`.
+    #[arg(long, env = "MNEMOGRAPH_NO_UI")]
+    no_ui: bool,
     /// Bearer tokens every HTTP request must carry: a file of `SUBJECT sha256:HEX scopes=…
     /// namespaces=*` lines, as `mnemograph token add` writes them.
     #[arg(long, env = "MNEMOGRAPH_TOKENS", value_name = "FILE")]
@@ -485,6 +501,7 @@ impl ServeArgs {
             grace: std::time::Duration::from_millis(self.shutdown_grace_ms),
             auth,
             with_stdio: self.stdio,
+            ui: !self.no_ui,
             ..crate::mcp::http::HttpOptions::new(addr)
         }))
     }
@@ -760,64 +777,25 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             .unwrap_or(Command::Serve(Box::default()))
     });
     match command {
-        Command::Serve(serve) => {
-            let started = std::time::Instant::now();
-            let http = serve.http()?;
-            let engine = Arc::new(open(cfg)?);
-            let background = engine.start_background()?;
-            log_refused_roots(engine.config());
-            {
-                let engine = Arc::clone(&engine);
-                let _ = std::thread::Builder::new()
-                    .name("clean-exports".into())
-                    .spawn(move || engine.clean_stale_exports());
-            }
-            tracing::info!(
-                db = %engine.config().database_label(),
-                open_ms = started.elapsed().as_secs_f64() * 1e3,
-                transport = if http.is_some() { "http" } else { "stdio" },
-                "engine open"
-            );
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .context("cannot start the async runtime")?;
-            let options = crate::mcp::ServerOptions {
-                owner: serve.owner,
-                result_budget_tokens: Some(serve.result_budget_tokens as usize),
-                schedule: serve
-                    .consolidate_every
-                    .map(crate::tasks::Schedule::consolidation),
-                tasks: crate::tasks::TaskConfig {
-                    inline_budget: std::time::Duration::from_millis(serve.inline_budget_ms),
-                    default_ttl_ms: serve.task_ttl_ms,
-                    ..crate::tasks::TaskConfig::default()
-                },
-            };
-            let served = match http {
-                Some(http) => runtime.block_on(crate::mcp::http::serve_http(
-                    Arc::clone(&engine),
-                    options,
-                    http,
-                    crate::mcp::http::termination(),
-                )),
-                None => runtime.block_on(crate::mcp::serve_stdio(Arc::clone(&engine), options)),
-            };
-            // Work that ignores cancellation must not keep a closed session's process alive.
-            runtime.shutdown_timeout(std::time::Duration::from_secs(2));
-            // Closed here, not in the background thread while the process exits: the graph file
-            // and the vector dump written, the database checkpointed. A tick that does not end
-            // in time (a long index build) keeps the engine: what the next start reads is
-            // written anyway.
-            if !background.stop(std::time::Duration::from_secs(2))
-                && let Err(e) = engine.prepare_exit()
-            {
-                tracing::warn!(error = %e, "could not write the graph file or checkpoint the database");
-            }
-            drop(engine);
-            served?;
-            Ok(ExitCode::SUCCESS)
+        Command::Ui(ui) => {
+            let UiArgs { port, mut serve } = *ui;
+            // Loopback, the page on, no stdio session, whatever the serve variables say.
+            serve.http = Some(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+            serve.stdio = false;
+            serve.no_ui = false;
+            let (tell, told) = std::sync::mpsc::channel();
+            let _ = std::thread::Builder::new()
+                .name("ui-url".into())
+                .spawn(move || {
+                    if let Ok(addr) = told.recv() {
+                        let mut out = std::io::stdout().lock();
+                        let _ = writeln!(out, "memory browser: http://{addr}/  (Ctrl-C to stop)");
+                        let _ = out.flush();
+                    }
+                });
+            serve_command(cfg, &serve, Some(tell))
         }
+        Command::Serve(serve) => serve_command(cfg, &serve, None),
         Command::Token(TokenAction::Add {
             subject,
             tokens,
@@ -1187,6 +1165,78 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `serve` (and `ui`): opens the engine, serves MCP over stdio or HTTP until the session ends or
+/// a signal comes, then closes the engine. `listening` is told HTTP's bound address.
+fn serve_command(
+    cfg: Config,
+    serve: &ServeArgs,
+    listening: Option<std::sync::mpsc::Sender<std::net::SocketAddr>>,
+) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    let started = std::time::Instant::now();
+    let http = serve.http()?.map(|mut http| {
+        http.listening = listening;
+        http
+    });
+    let path = cfg.database_label();
+    let engine = Arc::new(
+        Engine::open(cfg).with_context(|| format!("cannot open the memory database {path}"))?,
+    );
+    let background = engine.start_background()?;
+    log_refused_roots(engine.config());
+    {
+        let engine = Arc::clone(&engine);
+        let _ = std::thread::Builder::new()
+            .name("clean-exports".into())
+            .spawn(move || engine.clean_stale_exports());
+    }
+    tracing::info!(
+        db = %engine.config().database_label(),
+        open_ms = started.elapsed().as_secs_f64() * 1e3,
+        transport = if http.is_some() { "http" } else { "stdio" },
+        "engine open"
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let options = crate::mcp::ServerOptions {
+        owner: serve.owner.clone(),
+        result_budget_tokens: Some(serve.result_budget_tokens as usize),
+        schedule: serve
+            .consolidate_every
+            .map(crate::tasks::Schedule::consolidation),
+        tasks: crate::tasks::TaskConfig {
+            inline_budget: std::time::Duration::from_millis(serve.inline_budget_ms),
+            default_ttl_ms: serve.task_ttl_ms,
+            ..crate::tasks::TaskConfig::default()
+        },
+    };
+    let served = match http {
+        Some(http) => runtime.block_on(crate::mcp::http::serve_http(
+            Arc::clone(&engine),
+            options,
+            http,
+            crate::mcp::http::termination(),
+        )),
+        None => runtime.block_on(crate::mcp::serve_stdio(Arc::clone(&engine), options)),
+    };
+    // Work that ignores cancellation must not keep a closed session's process alive.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    // Closed here, not in the background thread while the process exits: the graph file
+    // and the vector dump written, the database checkpointed. A tick that does not end
+    // in time (a long index build) keeps the engine: what the next start reads is
+    // written anyway.
+    if !background.stop(std::time::Duration::from_secs(2))
+        && let Err(e) = engine.prepare_exit()
+    {
+        tracing::warn!(error = %e, "could not write the graph file or checkpoint the database");
+    }
+    drop(engine);
+    served?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn tasks_command(engine: Engine, action: TasksAction) -> anyhow::Result<ExitCode> {

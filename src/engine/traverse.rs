@@ -22,7 +22,7 @@ pub const DEFAULT_MAX_NODES: usize = 10_000;
 /// Largest node budget accepted.
 pub const MAX_MAX_NODES: usize = 2_000_000;
 /// Most nodes (or paths) one answer lists.
-pub const MAX_LIMIT: usize = 1_000;
+pub const MAX_LIMIT: usize = 5_000;
 /// Seeds taken from a query's top hits.
 const QUERY_SEEDS: usize = 5;
 /// Memories scored against `focus` per database round trip.

@@ -71,6 +71,11 @@ pub struct HttpOptions {
     /// Also serve one session on stdin/stdout (same server, same task runner); the process
     /// stops when that session ends, as a stdio server does.
     pub with_stdio: bool,
+    /// Serve the memory browser at `/` (a page that speaks MCP to `/mcp` with the caller's
+    /// token).
+    pub ui: bool,
+    /// Told the bound address once listening (an address of port 0 gets a free port).
+    pub listening: Option<std::sync::mpsc::Sender<SocketAddr>>,
 }
 
 impl HttpOptions {
@@ -91,6 +96,8 @@ impl HttpOptions {
             grace: Duration::from_secs(10),
             auth: None,
             with_stdio: false,
+            ui: true,
+            listening: None,
         }
     }
 }
@@ -165,6 +172,11 @@ pub async fn serve_http(
         .route_layer(axum::middleware::from_fn_with_state(body, read_body))
         .route_layer(axum::middleware::from_fn_with_state(admission, admit))
         .route_layer(axum::middleware::from_fn_with_state(owners, owned_session));
+    // The page's own requests pass rmcp's origin check where `Host` is checked or tokens needed.
+    let hosts = Arc::new(allowed_hosts(&http, local));
+    if !hosts.is_empty() || http.auth.is_some() {
+        app = app.route_layer(axum::middleware::from_fn(super::ui::same_origin));
+    }
     if let Some(gate) = http.auth.clone() {
         app = app.route_layer(axum::middleware::from_fn_with_state(gate, authenticate));
     }
@@ -182,7 +194,9 @@ pub async fn serve_http(
                 axum::routing::get(serve),
             );
     }
-    let hosts = Arc::new(allowed_hosts(&http, local));
+    if http.ui {
+        app = app.merge(super::ui::routes());
+    }
     let app = app
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route("/readyz", axum::routing::get(ready).with_state(readiness))
@@ -203,7 +217,10 @@ pub async fn serve_http(
             "fewer open connections than asked: the open-files limit is lower"
         );
     }
-    tracing::info!(url = %format!("http://{local}{MCP_PATH}"), "serving MCP over HTTP");
+    tracing::info!(url = %format!("http://{local}{MCP_PATH}"), ui = http.ui, "serving MCP over HTTP");
+    if let Some(listening) = &http.listening {
+        let _ = listening.send(local);
+    }
     tracing::debug!(
         max_connections = limits.max_connections,
         header_timeout_ms = http.header_timeout.as_millis() as u64,

@@ -19,6 +19,7 @@ mod sessions;
 mod task_api;
 pub mod tools;
 mod transport;
+mod ui;
 pub mod work;
 
 use std::sync::Arc;

@@ -5,6 +5,7 @@
 mod access;
 mod background;
 mod bad_input;
+mod browser;
 mod budget;
 mod cli;
 mod concurrency;
@@ -30,4 +31,5 @@ mod tasks;
 mod tidy;
 mod tools;
 mod transfer;
+mod ui;
 mod wire;

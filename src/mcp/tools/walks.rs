@@ -68,7 +68,7 @@ pub(crate) struct TraverseParams {
     pub(crate) return_: Option<ReturnInput>,
     /// Rank nodes by this text.
     pub(crate) focus: Option<String>,
-    /// Nodes listed, 1–1000 (default 50; ~70 tokens each).
+    /// Nodes listed, 1–5000 (default 50; ~70 tokens each).
     pub(crate) limit: Option<u32>,
     /// Also archived.
     pub(crate) include_archived: Option<bool>,
