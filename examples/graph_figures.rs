@@ -10,12 +10,14 @@
 #[path = "../benches/fixture/mod.rs"]
 mod fixture;
 
+#[path = "common/graph_db.rs"]
+mod graph_db;
+
 use std::io::{BufRead, BufReader, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mnemograph::engine::{RelateItem, RememberItem};
 use mnemograph::graph::traverse::{Order, Progress, Spec, traverse};
 use mnemograph::graph::{Direction, MemoryGraph};
 use mnemograph::model::EdgeRow;
@@ -43,21 +45,12 @@ const START_RELATIONS: usize = 500_000;
 const STARTS: usize = 7;
 const HANDLES: usize = 15;
 const GETS: usize = 2_000;
-/// Bumped when the database recipe changes.
-const DATA_VERSION: u32 = 1;
 
 const FLOOR_VISITS_PER_S: f64 = 5_000_000.0;
 const FLOOR_HANDLE_MS: f64 = 50.0;
 const FLOOR_GET_P50_MS: f64 = 1.0;
 const FLOOR_LOAD_MS: f64 = 1_000.0;
 const FLOOR_FIRST_TRAVERSE_MS: f64 = 300.0;
-
-fn xorshift(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
-}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -162,68 +155,6 @@ fn graph_file(db: &Path) -> PathBuf {
         .join(mnemograph::index::graph_file::FILE_NAME)
 }
 
-fn database(memories: usize, relations: usize) -> PathBuf {
-    let dir =
-        fixture::bench_data_dir().join(format!("graph-v{DATA_VERSION}-{memories}-{relations}"));
-    let db = dir.join("graph.db");
-    if dir.join("complete").exists() {
-        return db;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("data dir");
-    let engine = Engine::open(Config::for_db(&db)).expect("open");
-    let mut ids = Vec::with_capacity(memories);
-    for start in (0..memories).step_by(10_000) {
-        let items: Vec<RememberItem> = (start..start + 10_000)
-            .map(|i| RememberItem {
-                content: format!("memory {i} about topic {} and {}", i % 97, i % 13),
-                name: (i == 0).then(|| "root".into()),
-                ..RememberItem::default()
-            })
-            .collect();
-        ids.extend(
-            engine
-                .remember(&items)
-                .expect("remember")
-                .into_iter()
-                .map(|r| r.expect("stored").id),
-        );
-    }
-    let mut s = 42u64;
-    let mut batch = Vec::with_capacity(10_000);
-    let per_memory = relations.div_ceil(memories);
-    for n in 0..relations {
-        let from = n / per_memory;
-        let to = if n % per_memory == 0 {
-            (from + 1) % memories
-        } else {
-            (xorshift(&mut s) % memories as u64) as usize
-        };
-        if to == from {
-            continue;
-        }
-        batch.push(RelateItem {
-            from: ids[from].clone(),
-            to: ids[to].clone(),
-            kind: "about".into(),
-            weight: Some(0.8),
-            metadata: None,
-            namespace: None,
-        });
-        if batch.len() == 10_000 {
-            engine.relate(&batch).expect("relate");
-            batch.clear();
-        }
-    }
-    if !batch.is_empty() {
-        engine.relate(&batch).expect("relate");
-    }
-    engine.sync_text().expect("index");
-    drop(engine);
-    std::fs::write(dir.join("complete"), b"ok").expect("mark");
-    db
-}
-
 fn args(v: Value) -> serde_json::Map<String, Value> {
     v.as_object().cloned().unwrap_or_default()
 }
@@ -319,7 +250,7 @@ fn main() {
                 let dst = if j == 0 {
                     i % NODES + 1
                 } else {
-                    (xorshift(&mut s) % NODES as u64) as i64 + 1
+                    (graph_db::xorshift(&mut s) % NODES as u64) as i64 + 1
                 };
                 EdgeRow {
                     relation: i * 8 + j,
@@ -355,12 +286,12 @@ fn main() {
         out,
         "preparing the database ({DB_MEMORIES} memories, {DB_RELATIONS} relations; cached under target/bench-data) …"
     );
-    let db = database(DB_MEMORIES, DB_RELATIONS);
+    let db = graph_db::database(DB_MEMORIES, DB_RELATIONS);
     let _ = writeln!(
         out,
         "preparing the start-up database ({START_MEMORIES} memories, {START_RELATIONS} relations) …"
     );
-    let start_db = database(START_MEMORIES, START_RELATIONS);
+    let start_db = graph_db::database(START_MEMORIES, START_RELATIONS);
     // Each start from the database (the graph file removed first), then from the graph file
     // (which the first of those starts left).
     let starts = |db: &Path, with_file: bool| -> Vec<f64> {

@@ -11,7 +11,6 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,9 +31,12 @@ const FLAGS: &str = "--headless --no-sandbox --disable-gpu --disable-quic --no-f
     --remote-debugging-pipe";
 
 /// Where tests keep what a person may want to look at afterwards (screenshots): `ui/<name>`
-/// under the target's temp folder.
+/// under the target's temp folder (the system's, for a program cargo gives none).
 pub(crate) fn artefact(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui").join(name)
+    option_env!("CARGO_TARGET_TMPDIR")
+        .map_or_else(std::env::temp_dir, PathBuf::from)
+        .join("ui")
+        .join(name)
 }
 
 /// A headless Chromium and the one page it drives. Dropping it closes the browser and removes
@@ -524,7 +526,7 @@ fn fails_fast_once_chromium_is_gone() {
     };
     b.child.kill().expect("kill Chromium");
     let started = Instant::now();
-    let failed = std::panic::catch_unwind(AssertUnwindSafe(|| b.eval("1")))
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.eval("1")))
         .expect_err("a call to a dead browser panics");
     let message = failed.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(message.contains("Chromium"), "{message}");

@@ -395,3 +395,141 @@ async fn ui_serves_the_page_on_loopback_and_prints_its_url() {
     crate::support::terminate(&child);
     let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
 }
+
+/// A graph of `memories` memories in namespace `walk` (the first named `hub`), each with five
+/// relations (to the next and four pseudo-random others), imported with the CLI.
+fn import_walk_graph(db: &std::path::Path, memories: usize) {
+    use std::io::Write;
+    let file = db.with_file_name("graph.jsonl");
+    let mut out =
+        std::io::BufWriter::new(std::fs::File::create(&file).expect("create the graph file"));
+    writeln!(
+        out,
+        r#"{{"exported_at":"2026-01-01T00:00:00Z","format":"mnemograph","type":"header","version":1}}"#
+    )
+    .expect("write");
+    for i in 0..memories {
+        let name = if i == 0 { r#","name":"hub""# } else { "" };
+        writeln!(
+            out,
+            r#"{{"type":"memory","id":"m_w{i:07}","namespace":"walk"{name},"content":"note {i} about invoice {} and order {}"}}"#,
+            i % 97,
+            i % 13
+        )
+        .expect("write");
+    }
+    let mut s = 42u64;
+    let mut r = 0;
+    for i in 0..memories {
+        let mut to = Vec::with_capacity(5);
+        for k in 0..5 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let j = if k == 0 {
+                (i + 1) % memories
+            } else {
+                (s % memories as u64) as usize
+            };
+            // One relation per (from, to, kind): a repeat with another id is a conflict.
+            if j == i || to.contains(&j) {
+                continue;
+            }
+            to.push(j);
+            writeln!(
+                out,
+                r#"{{"type":"relation","id":"r_w{r:07}","from":"m_w{i:07}","to":"m_w{j:07}","kind":"about","weight":0.8}}"#
+            )
+            .expect("write");
+            r += 1;
+        }
+    }
+    out.flush().expect("flush");
+    drop(out);
+    let done = std::process::Command::new(crate::support::BIN)
+        .args(["import", "--db"])
+        .arg(db)
+        .arg(&file)
+        .output()
+        .expect("run mnemograph import");
+    assert!(
+        done.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&done.stdout),
+        String::from_utf8_lossy(&done.stderr)
+    );
+}
+
+/// A deep walk is the server's task: the page shows its progress moving, draws what it
+/// reached, and a second one is cancelled from the page; the Tasks view lists both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_walk_shows_its_progress_and_can_be_cancelled() {
+    let Some(b) = Browser::launch() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("m.db");
+    import_walk_graph(&db, 100_000);
+    let http = HttpChild::beside(&db, "serve.log", &[]).await;
+    let base = http.url.trim_end_matches("/mcp").to_owned();
+    let walk = "(() => { const v = (i, x) => document.getElementById(i).value = x; \
+        v('g-seed', 'hub'); v('g-namespace', 'walk'); v('g-depth', '8'); \
+        v('g-focus', 'invoice overdue'); v('g-limit', '2000'); \
+        document.getElementById('graph-form').requestSubmit(); })()";
+
+    steps(|| {
+        open_page(&b, &base, None);
+        b.eval("mnemograph.show('graph')");
+        b.eval(walk);
+        b.wait_for(
+            "document.getElementById('g-progress').dataset.ended === 'completed'",
+            Duration::from_secs(60),
+        );
+        let values: Vec<f64> = b
+            .eval("document.getElementById('g-progress').dataset.values")
+            .as_str()
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|v| v.parse().expect("a fraction"))
+            .collect();
+        assert!(
+            values.len() >= 2
+                && values.windows(2).all(|w| w[0] <= w[1])
+                && values[0] < values[values.len() - 1],
+            "the bar moved forward: {values:?}"
+        );
+        let drawn = b.wait_for(
+            "(() => { const g = document.getElementById('graph').dataset; \
+             return g.drawn === '2000' && g.settledMs ? Number(g.settledMs) : 0; })()",
+            WAIT,
+        );
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("progress shown {values:?}; 2,000 nodes settled in {drawn} ms\n"),
+        );
+        b.screenshot(&artefact("walk.png"));
+
+        // The same walk again, cancelled while it runs.
+        b.eval(walk);
+        b.wait_for("!document.getElementById('g-progress').hidden", WAIT);
+        b.screenshot(&artefact("walk-progress.png"));
+        click(&b, "#g-cancel");
+        b.wait_for(
+            "document.getElementById('g-progress').dataset.ended === 'cancelled'",
+            Duration::from_secs(60),
+        );
+        assert!(text_of(&b, "status").contains("cancelled"));
+
+        b.eval("mnemograph.show('tasks')");
+        b.wait_for(
+            "document.querySelectorAll('#tasks tbody tr').length === 2",
+            WAIT,
+        );
+        let tasks = text_of(&b, "tasks");
+        assert!(
+            tasks.contains("completed") && tasks.contains("cancelled"),
+            "{tasks}"
+        );
+        b.screenshot(&artefact("tasks.png"));
+        assert_clean(&b);
+    });
+    http.stop().await;
+}
