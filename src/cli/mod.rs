@@ -258,7 +258,8 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Export memories and relations as jsonl (re-importable), graphml or dot.
+    /// Export memories and relations as jsonl (re-importable), graphml, dot or html (one
+    /// self-contained page: a list and a graph view).
     Export {
         #[arg(long, default_value = "jsonl")]
         format: String,
@@ -274,6 +275,13 @@ enum Command {
         /// A new file to write (default: stdout).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Only what a walk from this memory (an id, or a name in the first --namespace or
+        /// `default`) reaches, and the relations between those.
+        #[arg(long, value_name = "ID|NAME")]
+        around: Option<String>,
+        /// Hops of the walk from --around (1–8).
+        #[arg(long, default_value_t = 2, requires = "around")]
+        depth: u8,
     },
     /// Consolidate memory: merge near-duplicates, summarise old episodes, flag contradictions,
     /// decay salience, archive the long unused, tidy relations. Nothing is deleted; every run can be undone. Safe to run from cron: when
@@ -1021,16 +1029,8 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "both" => crate::graph::Direction::Both,
                 other => anyhow::bail!("unknown direction {other:?}: use out, in or both"),
             };
-            let seed = if seed.starts_with("m_") {
-                MemoryRef::Id(seed)
-            } else {
-                MemoryRef::Name {
-                    namespace,
-                    name: seed,
-                }
-            };
             let req = TraverseRequest {
-                seeds: vec![seed],
+                seeds: vec![memory_ref(seed, namespace)],
                 query: None,
                 namespaces: NamespaceScope::All,
                 depth,
@@ -1114,7 +1114,31 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             vectors,
             history,
             out,
+            around,
+            depth,
         } => {
+            let around = around.map(|seed| {
+                let home = namespace
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "default".into());
+                TraverseRequest {
+                    seeds: vec![memory_ref(seed, home)],
+                    query: None,
+                    namespaces: NamespaceScope::All,
+                    depth,
+                    direction: crate::graph::Direction::Both,
+                    kinds: vec![],
+                    min_weight: 0.0,
+                    valid_at: None,
+                    max_nodes: crate::engine::traverse::DEFAULT_MAX_NODES,
+                    shape: Shape::Nodes,
+                    focus: None,
+                    limit: crate::engine::traverse::MAX_LIMIT,
+                    include_archived: false,
+                    access: crate::engine::Access::All,
+                }
+            });
             let mut cfg = cfg;
             // The new file an operator names is allowed (that file, not its folder).
             let out = match out {
@@ -1129,7 +1153,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             if out.is_some() {
                 log_refused_roots(engine.config());
             }
-            transfer::export(&engine, &format, namespace, vectors, history, out)?;
+            transfer::export(&engine, &format, namespace, around, (vectors, history), out)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Model { action } => model::run(action),
@@ -1163,6 +1187,18 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 )?;
             }
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// A memory as the command line names it: an id (`m_…`), or a name in `namespace`.
+fn memory_ref(seed: String, namespace: String) -> MemoryRef {
+    if seed.starts_with("m_") {
+        MemoryRef::Id(seed)
+    } else {
+        MemoryRef::Name {
+            namespace,
+            name: seed,
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::engine::control::status_message;
 use crate::engine::control::{Control, WorkProgress};
 use crate::engine::export::{ExportRequest, ExportTarget, OutFormat};
 use crate::engine::import::{ImportRequest, Source};
+use crate::engine::traverse::TraverseRequest;
 use crate::formats::InFormat;
 
 /// Prints progress to stderr, not more often than every `every`.
@@ -228,21 +229,23 @@ fn import_each(
     Ok(all_ok)
 }
 
-/// Exports to `out` (a new file) or to stdout.
+/// Exports to `out` (a new file) or to stdout: the namespaces named (all when none), or what a
+/// walk reaches; with each memory's vector and history when asked (jsonl).
 pub(super) fn export(
     engine: &Engine,
     format: &str,
     namespaces: Vec<String>,
-    vectors: bool,
-    history: bool,
+    subgraph: Option<TraverseRequest>,
+    (vectors, history): (bool, bool),
     out: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    let format = OutFormat::parse(format)
-        .ok_or_else(|| anyhow::anyhow!("unknown --format {format:?}; use jsonl, graphml or dot"))?;
+    let format = OutFormat::parse(format).ok_or_else(|| {
+        anyhow::anyhow!("unknown --format {format:?}; use jsonl, graphml, dot or html")
+    })?;
     let req = ExportRequest {
         namespaces: (!namespaces.is_empty()).then_some(namespaces),
         format,
-        subgraph: None,
+        subgraph,
         vectors,
         history,
     };

@@ -9,7 +9,7 @@ use crate::engine::Engine;
 use crate::engine::control::{Control, Progressing, WorkKind, WorkProgress};
 use crate::engine::traverse::TraverseRequest;
 use crate::error::{Error, Result};
-use crate::formats::{dot, graphml, jsonl};
+use crate::formats::{dot, graphml, html, jsonl};
 use crate::model::{Memory, MemoryKey, Relation, now_millis};
 use crate::store::history::{self, Entity};
 use crate::store::{Db, memories, relations, vectors};
@@ -25,6 +25,8 @@ pub enum OutFormat {
     Jsonl,
     Graphml,
     Dot,
+    /// One self-contained page: a list and a graph view, no server, no network.
+    Html,
 }
 
 impl OutFormat {
@@ -33,6 +35,7 @@ impl OutFormat {
             "jsonl" | "mnemograph" => Some(OutFormat::Jsonl),
             "graphml" => Some(OutFormat::Graphml),
             "dot" | "graphviz" => Some(OutFormat::Dot),
+            "html" => Some(OutFormat::Html),
             _ => None,
         }
     }
@@ -42,6 +45,7 @@ impl OutFormat {
             OutFormat::Jsonl => "jsonl",
             OutFormat::Graphml => "graphml",
             OutFormat::Dot => "dot",
+            OutFormat::Html => "html",
         }
     }
 }
@@ -118,6 +122,7 @@ impl Engine {
                 }
                 OutFormat::Graphml => graphml::begin(out).map_err(io)?,
                 OutFormat::Dot => dot::begin(out).map_err(io)?,
+                OutFormat::Html => html::begin(out).map_err(io)?,
             }
             let mut page_out = PageWriter {
                 req,
@@ -177,6 +182,7 @@ impl Engine {
                 OutFormat::Jsonl => {}
                 OutFormat::Graphml => graphml::end(out).map_err(io)?,
                 OutFormat::Dot => dot::end(out).map_err(io)?,
+                OutFormat::Html => html::end(out).map_err(io)?,
             }
             out.flush().map_err(io)?;
             Ok(counts)
@@ -230,6 +236,7 @@ impl PageWriter<'_> {
                 }
                 OutFormat::Graphml => graphml::node(self.out, m),
                 OutFormat::Dot => dot::node(self.out, m),
+                OutFormat::Html => html::node(self.out, m),
             }
             .map_err(io)?;
             self.exported.insert(m.key);
@@ -257,6 +264,7 @@ impl PageWriter<'_> {
                 OutFormat::Jsonl => jsonl::write_relation(self.out, r),
                 OutFormat::Graphml => graphml::edge(self.out, r),
                 OutFormat::Dot => dot::edge(self.out, r),
+                OutFormat::Html => html::edge(self.out, r),
             }
             .map_err(io)?;
             self.counts.relations += 1;
@@ -349,6 +357,7 @@ impl Engine {
                     OutFormat::Jsonl => jsonl::write_memory(&mut w, m, None, &[]),
                     OutFormat::Graphml => graphml::node(&mut w, m),
                     OutFormat::Dot => dot::node(&mut w, m),
+                    OutFormat::Html => html::node(&mut w, m),
                 }
                 .map_err(io)?;
             }
@@ -360,6 +369,7 @@ impl Engine {
                     OutFormat::Jsonl => jsonl::write_relation(&mut w, r),
                     OutFormat::Graphml => graphml::edge(&mut w, r),
                     OutFormat::Dot => dot::edge(&mut w, r),
+                    OutFormat::Html => html::edge(&mut w, r),
                 }
                 .map_err(io)?;
             }

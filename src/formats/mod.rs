@@ -5,6 +5,7 @@
 pub mod detect;
 pub mod dot;
 pub mod graphml;
+pub mod html;
 pub mod jsonl;
 pub mod locomo;
 pub mod markdown;

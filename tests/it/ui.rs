@@ -172,6 +172,29 @@ async fn the_browser_searches_opens_a_memory_and_draws_its_neighbourhood() {
         );
         b.screenshot(&artefact("graph.png"));
 
+        // Save as HTML: one file with the same 44 memories (the download caught in the page).
+        b.eval(
+            "URL.createObjectURL = (blob) => { window.__saved = blob; return 'about:blank'; }; \
+             HTMLAnchorElement.prototype.click = function () { window.__download = this.download; };",
+        );
+        click(&b, "#g-save");
+        b.wait_for("window.__saved !== undefined", WAIT);
+        let saved = b.eval(
+            "window.__saved.text().then(t => [t.startsWith('<!doctype html>'), \
+             (t.match(/\"t\":\"m\"/g) || []).length, t.includes('window.__xss=2</script>'), window.__download])",
+        );
+        assert_eq!(saved[0], json!(true), "{saved}");
+        assert_eq!(saved[1], json!(44), "{saved}");
+        assert_eq!(
+            saved[2],
+            json!(false),
+            "content cannot close the records block: {saved}"
+        );
+        assert!(
+            saved[3].as_str().unwrap_or_default().ends_with(".html"),
+            "{saved}"
+        );
+
         // Content is text everywhere: the markup memory shows its characters and runs nothing.
         b.eval("mnemograph.show('search')");
         type_into(&b, "q", "careful with markup");
@@ -532,4 +555,66 @@ async fn a_long_walk_shows_its_progress_and_can_be_cancelled() {
         assert_clean(&b);
     });
     http.stop().await;
+}
+
+/// `export --format html` writes one page that shows a subgraph with no server: its list, its
+/// graph and a memory's details, content as text, nothing fetched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exported_page_shows_the_subgraph_without_a_server() {
+    let Some(b) = Browser::launch() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("m.db");
+    let http = HttpChild::beside(&db, "serve.log", &[]).await;
+    let s = Server::attach(&http.url, Era::Discover, None, &http.log).await;
+    s.remember(json!([
+        {"name": "atlas", "content": "The Atlas project ships in March"},
+        {"name": "alice", "content": "Alice leads Atlas", "links": [{"to": "atlas", "kind": "leads"}]},
+        {"name": "xss", "content": "<img src=x onerror=\"window.__xss=1\"></script><script>window.__xss=2</script>",
+         "links": [{"to": "atlas", "kind": "about"}]},
+        {"name": "far", "content": "Unrelated and unlinked"}
+    ]))
+    .await;
+    s.stop().await;
+    http.stop().await;
+    let page = dir.path().join("atlas.html");
+    let done = std::process::Command::new(crate::support::BIN)
+        .args([
+            "export", "--format", "html", "--around", "atlas", "--depth", "2", "--db",
+        ])
+        .arg(&db)
+        .arg("--out")
+        .arg(&page)
+        .output()
+        .expect("run mnemograph export");
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let html = std::fs::read_to_string(&page).expect("the page");
+    assert!(!html.contains("window.__xss=2</script>"), "content escaped");
+    assert!(!html.contains("Unrelated"), "only what the walk reaches");
+
+    steps(|| {
+        b.goto(&format!("file://{}", page.display()));
+        b.wait_for(
+            "document.getElementById('graph').dataset.nodes === '3'",
+            WAIT,
+        );
+        assert!(text_of(&b, "counts").starts_with("3 of 3 memories · 2 relations"));
+        type_into(&b, "filter", "leads");
+        b.wait_for("document.querySelectorAll('#list li').length === 1", WAIT);
+        click(&b, "#list li");
+        assert!(text_of(&b, "detail").contains("Alice leads Atlas"));
+        type_into(&b, "filter", "script");
+        b.wait_for("document.querySelectorAll('#list li').length === 1", WAIT);
+        click(&b, "#list li");
+        assert!(text_of(&b, "detail").contains("<script>window.__xss=2</script>"));
+        assert_eq!(
+            b.eval("[window.__xss === undefined, document.querySelectorAll('img').length]"),
+            json!([true, 0])
+        );
+        b.screenshot(&artefact("export.png"));
+        assert_clean(&b);
+    });
 }

@@ -61,7 +61,7 @@ pub(crate) struct SubgraphInput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ExportParams {
-    /// jsonl (default, lossless) | graphml | dot.
+    /// jsonl (default, lossless) | graphml | dot | html.
     pub(crate) format: Option<String>,
     /// Default all.
     pub(crate) namespaces: Option<Vec<String>>,
@@ -193,7 +193,7 @@ fn export_call(p: ExportParams, who: &Acting) -> Result<(ExportRequest, ExportTa
             Error::invalid(
                 "format",
                 format!("{f:?} is not an export format"),
-                "use jsonl, graphml or dot",
+                "use jsonl, graphml, dot or html",
             )
         })?,
     };

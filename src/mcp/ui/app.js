@@ -662,7 +662,28 @@
     e.preventDefault();
     showGraph().catch((err) => (err.message === 'cancelled' ? setStatus('the walk was cancelled') : fail(err)));
   });
+  /** The neighbourhood as one self-contained HTML file (the `export` tool's html format). */
+  async function save() {
+    const seed = $('g-seed').value.trim();
+    if (!seed) throw new McpError('give a memory id or name to start from');
+    const depth = parseInt($('g-depth').value, 10) || 2;
+    const subgraph = /^m_[a-z0-9]+$/.test(seed) ? { ids: [seed], depth } : { names: [seed], depth };
+    const args = { format: 'html', subgraph };
+    const ns = $('g-namespace').value.trim();
+    if (ns && subgraph.names) args.namespaces = [ns];
+    setStatus('exporting…');
+    const out = await call('export', args, (t) => setStatus('exporting: ' + (t.message || t.status)));
+    const url = URL.createObjectURL(new Blob([out.data], { type: 'text/html' }));
+    const a = el('a', { href: url, download: 'mnemograph-' + seed.replace(/[^\w.-]+/g, '_') + '.html' });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+    setStatus('saved ' + out.memories + ' memories and ' + out.relations + ' relations as one HTML file');
+  }
+
   $('g-path').addEventListener('click', () => findPath().catch(fail));
+  $('g-save').addEventListener('click', () => save().catch(fail));
   $('g-cancel').addEventListener('click', () => {
     if (runningTask) rpc('tasks/cancel', { taskId: runningTask }, runningTask).then(() => setStatus('cancelling…')).catch(fail);
   });

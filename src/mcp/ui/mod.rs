@@ -2,8 +2,8 @@
 //! server (2026-07-28 stateless requests with the caller's bearer token), so it sees and may do
 //! exactly what that caller's tools may — the same recall, walks, tasks, scopes and namespace
 //! limits, no second implementation. Everything it loads ships in the binary (`index.html`,
-//! `app.js`, `app.css`, and `vendor/force-graph.min.js`, whose provenance is
-//! `vendor/README.md`); a strict Content-Security-Policy admits scripts, styles and requests of
+//! `app.js`, `app.css`, and the graph library `formats::html` bundles for exports too, whose
+//! provenance is `src/formats/html/vendor/README.md`); a strict Content-Security-Policy admits scripts, styles and requests of
 //! this origin only, and the page shows memory content as text, never as markup.
 
 use std::sync::OnceLock;
@@ -43,7 +43,7 @@ const ASSETS: &[Asset] = &[
     Asset {
         path: "/ui/force-graph.min.js",
         mime: "text/javascript; charset=utf-8",
-        body: include_bytes!("vendor/force-graph.min.js"),
+        body: crate::formats::html::GRAPH_LIBRARY,
     },
 ];
 
