@@ -447,6 +447,16 @@ impl Engine {
     }
 }
 
+/// A relation's strength today: its weight decayed toward half by the days since it was last
+/// reinforced (what walks and recall's expansion rank by).
+pub fn relation_strength(r: &crate::model::Relation) -> f64 {
+    f64::from(crate::graph::strength(
+        r.weight as f32,
+        crate::graph::day_of(r.reinforced_at),
+        today(),
+    ))
+}
+
 /// The day (since 1970) relation strengths are computed for.
 fn today() -> i32 {
     crate::graph::day_of(crate::model::now_millis())

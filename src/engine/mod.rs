@@ -25,6 +25,8 @@ mod vectors;
 pub mod work;
 mod write;
 
+pub use graph::relation_strength;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 

@@ -88,14 +88,44 @@ fn steps<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
+/// A `serve --http` child on a fresh database in `dir` (with `extra` flags), the page's base
+/// URL, and a real MCP client of it sending `token`.
+struct Served {
+    dir: tempfile::TempDir,
+    http: HttpChild,
+    base: String,
+    client: Server,
+}
+
+impl Served {
+    async fn start_in(dir: tempfile::TempDir, extra: &[&str], token: Option<&str>) -> Served {
+        let db = dir.path().join("m.db");
+        let http = HttpChild::beside(&db, "serve.log", extra).await;
+        let base = http.url.trim_end_matches("/mcp").to_owned();
+        let client = Server::attach(&http.url, Era::Discover, token, &http.log).await;
+        Served {
+            dir,
+            http,
+            base,
+            client,
+        }
+    }
+
+    async fn start() -> Served {
+        Served::start_in(tempfile::tempdir().expect("temp dir"), &[], None).await
+    }
+
+    async fn stop(self) {
+        self.client.stop().await;
+        self.http.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_browser_searches_opens_a_memory_and_draws_its_neighbourhood() {
     let Some(b) = Browser::launch() else { return };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("m.db");
-    let http = HttpChild::beside(&db, "serve.log", &[]).await;
-    let base = http.url.trim_end_matches("/mcp").to_owned();
-    let s = Server::attach(&http.url, Era::Discover, None, &http.log).await;
+    let served = Served::start().await;
+    let (s, base) = (&served.client, &served.base);
     let mut memories = vec![
         json!({"name": "alice", "content": "Alice is the tech lead of the Atlas project", "kind": "fact"}),
         json!({"name": "tea", "content": "Alice prefers green tea", "links": [{"to": "alice", "kind": "about"}]}),
@@ -116,7 +146,7 @@ async fn the_browser_searches_opens_a_memory_and_draws_its_neighbourhood() {
     .await;
 
     steps(|| {
-        open_page(&b, &base, None);
+        open_page(&b, base, None);
         b.screenshot(&artefact("load.png"));
 
         // Search finds the memory, and says why.
@@ -172,7 +202,38 @@ async fn the_browser_searches_opens_a_memory_and_draws_its_neighbourhood() {
         );
         b.screenshot(&artefact("graph.png"));
 
-        // Save as HTML: one file with the same 44 memories (the download caught in the page).
+        // One hop around Atlas leaves tea out; expanding Alice in place brings it in, and the
+        // path from Atlas to tea goes through Alice.
+        b.eval("document.getElementById('g-depth').value = '1'; document.getElementById('graph-form').requestSubmit()");
+        b.wait_for(
+            "document.getElementById('graph').dataset.nodes === '43'",
+            WAIT,
+        );
+        b.eval("mnemograph.show('search')");
+        type_into(&b, "q", "tech lead");
+        click_hit(&b, "tech lead of the Atlas");
+        b.wait_for(
+            "((document.getElementById('memory-content') || {}).innerText || '').includes('tech lead')",
+            WAIT,
+        );
+        click(&b, "#memory-expand");
+        b.wait_for(
+            "document.getElementById('graph').dataset.nodes === '44'",
+            WAIT,
+        );
+        b.eval("document.getElementById('g-to').value = 'tea'");
+        click(&b, "#g-path");
+        let path = b.wait_for("document.getElementById('graph').dataset.path", WAIT);
+        assert_eq!(
+            path.as_str().unwrap_or_default().split(' ').count(),
+            3,
+            "atlas, alice, tea: {path}"
+        );
+        b.screenshot(&artefact("path.png"));
+
+        // Save as HTML: one file of the walk the form names — one hop around Atlas, 43 memories
+        // (the expansion drawn in place is the page's, not the walk's); the download is caught
+        // in the page.
         b.eval(
             "URL.createObjectURL = (blob) => { window.__saved = blob; return 'about:blank'; }; \
              HTMLAnchorElement.prototype.click = function () { window.__download = this.download; };",
@@ -184,7 +245,7 @@ async fn the_browser_searches_opens_a_memory_and_draws_its_neighbourhood() {
              (t.match(/\"t\":\"m\"/g) || []).length, t.includes('window.__xss=2</script>'), window.__download])",
         );
         assert_eq!(saved[0], json!(true), "{saved}");
-        assert_eq!(saved[1], json!(44), "{saved}");
+        assert_eq!(saved[1], json!(43), "{saved}");
         assert_eq!(
             saved[2],
             json!(false),
@@ -208,20 +269,28 @@ async fn the_browser_searches_opens_a_memory_and_draws_its_neighbourhood() {
             json!([true, 0])
         );
         b.screenshot(&artefact("xss.png"));
+
+        b.eval("mnemograph.show('health')");
+        b.wait_for(
+            "(document.querySelector('#health [data-field=memories]') || {}).innerText === '44'",
+            WAIT,
+        );
+        let health = text_of(&b, "health");
+        assert!(
+            health.contains("ready\nyes") && health.contains("text index lag\n0"),
+            "{health}"
+        );
+        b.screenshot(&artefact("health.png"));
         assert_clean(&b);
     });
-    s.stop().await;
-    http.stop().await;
+    served.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consolidation_is_previewed_run_and_undone_from_the_page() {
     let Some(b) = Browser::launch() else { return };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("m.db");
-    let http = HttpChild::beside(&db, "serve.log", &[]).await;
-    let base = http.url.trim_end_matches("/mcp").to_owned();
-    let s = Server::attach(&http.url, Era::Discover, None, &http.log).await;
+    let served = Served::start().await;
+    let (s, base) = (&served.client, &served.base);
     s.remember(json!([
         {"content": "Bob drinks black coffee every morning before the standup meeting"},
         {"content": "Bob drinks black coffee every morning before the standup meeting."},
@@ -230,7 +299,7 @@ async fn consolidation_is_previewed_run_and_undone_from_the_page() {
     .await;
 
     steps(|| {
-        open_page(&b, &base, None);
+        open_page(&b, base, None);
         b.eval("window.confirm = () => true; mnemograph.show('runs')");
         click(&b, "#r-preview");
         b.wait_for(
@@ -274,31 +343,30 @@ async fn consolidation_is_previewed_run_and_undone_from_the_page() {
         assert_eq!(merged, json!(true));
         assert_clean(&b);
     });
-    s.stop().await;
-    http.stop().await;
+    served.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_sees_and_does_through_the_page_only_what_its_tools_may() {
     let Some(b) = Browser::launch() else { return };
     let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("m.db");
     let tokens = dir.path().join("tokens");
     let admin = add_token_with(&tokens, "admin", "read,write", &[]);
     let reader = add_token_with(&tokens, "reader", "read", &["--namespaces", "team"]);
     let tokens_arg = tokens.to_string_lossy().into_owned();
-    let http = HttpChild::beside(&db, "serve.log", &["--tokens", &tokens_arg]).await;
-    let base = http.url.trim_end_matches("/mcp").to_owned();
-    let s = Server::attach(&http.url, Era::Discover, Some(&admin), &http.log).await;
-    s.remember(json!([
-        {"content": "The team standup is at nine", "namespace": "team"},
-        {"content": "The private salary review is in June", "namespace": "hr"}
-    ]))
-    .await;
+    let served = Served::start_in(dir, &["--tokens", &tokens_arg], Some(&admin)).await;
+    let (s, base) = (&served.client, &served.base);
+    let ids = s
+        .remember(json!([
+            {"content": "The team standup is at nine", "namespace": "team"},
+            {"content": "The private salary review is in June", "namespace": "hr"}
+        ]))
+        .await;
+    let salary = ids[1].clone();
 
     steps(|| {
         // No token: the page asks for one and shows nothing.
-        open_page(&b, &base, None);
+        open_page(&b, base, None);
         assert_eq!(b.eval("document.body.dataset.ready"), json!("error"));
         assert_eq!(
             b.eval("document.getElementById('token-panel').hidden"),
@@ -308,7 +376,7 @@ async fn a_token_sees_and_does_through_the_page_only_what_its_tools_may() {
         b.screenshot(&artefact("token.png"));
 
         // A read token limited to `team`: its namespace only, and no writes.
-        open_page(&b, &base, Some(&reader));
+        open_page(&b, base, Some(&reader));
         assert_eq!(b.eval("document.body.dataset.ready"), json!("1"));
         let namespaces =
             b.eval("[...document.querySelectorAll('#f-namespace option')].map(o => o.value)");
@@ -320,6 +388,11 @@ async fn a_token_sees_and_does_through_the_page_only_what_its_tools_may() {
             "document.getElementById('hits-note').innerText.startsWith('0 hits')",
             WAIT,
         );
+        let hidden = b.eval(&format!(
+            "mnemograph.call('get', {{ids: [{}]}}).then(o => (o.memories || []).length, e => e.message)",
+            js(&salary)
+        ));
+        assert_ne!(hidden, json!(1), "the other namespace's memory: {hidden}");
         let refused = b.eval(
             "mnemograph.call('remember', {memories: [{content: 'x', namespace: 'team'}]}).then(() => 'written', e => e.message)",
         );
@@ -341,10 +414,9 @@ async fn a_token_sees_and_does_through_the_page_only_what_its_tools_may() {
             json!(false)
         );
     });
-    let log = std::fs::read_to_string(&http.log).unwrap_or_default();
+    let log = std::fs::read_to_string(&served.http.log).unwrap_or_default();
     assert!(!log.contains(&reader), "the token was logged");
-    s.stop().await;
-    http.stop().await;
+    served.stop().await;
 }
 
 /// The page's own origin may call `/mcp` on a server reached by a name it admits; another
@@ -562,11 +634,8 @@ async fn a_long_walk_shows_its_progress_and_can_be_cancelled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exported_page_shows_the_subgraph_without_a_server() {
     let Some(b) = Browser::launch() else { return };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("m.db");
-    let http = HttpChild::beside(&db, "serve.log", &[]).await;
-    let s = Server::attach(&http.url, Era::Discover, None, &http.log).await;
-    s.remember(json!([
+    let served = Served::start().await;
+    served.client.remember(json!([
         {"name": "atlas", "content": "The Atlas project ships in March"},
         {"name": "alice", "content": "Alice leads Atlas", "links": [{"to": "atlas", "kind": "leads"}]},
         {"name": "xss", "content": "<img src=x onerror=\"window.__xss=1\"></script><script>window.__xss=2</script>",
@@ -574,9 +643,8 @@ async fn an_exported_page_shows_the_subgraph_without_a_server() {
         {"name": "far", "content": "Unrelated and unlinked"}
     ]))
     .await;
-    s.stop().await;
-    http.stop().await;
-    let page = dir.path().join("atlas.html");
+    let db = served.dir.path().join("m.db");
+    let page = served.dir.path().join("atlas.html");
     let done = std::process::Command::new(crate::support::BIN)
         .args([
             "export", "--format", "html", "--around", "atlas", "--depth", "2", "--db",
@@ -617,4 +685,5 @@ async fn an_exported_page_shows_the_subgraph_without_a_server() {
         b.screenshot(&artefact("export.png"));
         assert_clean(&b);
     });
+    served.stop().await;
 }

@@ -154,14 +154,20 @@
       let parent = out;
       for (const p of parts.slice(0, -1)) parent = parent[p];
       const key = parts[parts.length - 1];
+      // Each page starts where the one before ended (a text's offsets count bytes, not the
+      // characters JavaScript counts, so pages are appended, never sliced in); a clipped text
+      // ends with the ellipsis the budget added.
+      let whole = parent[key];
+      if (typeof whole === 'string' && whole.endsWith('…')) whole = whole.slice(0, -1);
       let guard = 0;
       while (uri && guard++ < 10000) {
         const r = await rpc('resources/read', { uri }, uri);
         const page = JSON.parse(r.contents[0].text);
-        if (Array.isArray(page.items)) parent[key] = parent[key].slice(0, page.from).concat(page.items);
-        else if (typeof page.text === 'string') parent[key] = String(parent[key]).slice(0, page.from) + page.text;
+        if (Array.isArray(page.items)) whole = whole.concat(page.items);
+        else if (typeof page.text === 'string') whole += page.text;
         uri = page.next;
       }
+      parent[key] = whole;
     }
     delete out.cut;
     return out;
@@ -310,7 +316,8 @@
     const inn = (m.relations || []).filter((r) => r.from !== m.id);
     const relRow = (r, other, arrow) => el('tr', { class: 'relation', dataset: { id: r.id } },
       el('td', { text: arrow }), el('td', { text: r.kind }), el('td', {}, memLink(other)),
-      el('td', { text: fmtNum(r.weight, 2) }), el('td', { text: fmtTime(r.valid_until || '') }));
+      el('td', { text: fmtNum(r.weight, 2) }), el('td', { text: fmtNum(r.strength, 2) }),
+      el('td', { text: r.valid_from || r.valid_until ? fmtTime(r.valid_from || '…') + ' – ' + fmtTime(r.valid_until || '…') : '' }));
     const body = [
       el('h2', { text: m.name || m.id }),
       el('div', { class: 'content', id: 'memory-content', text: m.content }),
@@ -322,7 +329,7 @@
     body.push(el('h3', { text: 'relations (' + (m.relations || []).length + ')' }));
     body.push(el('table', { id: 'memory-relations' },
       el('thead', {}, el('tr', {}, el('th', { text: '' }), el('th', { text: 'kind' }), el('th', { text: 'other end' }),
-        el('th', { text: 'weight' }), el('th', { text: 'valid until' }))),
+        el('th', { text: 'weight' }), el('th', { text: 'strength' }), el('th', { text: 'valid' }))),
       el('tbody', {}, out.map((r) => relRow(r, r.to, '→')), inn.map((r) => relRow(r, r.from, '←')))));
     const merged = (m.metadata && m.metadata.merged_from) || [];
     if (merged.length) {
@@ -399,6 +406,11 @@
     return out.map((p) => el(p.tag, { text: p.s }));
   }
 
+  $('memory-expand').addEventListener('click', () => {
+    if (!current) return;
+    show('graph');
+    expand(current.id).catch(fail);
+  });
   $('memory-close').addEventListener('click', () => { $('memory').hidden = true; current = null; });
   $('memory-graph').addEventListener('click', () => {
     if (!current) return;
@@ -700,7 +712,11 @@
           const p = (g._meta && g._meta['mnemograph/progress']) || {};
           if (p.progressTotal) { bar.max = p.progressTotal; bar.value = p.progress || 0; }
         }).catch(() => {});
-      } else bar.value = t.status === 'completed' ? 1 : 0;
+      } else {
+        // An ended task's bar stands where its last status left it.
+        const pct = /(\d+)%/.exec(t.statusMessage || '');
+        bar.value = t.status === 'completed' ? 1 : pct ? Number(pct[1]) / 100 : 0;
+      }
       rows.push(el('tr', { dataset: { task: t.taskId } },
         el('td', { text: t.tool }), el('td', { text: t.status + (t.owner ? ' (' + t.owner + ')' : '') }),
         el('td', {}, bar, ' ', t.statusMessage || ''), el('td', { text: fmtTime(t.createdAt) }),

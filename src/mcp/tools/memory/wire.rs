@@ -191,9 +191,15 @@ pub(crate) struct RelationOut {
     pub(crate) to: String,
     pub(crate) kind: String,
     pub(crate) weight: f64,
+    /// The weight decayed by the days since the relation was last used (what walks rank by).
+    pub(crate) strength: f64,
     #[serde(skip_serializing_if = "is_empty_object")]
     pub(crate) metadata: serde_json::Value,
     pub(crate) created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) valid_from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) valid_until: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) forgotten_at: Option<String>,
 }
@@ -429,6 +435,7 @@ pub(super) fn memory_out(m: Memory) -> MemoryOut {
 
 pub(super) fn relation_out(r: Relation) -> RelationOut {
     RelationOut {
+        strength: (crate::engine::relation_strength(&r) * 1e3).round() / 1e3,
         id: r.id,
         from: r.from,
         to: r.to,
@@ -436,6 +443,8 @@ pub(super) fn relation_out(r: Relation) -> RelationOut {
         weight: r.weight,
         metadata: r.metadata,
         created_at: format_time(r.created_at),
+        valid_from: r.valid_from.map(format_time),
+        valid_until: r.valid_until.map(format_time),
         forgotten_at: r.deleted_at.map(format_time),
     }
 }
