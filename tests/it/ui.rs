@@ -170,6 +170,8 @@ async fn the_browser_searches_opens_a_memory_and_draws_its_neighbourhood() {
             relations.contains("about") && relations.contains("alice"),
             "{relations}"
         );
+        let fields = text_of(&b, "memory-body");
+        assert!(fields.contains("salience\n"), "{fields}");
         let history = text_of(&b, "memory-history");
         assert!(
             history.contains("v1 → v2") && history.contains("update"),

@@ -267,6 +267,8 @@ pub(crate) struct DetailOut {
     pub(crate) merged: Option<String>,
     #[serde(flatten)]
     pub(crate) memory: MemoryOut,
+    /// Salience now (0–1): decayed with time unused, reinforced by use.
+    pub(crate) salience: f64,
     pub(crate) relations: Vec<RelationOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) history: Option<Vec<HistoryOut>>,
@@ -468,6 +470,10 @@ pub(crate) fn detail_out(d: MemoryDetail) -> DetailOut {
         merged: d
             .merged
             .map(|id| format!("{id} was merged into this memory by consolidation")),
+        salience: (crate::engine::curate::salience::of(&d.memory, crate::model::now_millis())
+            * 1e3)
+            .round()
+            / 1e3,
         memory: memory_out(d.memory),
         relations: d.relations.into_iter().map(relation_out).collect(),
         history: d.history.map(|h| h.into_iter().map(history_out).collect()),
