@@ -1030,20 +1030,10 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 other => anyhow::bail!("unknown direction {other:?}: use out, in or both"),
             };
             let req = TraverseRequest {
-                seeds: vec![memory_ref(seed, namespace)],
-                query: None,
-                namespaces: NamespaceScope::All,
-                depth,
-                direction,
-                kinds: vec![],
-                min_weight: 0.0,
-                valid_at: None,
                 max_nodes: 1_000_000,
-                shape: Shape::Nodes,
                 focus,
                 limit,
-                include_archived: false,
-                access: crate::engine::Access::All,
+                ..walk_from(memory_ref(seed, namespace), depth, direction)
             };
             let started = std::time::Instant::now();
             let r = engine.traverse(&req, &Progressing::default())?;
@@ -1122,22 +1112,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                     .first()
                     .cloned()
                     .unwrap_or_else(|| "default".into());
-                TraverseRequest {
-                    seeds: vec![memory_ref(seed, home)],
-                    query: None,
-                    namespaces: NamespaceScope::All,
-                    depth,
-                    direction: crate::graph::Direction::Both,
-                    kinds: vec![],
-                    min_weight: 0.0,
-                    valid_at: None,
-                    max_nodes: crate::engine::traverse::DEFAULT_MAX_NODES,
-                    shape: Shape::Nodes,
-                    focus: None,
-                    limit: crate::engine::traverse::MAX_LIMIT,
-                    include_archived: false,
-                    access: crate::engine::Access::All,
-                }
+                walk_from(memory_ref(seed, home), depth, crate::graph::Direction::Both)
             });
             let mut cfg = cfg;
             // The new file an operator names is allowed (that file, not its folder).
@@ -1200,6 +1175,27 @@ fn memory_ref(seed: String, namespace: String) -> MemoryRef {
             namespace,
             name: seed,
         }
+    }
+}
+
+/// A walk of the command line's from `seed`: every namespace (the operator's access), every
+/// relation kind, the default node budget, as many nodes listed as a walk may list.
+fn walk_from(seed: MemoryRef, depth: u8, direction: crate::graph::Direction) -> TraverseRequest {
+    TraverseRequest {
+        seeds: vec![seed],
+        query: None,
+        namespaces: NamespaceScope::All,
+        depth,
+        direction,
+        kinds: vec![],
+        min_weight: 0.0,
+        valid_at: None,
+        max_nodes: crate::engine::traverse::DEFAULT_MAX_NODES,
+        shape: Shape::Nodes,
+        focus: None,
+        limit: crate::engine::traverse::MAX_LIMIT,
+        include_archived: false,
+        access: crate::engine::Access::All,
     }
 }
 

@@ -563,16 +563,22 @@
     legend();
   }
 
+  /** A seed as a walk names it: an id, or a name. */
+  const seedRef = (seed) => (/^m_[a-z0-9]+$/.test(seed) ? { ids: [seed] } : { names: [seed] });
+
+  /** The graph form's seed and hops. */
+  function formSeed() {
+    const seed = $('g-seed').value.trim();
+    if (!seed) throw new McpError('give a memory id or name to start from');
+    return { seed, depth: parseInt($('g-depth').value, 10) || 2 };
+  }
+
   function walkArgs(seed, depth, limit) {
-    const args = { depth, limit, max_nodes: 1000000, return: 'subgraph' };
+    const args = Object.assign({ depth, limit, max_nodes: 1000000, return: 'subgraph' }, seedRef(seed));
     const focus = $('g-focus').value.trim();
     if (focus) args.focus = focus;
-    if (/^m_[a-z0-9]+$/.test(seed)) args.ids = [seed];
-    else {
-      args.names = [seed];
-      const ns = $('g-namespace').value.trim();
-      if (ns) args.namespace = ns;
-    }
+    const ns = $('g-namespace').value.trim();
+    if (ns && args.names) args.namespace = ns;
     const kinds = list($('g-kinds').value);
     if (kinds.length) args.kinds = kinds;
     const min = parseFloat($('g-min').value);
@@ -609,9 +615,7 @@
   }
 
   async function showGraph() {
-    const seed = $('g-seed').value.trim();
-    if (!seed) throw new McpError('give a memory id or name to start from');
-    const depth = parseInt($('g-depth').value, 10) || 2;
+    const { seed, depth } = formSeed();
     const limit = Math.max(1, Math.min(5000, parseInt($('g-limit').value, 10) || 2000));
     setStatus('walking…');
     const started = performance.now();
@@ -630,7 +634,7 @@
   }
 
   async function expand(id) {
-    const out = await walk(Object.assign(walkArgs(id, 1, 500), { ids: [id], names: undefined, focus: undefined }));
+    const out = await walk(Object.assign(walkArgs(id, 1, 500), { focus: undefined }));
     const before = data.nodes.length;
     merge(out.nodes || [], out.edges || []);
     redraw();
@@ -676,10 +680,8 @@
   });
   /** The neighbourhood as one self-contained HTML file (the `export` tool's html format). */
   async function save() {
-    const seed = $('g-seed').value.trim();
-    if (!seed) throw new McpError('give a memory id or name to start from');
-    const depth = parseInt($('g-depth').value, 10) || 2;
-    const subgraph = /^m_[a-z0-9]+$/.test(seed) ? { ids: [seed], depth } : { names: [seed], depth };
+    const { seed, depth } = formSeed();
+    const subgraph = Object.assign(seedRef(seed), { depth });
     const args = { format: 'html', subgraph };
     const ns = $('g-namespace').value.trim();
     if (ns && subgraph.names) args.namespaces = [ns];

@@ -435,9 +435,14 @@ pub(super) fn memory_out(m: Memory) -> MemoryOut {
     }
 }
 
+/// A derived figure to three decimals: enough to read, no float noise on the wire.
+fn thousandths(x: f64) -> f64 {
+    (x * 1e3).round() / 1e3
+}
+
 pub(super) fn relation_out(r: Relation) -> RelationOut {
     RelationOut {
-        strength: (crate::engine::relation_strength(&r) * 1e3).round() / 1e3,
+        strength: thousandths(crate::engine::relation_strength(&r)),
         id: r.id,
         from: r.from,
         to: r.to,
@@ -470,10 +475,10 @@ pub(crate) fn detail_out(d: MemoryDetail) -> DetailOut {
         merged: d
             .merged
             .map(|id| format!("{id} was merged into this memory by consolidation")),
-        salience: (crate::engine::curate::salience::of(&d.memory, crate::model::now_millis())
-            * 1e3)
-            .round()
-            / 1e3,
+        salience: thousandths(crate::engine::curate::salience::of(
+            &d.memory,
+            crate::model::now_millis(),
+        )),
         memory: memory_out(d.memory),
         relations: d.relations.into_iter().map(relation_out).collect(),
         history: d.history.map(|h| h.into_iter().map(history_out).collect()),
