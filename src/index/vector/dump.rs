@@ -25,7 +25,7 @@ pub(super) const META_TEMP: &str = "vectors.meta.json.tmp";
 /// Bumped whenever anything written by [`VectorIndex::dump`] changes meaning.
 pub(super) const DUMP_FORMAT: u32 = 3;
 /// The graph file is usearch's own format; a dump from another version of it is rebuilt.
-pub(super) const GRAPH_ENGINE: &str = "usearch 2.26.6 f16";
+pub(super) const GRAPH_ENGINE: &str = "usearch 2.26.6 bf16";
 pub(super) const SLOTS_MAGIC: &[u8; 8] = b"MGVSLOT2";
 
 #[derive(Debug, Serialize, Deserialize)]

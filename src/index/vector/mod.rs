@@ -10,7 +10,7 @@
 //! (which reuses their room) and leave a tombstone in the slot table, which
 //! [`VectorIndex::compact`] renumbers away once tombstones pass a quarter of the slots.
 //!
-//! Each vector is held once, in the graph, as half-precision floats (512 bytes at dim 256): its
+//! Each vector is held once, in the graph, as bfloat16 numbers (512 bytes at dim 256): its
 //! direction from the index's centre, its distance from the centre in the slot table (see
 //! `State::centre`); vectors staged for insertion wait beside it in full precision. Every
 //! score is computed here, as the dot product of the query with the stored vector, so graph hits

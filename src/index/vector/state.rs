@@ -58,7 +58,7 @@ pub(super) const QUERY_CENTRE_SHARE: f32 = 0.6;
 /// Graph capacity reserved by an empty index (the graph grows past it).
 pub(super) const INITIAL_CAPACITY: usize = 1_024;
 /// What one member of a search's candidate list costs, in vectors a scan reads meanwhile (a scan
-/// reads each vector out of the graph, converting it from half precision). A scope cheaper to
+/// reads each vector out of the graph, widening it from bfloat16). A scope cheaper to
 /// scan than `candidates × SCAN_VECTORS_PER_CANDIDATE` vectors is scanned.
 pub(super) const SCAN_VECTORS_PER_CANDIDATE: usize = 4;
 /// A scan calls the predicate on every live key: one call counted as this share of a vector.
@@ -196,7 +196,7 @@ impl State {
         (t, r)
     }
 
-    /// The vector of `slot` as stored (the graph's rounded to half precision), into `buf`;
+    /// The vector of `slot` as stored (the graph's rounded to bfloat16), into `buf`;
     /// `None` for a retired slot.
     pub(super) fn vector<'a>(&'a self, slot: u32, buf: &'a mut [f32]) -> Option<&'a [f32]> {
         if let Some(v) = self.pending.get(&slot) {

@@ -168,7 +168,7 @@ fn recall_at_10_of_graph_search_is_at_least_095() {
     ));
     assert!(r >= 0.95, "recall@10 = {r:.4}");
     // A query that is a stored vector finds its key first, with similarity ~1 (the graph
-    // keeps vectors in half precision).
+    // keeps vectors as bfloat16).
     let hits = index.search(&points[123], 10, Scope::All);
     assert_eq!(hits[0].0, key(123));
     assert!((hits[0].1 - 1.0).abs() < 1e-3, "{}", hits[0].1);
