@@ -26,7 +26,7 @@ pub(super) const META_TEMP: &str = "vectors.meta.json.tmp";
 pub(super) const DUMP_FORMAT: u32 = 3;
 /// The graph file is usearch's own format; a dump from another version of it is rebuilt.
 pub(super) const GRAPH_ENGINE: &str = "usearch 2.26.6 bf16";
-pub(super) const SLOTS_MAGIC: &[u8; 8] = b"MGVSLOT2";
+pub(super) const SLOTS_MAGIC: &[u8; 8] = b"MGVSLOT3";
 
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct Meta {
@@ -131,7 +131,7 @@ pub(super) fn write_files(dir: &Path, names: &DumpNames, st: &State) -> Result<V
 }
 
 /// Slot table: magic, slot count (u64 LE), each slot's key (u64 LE), live flag (one byte),
-/// vector print (u64 LE) and distance from the centre (f32 LE).
+/// vector print (u64 LE), distance from the centre (f32 LE) and lean toward it (f32 LE).
 pub(super) fn write_slots(path: &Path, st: &State) -> io::Result<()> {
     let mut out = BufWriter::new(File::create(path)?);
     out.write_all(SLOTS_MAGIC)?;
@@ -148,16 +148,19 @@ pub(super) fn write_slots(path: &Path, st: &State) -> io::Result<()> {
     for norm in &st.norms {
         out.write_all(&norm.to_le_bytes())?;
     }
+    for lean in &st.leans {
+        out.write_all(&lean.to_le_bytes())?;
+    }
     out.into_inner().map_err(|e| e.into_error())?.sync_all()
 }
 
-/// The keys, live flags, prints and norms of a slot table of `slots` slots.
-pub(super) type SlotTable = (Vec<u64>, Vec<bool>, Vec<u64>, Vec<f32>);
+/// The keys, live flags, prints, norms and leans of a slot table of `slots` slots.
+pub(super) type SlotTable = (Vec<u64>, Vec<bool>, Vec<u64>, Vec<f32>, Vec<f32>);
 
 pub(super) fn read_slots(path: &Path, slots: usize) -> std::result::Result<SlotTable, String> {
     let bytes = fs::read(path).map_err(|e| format!("slot table unreadable: {e}"))?;
     let header = SLOTS_MAGIC.len() + 8;
-    if bytes.len() != header + 21 * slots || !bytes.starts_with(SLOTS_MAGIC) {
+    if bytes.len() != header + 25 * slots || !bytes.starts_with(SLOTS_MAGIC) {
         return Err("slot table malformed".to_owned());
     }
     let count = u64::from_le_bytes(
@@ -177,13 +180,19 @@ pub(super) fn read_slots(path: &Path, slots: usize) -> std::result::Result<SlotT
     };
     let (key_bytes, rest) = bytes[header..].split_at(8 * slots);
     let (live_bytes, rest) = rest.split_at(slots);
-    let (print_bytes, norm_bytes) = rest.split_at(8 * slots);
-    let norms: Vec<f32> = norm_bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap_or([0; 4])))
-        .collect();
+    let (print_bytes, rest) = rest.split_at(8 * slots);
+    let (norm_bytes, lean_bytes) = rest.split_at(4 * slots);
+    let floats = |b: &[u8]| -> Vec<f32> {
+        b.chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap_or([0; 4])))
+            .collect()
+    };
+    let (norms, leans) = (floats(norm_bytes), floats(lean_bytes));
     if norms.iter().any(|r| !r.is_finite() || *r < 0.0) {
         return Err("slot table has a bad norm".to_owned());
+    }
+    if leans.iter().any(|l| !l.is_finite()) {
+        return Err("slot table has a bad lean".to_owned());
     }
     let live = live_bytes
         .iter()
@@ -193,7 +202,7 @@ pub(super) fn read_slots(path: &Path, slots: usize) -> std::result::Result<SlotT
             _ => Err("slot table has a bad live flag".to_owned()),
         })
         .collect::<std::result::Result<_, _>>()?;
-    Ok((words(key_bytes), live, words(print_bytes), norms))
+    Ok((words(key_bytes), live, words(print_bytes), norms, leans))
 }
 
 pub(super) fn file_sha256(path: &Path) -> io::Result<String> {
@@ -276,7 +285,7 @@ pub(super) fn read_dump(
     // it only ever sees files that are byte for byte what the dump wrote: present, regular, of
     // the recorded length and SHA-256.
     meta.files.par_iter().try_for_each(|f| check_file(dir, f))?;
-    let (keys, live, prints, norms) = read_slots(&dir.join(&names.slots), meta.slots)?;
+    let (keys, live, prints, norms, leans) = read_slots(&dir.join(&names.slots), meta.slots)?;
     let centre = match meta.centre {
         Some(c) if c.len() != dim || c.iter().any(|x| !x.is_finite()) => {
             return Err("metadata has a bad centre".to_owned());
@@ -318,6 +327,7 @@ pub(super) fn read_dump(
         live,
         prints,
         norms,
+        leans,
         slot_of,
         centred: centre.is_some(),
         centre: centre.unwrap_or_else(|| vec![0.0; dim]),

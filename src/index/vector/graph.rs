@@ -175,14 +175,22 @@ impl Graph {
         let _ = self.index.remove(u64::from(slot));
     }
 
-    /// Up to `count` slots nearest to `query`, nearest first, found with a candidate list of
-    /// `count` (at least [`LIST_FLOOR`]); an error of the graph is returned, never taken for
-    /// "nothing near".
-    pub(super) fn search(&self, query: &[f32], count: usize) -> Result<Vec<u32>, String> {
+    /// Up to `count` slots nearest to `query`, nearest first, each with its distance
+    /// `1 − query · t` (the query rounded to bfloat16 as the points are), found with a
+    /// candidate list of `count` (at least [`LIST_FLOOR`]); an error of the graph is returned,
+    /// never taken for "nothing near".
+    pub(super) fn search(&self, query: &[f32], count: usize) -> Result<Vec<(u32, f32)>, String> {
         let _permit = self.permits.take();
         self.index
             .search(query, count)
-            .map(|found| found.keys.iter().map(|&k| k as u32).collect())
+            .map(|found| {
+                found
+                    .keys
+                    .iter()
+                    .zip(&found.distances)
+                    .map(|(&k, &d)| (k as u32, d))
+                    .collect()
+            })
             .map_err(|e| format!("vector graph: search: {e}"))
     }
 
@@ -227,7 +235,10 @@ mod tests {
         let mut out = [0.0; 4];
         assert!(graph.vector(3, &mut out));
         assert_eq!(out, [0.0, 1.0, 0.0, 0.0]);
-        assert_eq!(graph.search(&[0.0, 1.0, 0.0, 0.0], 5).unwrap(), vec![3]);
+        let found = graph.search(&[0.0, 1.0, 0.0, 0.0], 5).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].0, 3);
+        assert!(found[0].1.abs() < 1e-6, "distance {}", found[0].1);
     }
 
     /// Many more callers than contexts: each waits for one instead of failing (usearch fails a

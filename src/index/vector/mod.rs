@@ -13,8 +13,10 @@
 //! Each vector is held once, in the graph, as bfloat16 numbers (512 bytes at dim 256): its
 //! direction from the index's centre, its distance from the centre in the slot table (see
 //! `State::centre`); vectors staged for insertion wait beside it in full precision. Every
-//! score is computed here, as the dot product of the query with the stored vector, so graph hits
-//! and exact hits of one vector carry the very same number.
+//! score is computed here, as the dot product of the query with the stored vector: an exact scan
+//! reads the vector, a graph hit is scored from the distance the graph measured to it (its
+//! direction's lean toward the centre kept in the slot table), which agrees to the query's
+//! rounding to bfloat16 (under 10⁻³, tested on real text vectors).
 //!
 //! Locking: searches take the read side of one `RwLock` and never block each other. Writers
 //! (upsert, remove, compact, dump) are serialised by a mutex of their own and take the write side

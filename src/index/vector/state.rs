@@ -106,6 +106,10 @@ pub(super) struct State {
     pub(super) centred: bool,
     /// `r = |x − centre|` of each slot.
     pub(super) norms: Vec<f32>,
+    /// `c·t` of each slot: how far its direction leans toward the centre. With it a graph
+    /// hit is scored from the distance the graph measured, without reading its vector back
+    /// (see [`State::score_from_graph`]).
+    pub(super) leans: Vec<f32>,
 }
 
 /// Hashes slot numbers for the pending vectors' map: a multiply spreads them over the table
@@ -139,6 +143,8 @@ pub(super) struct Query {
     pub(super) v: Vec<f32>,
     pub(super) direction: Vec<f32>,
     pub(super) toward: Vec<f32>,
+    /// `|q − α·c|`, the length `toward` was divided by (0 when it was the zero vector).
+    pub(super) toward_norm: f32,
     pub(super) at_centre: f32,
 }
 
@@ -163,6 +169,7 @@ impl State {
             centre: vec![0.0; dim],
             centred: false,
             norms: Vec::new(),
+            leans: Vec::new(),
         }
     }
 
@@ -179,6 +186,7 @@ impl State {
         }
         Query {
             toward,
+            toward_norm: norm,
             at_centre: dot(&v, &self.centre),
             direction,
             v,
@@ -194,6 +202,12 @@ impl State {
             t.iter_mut().for_each(|v| *v /= r);
         }
         (t, r)
+    }
+
+    /// `|x − centre|` and `centre · t` of `x` (see [`State::norms`], [`State::leans`]).
+    pub(super) fn placement(&self, x: &[f32]) -> (f32, f32) {
+        let (t, r) = self.direction(x);
+        (r, dot(&self.centre, &t))
     }
 
     /// The vector of `slot` as stored (the graph's rounded to bfloat16), into `buf`;
@@ -241,13 +255,13 @@ impl State {
         self.centred = true;
         for slot in 0..self.keys.len() {
             if let Some(v) = self.pending.get(&(slot as u32)) {
-                self.norms[slot] = self.direction(v).1;
+                (self.norms[slot], self.leans[slot]) = self.placement(v);
             }
         }
         let mut moved = Vec::with_capacity(in_graph.len());
         for (slot, v) in in_graph {
             self.graph.remove(slot);
-            self.norms[slot as usize] = self.direction(&v).1;
+            (self.norms[slot as usize], self.leans[slot as usize]) = self.placement(&v);
             self.pending.insert(slot, v);
             moved.push(slot);
         }
@@ -361,6 +375,32 @@ impl State {
         })
     }
 
+    /// The hit of a slot the graph found at inner-product distance `d` from `query.toward`,
+    /// scored from that distance: with `w = q − α·c` and `toward = w / |w|`, the graph measured
+    /// `toward · t = 1 − d`, so `q · t = |w|·(1 − d) + α·(c · t)` and `q · x = q · c + r·(q · t)`
+    /// — the score [`State::score`] computes from the stored vector, to the rounding of the
+    /// query to bfloat16 (about 10⁻⁴), without reading the vector back out of the graph. A
+    /// pending slot (its full vector at hand), or a query toward the centre itself, is scored
+    /// from its vector.
+    pub(super) fn score_from_graph(
+        &self,
+        query: &Query,
+        slot: u32,
+        d: f32,
+        buf: &mut [f32],
+    ) -> Option<Hit> {
+        if query.toward_norm == 0.0 || self.pending.contains_key(&slot) {
+            return self.score(query, slot, buf);
+        }
+        let s = slot as usize;
+        let qt = query.toward_norm * (1.0 - d) + QUERY_CENTRE_SHARE * self.leans[s];
+        let dot = query.at_centre + self.norms[s] * qt;
+        Some(Hit {
+            score: similarity(distance(dot)),
+            key: self.keys[s],
+        })
+    }
+
     /// Appends a slot that is not live yet, its vector pending.
     pub(super) fn push_slot(&mut self, key: u64, vector: &[f32]) -> Result<u32> {
         let slot = u32::try_from(self.keys.len())
@@ -368,7 +408,9 @@ impl State {
         self.keys.push(key);
         self.live.push(false);
         self.prints.push(fingerprint(vector));
-        self.norms.push(self.direction(vector).1);
+        let (r, lean) = self.placement(vector);
+        self.norms.push(r);
+        self.leans.push(lean);
         self.pending.insert(slot, vector.to_vec());
         Ok(slot)
     }
@@ -453,6 +495,7 @@ impl State {
         self.keys = live.iter().map(|&s| self.keys[s as usize]).collect();
         self.prints = live.iter().map(|&s| self.prints[s as usize]).collect();
         self.norms = live.iter().map(|&s| self.norms[s as usize]).collect();
+        self.leans = live.iter().map(|&s| self.leans[s as usize]).collect();
         self.live = vec![true; live.len()];
         self.slot_of = self
             .keys
@@ -597,10 +640,10 @@ impl State {
     ) -> std::result::Result<Vec<Hit>, String> {
         let mut top = TopK::new(k);
         let mut buf = vec![0.0; self.dim];
-        for slot in self.graph.search(&query.toward, ef)? {
+        for (slot, d) in self.graph.search(&query.toward, ef)? {
             if self.is_live(slot as usize)
                 && accept.is_none_or(|accept| accept(self.keys[slot as usize]))
-                && let Some(hit) = self.score(query, slot, &mut buf)
+                && let Some(hit) = self.score_from_graph(query, slot, d, &mut buf)
             {
                 top.push(hit);
             }
