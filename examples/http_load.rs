@@ -36,7 +36,12 @@ const FLOOR_AUTH_MS: f64 = 0.1;
 
 type Client = RunningService<RoleClient, ()>;
 
-async fn open(transport_url: Option<&str>, token: Option<&str>, stdio: Option<&Path>) -> Client {
+/// A client session, and over stdio the server process it started.
+async fn open(
+    transport_url: Option<&str>,
+    token: Option<&str>,
+    stdio: Option<&Path>,
+) -> (Client, Option<u32>) {
     let lifecycle = ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
     };
@@ -48,19 +53,23 @@ async fn open(transport_url: Option<&str>, token: Option<&str>, stdio: Option<&P
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn the server");
-        return ().serve_with_lifecycle(transport, lifecycle).await.expect("session");
+        let pid = transport.id();
+        let client = ().serve_with_lifecycle(transport, lifecycle).await.expect("session");
+        return (client, pid);
     }
     let mut config =
         StreamableHttpClientTransportConfig::with_uri(transport_url.expect("a URL").to_owned());
     if let Some(t) = token {
         config = config.auth_header(t.to_owned());
     }
-    ().serve_with_lifecycle(
-        StreamableHttpClientTransport::from_config(config),
-        lifecycle,
-    )
-    .await
-    .expect("session")
+    let client = ()
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(config),
+            lifecycle,
+        )
+        .await
+        .expect("session");
+    (client, None)
 }
 
 async fn recall(c: &Client, corpus: &Corpus, i: u64) -> Duration {
@@ -96,8 +105,12 @@ async fn load(
 ) -> Load {
     let corpus = Arc::new(Corpus::new());
     let mut sessions = Vec::new();
+    let mut server = server;
     for _ in 0..clients {
-        sessions.push(open(url, token, stdio).await);
+        let (client, pid) = open(url, token, stdio).await;
+        // Over stdio the session's own server process is the one measured.
+        server = server.or(pid);
+        sessions.push(client);
     }
     // Warm-up: the first answers of a fresh server load indexes.
     for i in 0..200 {
@@ -116,19 +129,25 @@ async fn load(
                 times.push(recall(&c, &corpus, i).await);
                 i += 1;
             }
-            let _ = c.cancel().await;
-            times
+            (times, c)
         }));
     }
     let mut all = Vec::new();
+    let mut done = Vec::new();
     for w in workers {
-        all.extend(w.await.expect("worker"));
+        let (times, c) = w.await.expect("worker");
+        all.extend(times);
+        done.push(c);
     }
     let elapsed = started.elapsed().as_secs_f64();
+    // Read before the sessions end: a stdio server exits with its session.
     let server_cpu_ms = match (cpu_before, server.and_then(report::cpu_seconds)) {
         (Some(a), Some(b)) => Some((b - a) * 1e3 / all.len().max(1) as f64),
         _ => None,
     };
+    for c in done {
+        let _ = c.cancel().await;
+    }
     all.sort();
     let q = |f: f64| all[((all.len() as f64 * f).ceil() as usize).clamp(1, all.len()) - 1];
     Load {

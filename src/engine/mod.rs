@@ -10,6 +10,7 @@ mod estimate;
 pub mod export;
 mod flat;
 mod graph;
+mod halves;
 pub mod import;
 pub mod job_context;
 mod jobs;

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use crate::engine::graph::GraphView;
 use crate::engine::overlap::{jaccard, may_reach, word_set};
 use crate::engine::vectors::{Nearest, VectorSync};
-use crate::engine::{Engine, snippet};
+use crate::engine::{Engine, halves, snippet};
 use crate::error::{Error, Result};
 use crate::index::vector::Scope;
 use crate::model::{
@@ -19,23 +19,6 @@ use crate::store::memories;
 /// Deepest page recall serves (offset + limit).
 const MAX_RECALL_DEPTH: usize = 1_000;
 
-/// The threads hybrid recalls search their vector half on (one per core), started with the
-/// first hybrid recall; `None` when the system would not start them (each recall then searches
-/// both halves on its own thread, one after the other).
-fn recall_pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
-        let built = rayon::ThreadPoolBuilder::new()
-            .num_threads(std::thread::available_parallelism().map_or(2, usize::from))
-            .thread_name(|i| format!("mnemograph-recall-{i}"))
-            .build();
-        if let Err(e) = &built {
-            tracing::warn!(error = %e, "no recall threads: a hybrid recall searches its halves one after the other");
-        }
-        built.ok()
-    })
-    .as_ref()
-}
 /// Default fusion weights (text, vector): a static model's neighbours are a weaker signal than
 /// exact words, so they count a quarter (measured on LoCoMo and RealMem, see docs/figures.md).
 pub const DEFAULT_WEIGHTS: (f32, f32) = (1.0, 0.25);
@@ -228,10 +211,10 @@ impl Engine {
         if q.mode == RecallMode::Vector && self.embedder.is_none() {
             warnings.push("no embedder is configured; answered with text search".to_owned());
         }
-        // Hybrid: the text search runs here while a thread of the recall pool searches the
-        // vectors (each half takes milliseconds at a million memories). The pool is recall's
-        // own, so the vector half never queues behind an import's embedding work on rayon's
-        // global pool, and no recall pays for starting a thread.
+        // Hybrid: the text search runs here while a recall thread searches the vectors (each
+        // half takes milliseconds at a million memories). The threads are recall's own (see
+        // `halves`), so the vector half never queues behind an import's embedding work on
+        // rayon's global pool, and no recall pays for starting a thread.
         let text_now = q.mode == RecallMode::Hybrid || !want_vector;
         // On a database server, a recall that expands also reads the vector hits' rows beside
         // the vector search, rather than after both halves: expanding reads the page's rows
@@ -259,25 +242,15 @@ impl Engine {
             })
         };
         let text_side = || text_now.then(|| self.text_side(q, depth));
-        let (vector_found, text_found) = match (want_vector, text_now, recall_pool()) {
-            (true, true, Some(pool)) => {
-                let mut vector = None;
-                let text = pool.in_place_scope(|scope| {
-                    scope.spawn(|_| {
-                        vector = Some(
-                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(search))
-                                .unwrap_or_else(|_| {
-                                    Err(Error::Internal("the vector search panicked".into()))
-                                }),
-                        );
-                    });
-                    // The text half also reads its rows while the vector search may still run.
-                    text_side()
-                });
-                (vector, text)
-            }
-            // One half only, or no pool: searched here.
-            _ => (want_vector.then(search), text_side()),
+        let (vector_found, text_found) = if want_vector && text_now {
+            // The text half also reads its rows while the vector search may still run.
+            let (vector, text) = halves::join(search, text_side);
+            let vector = vector
+                .unwrap_or_else(|_| Err(Error::Internal("the vector search panicked".into())));
+            (Some(vector), text)
+        } else {
+            // One half only: searched here.
+            (want_vector.then(search), text_side())
         };
         let mut vector_hits = Vec::new();
         let mut vector_read = None;
