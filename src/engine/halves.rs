@@ -160,14 +160,14 @@ mod tests {
     /// Both halves run, the helper's on another thread, and borrow the caller's data.
     #[test]
     fn both_halves_run_and_may_borrow() {
-        let words = vec![1u64, 2, 3];
+        let words = String::from("borrowed words");
         let me = std::thread::current().id();
         let (there, here) = join(
-            || (words.iter().sum::<u64>(), std::thread::current().id()),
+            || (words.split(' ').count(), std::thread::current().id()),
             || words.len(),
         );
-        let (sum, on) = there.unwrap();
-        assert_eq!((sum, here), (6, 3));
+        let (count, on) = there.unwrap();
+        assert_eq!((count, here), (2, 14));
         assert_ne!(on, me, "the helper's half ran on this thread");
     }
 
