@@ -31,23 +31,25 @@ impl Queue {
 
     fn serve(&self) {
         loop {
-            let job = {
-                let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
-                loop {
-                    match jobs.pop_front() {
-                        Some(job) => break job,
-                        None => {
-                            jobs = self
-                                .ready
-                                .wait(jobs)
-                                .unwrap_or_else(PoisonError::into_inner);
-                        }
-                    }
-                }
-            };
+            let job = wait_for(&self.jobs, &self.ready, VecDeque::pop_front);
             // A job catches its own panic (see `join`); nothing unwinds through here.
             job();
         }
+    }
+}
+
+/// Sleeps on `ready` until `take` gets something out of what `state` guards.
+fn wait_for<S, T>(
+    state: &Mutex<S>,
+    ready: &Condvar,
+    mut take: impl FnMut(&mut S) -> Option<T>,
+) -> T {
+    let mut guard = state.lock().unwrap_or_else(PoisonError::into_inner);
+    loop {
+        if let Some(t) = take(&mut guard) {
+            return t;
+        }
+        guard = ready.wait(guard).unwrap_or_else(PoisonError::into_inner);
     }
 }
 
@@ -86,18 +88,7 @@ struct Slot<T> {
 
 impl<T> Slot<T> {
     fn wait(&self) -> std::thread::Result<T> {
-        let mut value = self.value.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            match value.take() {
-                Some(v) => return v,
-                None => {
-                    value = self
-                        .done
-                        .wait(value)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-            }
-        }
+        wait_for(&self.value, &self.done, Option::take)
     }
 }
 
