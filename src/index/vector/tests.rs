@@ -910,6 +910,16 @@ fn damaged_or_foreign_dumps_load_empty() {
     .unwrap();
     assert_rebuilt(dir5.path(), MODEL, 16, "format");
 
+    // A dump of the half-precision graph this version replaced: rebuilt, not misread.
+    let (dir6, _) = dumped();
+    let text = fs::read_to_string(dir6.path().join(META_FILE)).unwrap();
+    fs::write(
+        dir6.path().join(META_FILE),
+        text.replace(GRAPH_ENGINE, "usearch 2.26.6 f16"),
+    )
+    .unwrap();
+    assert_rebuilt(dir6.path(), MODEL, 16, "usearch 2.26.6 f16");
+
     // No metadata at all: missing, whatever else lies there.
     fs::remove_file(dir5.path().join(META_FILE)).unwrap();
     let (index, state) = VectorIndex::load(dir5.path(), MODEL, 16).unwrap();
