@@ -53,6 +53,13 @@ fn click_hit(b: &Browser, text: &str) {
 }
 
 /// The page's text of the element `id`.
+/// Shows the page's view `id`, waits until `ready` holds, and returns the view's text.
+fn view_text(b: &Browser, id: &str, ready: &str) -> String {
+    b.eval(&format!("mnemograph.show({})", js(id)));
+    b.wait_for(ready, WAIT);
+    text_of(b, id)
+}
+
 fn text_of(b: &Browser, id: &str) -> String {
     b.eval(&format!(
         "(document.getElementById({}) || {{}}).innerText || ''",
@@ -272,12 +279,11 @@ async fn the_browser_searches_opens_a_memory_and_draws_its_neighbourhood() {
         );
         b.screenshot(&artefact("xss.png"));
 
-        b.eval("mnemograph.show('health')");
-        b.wait_for(
+        let health = view_text(
+            &b,
+            "health",
             "(document.querySelector('#health [data-field=memories]') || {}).innerText === '44'",
-            WAIT,
         );
-        let health = text_of(&b, "health");
         assert!(
             health.contains("ready\nyes") && health.contains("text index lag\n0"),
             "{health}"
@@ -615,12 +621,11 @@ async fn a_long_walk_shows_its_progress_and_can_be_cancelled() {
         );
         assert!(text_of(&b, "status").contains("cancelled"));
 
-        b.eval("mnemograph.show('tasks')");
-        b.wait_for(
+        let tasks = view_text(
+            &b,
+            "tasks",
             "document.querySelectorAll('#tasks tbody tr').length === 2",
-            WAIT,
         );
-        let tasks = text_of(&b, "tasks");
         assert!(
             tasks.contains("completed") && tasks.contains("cancelled"),
             "{tasks}"
