@@ -14,6 +14,10 @@ use crate::store::memories;
 const TICK: Duration = Duration::from_millis(50);
 /// How long one tick may spend putting staged vectors into the HNSW graph.
 const GRAPH_BUDGET: Duration = Duration::from_millis(300);
+/// How often accesses (uses of memories, walks through relations) are written: each flush is a
+/// write transaction, and under steady recall a flush a tick cost more than the counting.
+/// Closing the engine writes what is left.
+const ACCESS_EVERY: Duration = Duration::from_millis(5_000);
 /// How long the index writer is kept after the last indexing.
 const WRITER_IDLE: Duration = Duration::from_millis(500);
 /// With a listener for other processes' commits (PostgreSQL's NOTIFY), how often the change
@@ -231,6 +235,7 @@ fn listen(weak: &Weak<Engine>, stop: &Arc<AtomicBool>) -> Option<Arc<AtomicBool>
 fn run(weak: &Weak<Engine>, stop: &AtomicBool, woken: Option<&AtomicBool>) {
     let mut last_index = Instant::now();
     let mut last_poll = Instant::now();
+    let mut last_access = Instant::now();
     let mut known_head = None;
     let mut first = true;
     loop {
@@ -277,7 +282,10 @@ fn run(weak: &Weak<Engine>, stop: &AtomicBool, woken: Option<&AtomicBool>) {
             jobs.push(Job::SyncVectors);
         }
         jobs.push(Job::FreezeGraph);
-        if !lock::lock(&engine.touched).is_empty() {
+        let accessed =
+            !lock::lock(&engine.touched).is_empty() || !lock::lock(&engine.walked).is_empty();
+        if accessed && last_access.elapsed() >= ACCESS_EVERY {
+            last_access = Instant::now();
             jobs.push(Job::FlushAccess);
         }
         if engine.text.holds_writer() && last_index.elapsed() > WRITER_IDLE {

@@ -494,33 +494,51 @@ pub fn relation_counts(db: &Db, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey,
 
 /// Records that these memories were returned to a caller; `reinforce` gives the new salience
 /// from the stored one and the time it was computed at, or `None` to leave both as they are.
+/// A key listed n times counts n uses and is reinforced once (a use reinforces at most once a
+/// day). One statement reads the memories and one writes them, per few hundred keys: a flush
+/// carries every access since the last one, and a statement per key and column read held the
+/// write lock for the whole list.
 pub fn touch(
     db: &Db,
     keys: &[MemoryKey],
     now: Millis,
     reinforce: impl Fn(f64, Millis) -> Option<f64>,
 ) -> Result<()> {
+    let mut uses: HashMap<i64, i64> = HashMap::with_capacity(keys.len());
     for k in keys {
-        let Some((s, at)) = db.query_opt(
-            "SELECT salience, salience_at FROM memories WHERE key = ?1",
-            args![k.0],
-            |r| Ok((r.get::<f64>(0)?, r.get::<i64>(1)?)),
-        )?
-        else {
-            continue;
-        };
-        match reinforce(s, at) {
-            Some(s) => db.execute(
-                "UPDATE memories SET accessed_at = ?2, access_count = access_count + 1, \
-                 salience = ?3, salience_at = ?2 WHERE key = ?1",
-                args![k.0, now, s],
-            )?,
-            None => db.execute(
-                "UPDATE memories SET accessed_at = ?2, access_count = access_count + 1 \
-                 WHERE key = ?1",
-                args![k.0, now],
-            )?,
-        };
+        *uses.entry(k.0).or_default() += 1;
+    }
+    let mut raw: Vec<i64> = uses.keys().copied().collect();
+    raw.sort_unstable();
+    let mut rows: Vec<(i64, i64, Option<f64>)> = Vec::with_capacity(raw.len());
+    super::in_chunks(&raw, |marks, list| {
+        let sql = format!("SELECT key, salience, salience_at FROM memories WHERE key IN ({marks})");
+        db.for_each(&sql, list, |r| {
+            let key: i64 = r.get(0)?;
+            rows.push((key, uses[&key], reinforce(r.get(1)?, r.get(2)?)));
+            Ok(())
+        })
+    })?;
+    const ROWS: usize = 300;
+    let row = if db.is_postgres() {
+        "(CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS DOUBLE PRECISION))"
+    } else {
+        "(?, ?, ?)"
+    };
+    for chunk in rows.chunks(ROWS) {
+        let sql = format!(
+            "UPDATE memories SET accessed_at = ?1, access_count = access_count + v.column2, \
+             salience = COALESCE(v.column3, salience), \
+             salience_at = CASE WHEN v.column3 IS NULL THEN salience_at ELSE ?1 END \
+             FROM (VALUES {}) AS v WHERE memories.key = v.column1",
+            vec![row; chunk.len()].join(", ")
+        );
+        let mut list = Vec::with_capacity(1 + 3 * chunk.len());
+        list.push(Arg::Int(now));
+        for (key, n, s) in chunk {
+            list.extend([Arg::Int(*key), Arg::Int(*n), s.map_or(Arg::Null, Arg::Real)]);
+        }
+        db.execute(&sql, &list)?;
     }
     Ok(())
 }

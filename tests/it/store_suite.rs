@@ -108,6 +108,15 @@ fn memories_are_stored_found_counted_and_touched_alike() {
                 memories::save(db, &m)?;
                 memories::touch(db, &[b.key], 50, |s, _| Some(s + 0.25))?;
                 memories::touch(db, &[b.key], 60, |_, _| None)?;
+                // A key listed twice counts twice and is reinforced once; an unknown key and an
+                // empty list change nothing.
+                let asked = std::cell::Cell::new(0);
+                memories::touch(db, &[b.key, MemoryKey(987_654), b.key], 70, |_, _| {
+                    asked.set(asked.get() + 1);
+                    None
+                })?;
+                assert_eq!(asked.get(), 1, "{backend}: one reinforcement per memory");
+                memories::touch(db, &[], 80, |_, _| Some(0.0))?;
                 Ok(())
             })
             .unwrap();
@@ -117,8 +126,8 @@ fn memories_are_stored_found_counted_and_touched_alike() {
                 let forgotten = memories::by_name(db, "work", "alpha", true)?.expect("forgotten");
                 assert_eq!(forgotten.deleted_at, Some(40), "{backend}");
                 let touched = memories::by_key(db, b.key)?.expect("b");
-                assert_eq!(touched.access_count, 2, "{backend}");
-                assert_eq!(touched.accessed_at, Some(60));
+                assert_eq!(touched.access_count, 4, "{backend}");
+                assert_eq!(touched.accessed_at, Some(70));
                 assert!((touched.salience - 0.75).abs() < 1e-9, "{backend}");
                 assert_eq!(touched.salience_at, 50);
                 assert_eq!(
