@@ -20,7 +20,7 @@ use crate::index::vector::{LoadState, Scope, ScopeFilter, VectorIndex, unit_simi
 use crate::lock;
 use crate::model::{LogPosition, MemoryKey};
 use crate::store::vectors::{self, Unembedded};
-use crate::store::{changes, memories};
+use crate::store::{Db, changes, memories};
 
 /// Change-log entries applied per step of a catch-up (each step ends with a new position).
 const WINDOW: i64 = 20_000;
@@ -315,7 +315,50 @@ pub(crate) fn embed_parallel(e: &dyn Embedder, texts: &[String]) -> Result<Vec<V
     Ok(all)
 }
 
+/// Vectors a write computed before its transaction, by item: the writer stores each with its
+/// memory, so the processes sharing the store find it there and embed nothing themselves.
+pub(crate) struct WriteVectors {
+    model: String,
+    vecs: Vec<Option<Vec<f32>>>,
+}
+
+impl WriteVectors {
+    /// Stores item `i`'s vector for memory `key` at `version` (when there is one for it).
+    pub(crate) fn store(&self, tx: &Db, i: usize, key: MemoryKey, version: i64) -> Result<()> {
+        if let Some(v) = self.vecs.get(i).and_then(Option::as_ref) {
+            vectors::put(tx, key, &self.model, version, v)?;
+        }
+        Ok(())
+    }
+}
+
 impl Engine {
+    /// Embeds the texts of a write (`None`: nothing to embed for that item) before its
+    /// transaction takes the write lock. `None` without an embedder; a failing embedder is a
+    /// warning, and the catch-up embeds what the write did not store.
+    pub(crate) fn embed_for_write(&self, texts: &[Option<String>]) -> Option<WriteVectors> {
+        let e = self.embedder.as_ref()?;
+        let wanted: Vec<String> = texts.iter().flatten().cloned().collect();
+        if wanted.is_empty() {
+            return None;
+        }
+        let mut computed = match embed_parallel(e.as_ref(), &wanted) {
+            Ok(v) => v.into_iter(),
+            Err(err) => {
+                tracing::warn!(error = %err, "could not embed what is written; the index embeds it later");
+                return None;
+            }
+        };
+        let vecs = texts
+            .iter()
+            .map(|t| t.as_ref().and_then(|_| computed.next()))
+            .collect();
+        Some(WriteVectors {
+            model: e.model_id().to_owned(),
+            vecs,
+        })
+    }
+
     /// The embedding provider, when vectors are configured.
     pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
         self.embedder.as_ref()
@@ -1152,6 +1195,140 @@ mod tests {
             ]
         );
         assert!(!vector_ids(&e, "rocket launch postponed by the wind").contains(&gone));
+    }
+
+    /// What `e` was asked to embed, less the queries in `asked`, sorted.
+    fn embedded(e: &Recording, asked: &[&str]) -> Vec<String> {
+        let mut texts: Vec<String> = e
+            .texts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|t| !asked.contains(&t.as_str()))
+            .cloned()
+            .collect();
+        texts.sort_unstable();
+        texts
+    }
+
+    // Servers sharing a store each embedded every memory another one wrote (each catch-up found
+    // no vector and computed one): with an embedder paid per call, N servers paid N times. The
+    // writer now embeds what it writes and stores the vector in the same transaction; a new
+    // version that keeps the text keeps the vector; the others only read.
+    #[test]
+    fn the_writer_stores_the_vectors_and_the_others_embed_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config::for_db(dir.path().join("memory.db"));
+        let recording = || {
+            Arc::new(Recording {
+                inner: crate::embed::open(&cfg.embedder).unwrap().unwrap(),
+                texts: std::sync::Mutex::new(Vec::new()),
+            })
+        };
+        let in_folder = |name: &str| {
+            let mut c = cfg.clone();
+            c.index_dir = dir.path().join(name);
+            c
+        };
+        let (we, they) = (recording(), recording());
+        let writer = Engine::open_with(in_folder("writer"), Some(we.clone())).unwrap();
+        let reader = Engine::open_with(in_folder("reader"), Some(they.clone())).unwrap();
+        let batch = |contents: &[&str]| -> Vec<String> {
+            let items: Vec<RememberItem> = contents
+                .iter()
+                .map(|c| RememberItem {
+                    content: (*c).into(),
+                    ..RememberItem::default()
+                })
+                .collect();
+            writer
+                .remember(&items)
+                .unwrap()
+                .into_iter()
+                .map(|r| r.unwrap().id)
+                .collect()
+        };
+        let ids = batch(&[
+            "A kitten napping in a sunny window",
+            "The quarterly tax filing is due in April",
+            "A rocket launch was postponed by the wind",
+        ]);
+        let (kitten, tax, rocket) = (&ids[0], &ids[1], &ids[2]);
+        // One with a link takes the item-by-item path.
+        let puppy = writer
+            .remember(&[RememberItem {
+                content: "A puppy chewing on an old shoe".into(),
+                links: vec![crate::engine::Link {
+                    to: kitten.clone(),
+                    kind: "like".into(),
+                    weight: None,
+                }],
+                ..RememberItem::default()
+            }])
+            .unwrap()
+            .remove(0)
+            .unwrap()
+            .id;
+        assert_eq!(vector_ids(&reader, "sleepy cat")[0], *kitten);
+        // New content is embedded by the writer; new tags, a forget and a restore keep the text.
+        let patch = |content: Option<&str>, tags: Option<Vec<String>>| crate::model::MemoryPatch {
+            content: content.map(Into::into),
+            tags,
+            ..crate::model::MemoryPatch::default()
+        };
+        let storms = "The spacecraft lift-off was delayed by storms";
+        writer
+            .update(
+                &MemoryRef::Id(rocket.clone()),
+                &patch(Some(storms), None),
+                "test",
+            )
+            .unwrap();
+        writer
+            .update(
+                &MemoryRef::Id(tax.clone()),
+                &patch(None, Some(vec!["money".into()])),
+                "test",
+            )
+            .unwrap();
+        writer
+            .forget(&[MemoryRef::Id(puppy.clone())], &[], "test")
+            .unwrap();
+        writer
+            .restore(&[MemoryRef::Id(puppy.clone())], &[], "test")
+            .unwrap();
+        let queries = [
+            "sleepy cat",
+            "rocket takeoff postponed",
+            "taxes due in spring",
+            "dog biting footwear",
+        ];
+        assert_eq!(vector_ids(&reader, queries[1])[0], *rocket);
+        assert_eq!(vector_ids(&reader, queries[2])[0], *tax);
+        assert_eq!(vector_ids(&reader, queries[3])[0], puppy);
+        assert_eq!(vector_ids(&writer, queries[3])[0], puppy);
+        assert!(
+            embedded(&they, &queries).is_empty(),
+            "{:?}",
+            embedded(&they, &queries)
+        );
+        assert_eq!(
+            embedded(&we, &queries),
+            [
+                "A kitten napping in a sunny window",
+                "A puppy chewing on an old shoe",
+                "A rocket launch was postponed by the wind",
+                "The quarterly tax filing is due in April",
+                storms,
+            ],
+            "the writer embeds each text once, when it writes it"
+        );
+        // A new server's index is filled from the stored vectors alone.
+        let late = recording();
+        let fresh = Engine::open_with(in_folder("late"), Some(late.clone())).unwrap();
+        assert_eq!(vector_ids(&fresh, queries[0])[0], *kitten);
+        assert_eq!(fresh.vectors.with_index(|ix| ix.len()).unwrap(), 4);
+        assert!(embedded(&late, &queries).is_empty());
     }
 
     // A vector dump made by a newer history than the restored database's named other memories'

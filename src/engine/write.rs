@@ -1,6 +1,7 @@
 //! Writes: remember, relate, update, forget, restore. Each is one SQLite transaction that also
 //! appends to the change log and keeps the previous version in history.
 
+use crate::engine::vectors::{self, WriteVectors};
 use crate::engine::{Access, Engine, validate};
 use crate::error::{Error, Result};
 use crate::model::{
@@ -248,18 +249,29 @@ impl Engine {
                 Ok(new)
             })
             .collect();
+        // The writer embeds what it writes, outside the write lock, and stores each vector with
+        // its memory: every process sharing the store then finds it there.
+        let texts: Vec<Option<String>> = checked
+            .iter()
+            .map(|n| {
+                let n = n.as_ref().ok()?;
+                Some(vectors::embed_text(n.name.as_deref(), &n.content))
+            })
+            .collect();
+        let vecs = self.embed_for_write(&texts);
+        let vecs = vecs.as_ref();
         let now = now_millis();
         // Without links, no item refers to another: the batch is looked up, inserted and
         // logged a few statements at a time instead of item by item.
         let linked = items.iter().any(|i| !i.links.is_empty());
         let out = self.store.write(|tx| {
             if !linked {
-                return remember_unlinked(tx, checked, now);
+                return remember_unlinked(tx, checked, vecs, now);
             }
             let mut out = Vec::with_capacity(items.len());
             for (i, (item, new)) in items.iter().zip(checked).enumerate() {
                 let res = new.and_then(|new| {
-                    store::in_savepoint(tx, || remember_one(tx, i, item, &new, now, access))
+                    store::in_savepoint(tx, || remember_one(tx, (i, item, &new), vecs, now, access))
                 });
                 out.push(res);
             }
@@ -367,6 +379,19 @@ impl Engine {
                 "give at least one of content, kind, tags, importance, metadata, valid_from, valid_until",
             ));
         }
+        // New content is embedded here, outside the write lock, and stored with the new version
+        // (the name, which the text may carry, is read first and checked again in the write).
+        let embedded = match &patch.content {
+            Some(content) if self.embedder().is_some() => {
+                let name = self
+                    .store
+                    .read(|c| Ok(lookup(c, target, false)?.and_then(|m| m.name)))?;
+                let text = vectors::embed_text(name.as_deref(), content);
+                self.embed_for_write(std::slice::from_ref(&Some(text.clone())))
+                    .map(|v| (text, v))
+            }
+            _ => None,
+        };
         let now = now_millis();
         let updated = self.store.write(|tx| {
             let old = require(tx, "id", target, access)?;
@@ -433,6 +458,11 @@ impl Engine {
                 &snapshot(&old),
             )?;
             memories::save(tx, &m)?;
+            if let Some((text, v)) = &embedded
+                && vectors::embed_text(m.name.as_deref(), &m.content) == *text
+            {
+                v.store(tx, 0, m.key, m.version)?;
+            }
             changes::log_memory(tx, m.key, changes::ChangeOp::Upsert)?;
             Ok(m)
         })?;
@@ -650,6 +680,7 @@ pub(crate) fn same_memory(stored: &Memory, new: &NewMemory) -> bool {
 fn remember_unlinked(
     tx: &Db,
     checked: Vec<Result<NewMemory>>,
+    vecs: Option<&WriteVectors>,
     now: Millis,
 ) -> Result<Vec<Result<Remembered>>> {
     use std::collections::HashMap;
@@ -749,6 +780,9 @@ fn remember_unlinked(
     let keys: Vec<MemoryKey> = stored.iter().map(|m| m.key).collect();
     changes::log_memories(tx, &keys, changes::ChangeOp::Insert)?;
     for ((i, _, _), m) in fresh.iter().zip(stored) {
+        if let Some(v) = vecs {
+            v.store(tx, *i, m.key, m.version)?;
+        }
         out[*i] = Some(Ok(Remembered {
             id: m.id,
             duplicate: false,
@@ -794,9 +828,8 @@ impl Identity {
 
 fn remember_one(
     tx: &Db,
-    i: usize,
-    item: &RememberItem,
-    new: &NewMemory,
+    (i, item, new): (usize, &RememberItem, &NewMemory),
+    vecs: Option<&WriteVectors>,
     now: Millis,
     access: &Access,
 ) -> Result<Remembered> {
@@ -831,6 +864,9 @@ fn remember_one(
     }
     let m = memories::insert(tx, &new_id("m_"), new, now)?;
     changes::log_memory(tx, m.key, changes::ChangeOp::Insert)?;
+    if let Some(v) = vecs {
+        v.store(tx, i, m.key, m.version)?;
+    }
     for (dst, link) in &targets {
         let rel = NewRelation {
             src: m.key,

@@ -243,8 +243,17 @@ pub fn unnamed_with_hashes(db: &Db, namespace: &str, hashes: &[Vec<u8>]) -> Resu
 }
 
 /// Writes every mutable field of `m` back (content, tags, validity, …) and bumps nothing itself:
-/// the caller sets `version` and `updated_at`.
+/// the caller sets `version` and `updated_at`. A new version that keeps the name and content
+/// keeps the stored vector (moved to the new version): the text embedded is the same, so no
+/// process embeds it again after a change of tags, validity, a forget or a restore.
 pub fn save(db: &Db, m: &Memory) -> Result<()> {
+    let hash = content_hash(&m.content);
+    db.execute(
+        "UPDATE vectors SET version = ?2 WHERE memory_key = ?1 AND version = \
+         (SELECT version FROM memories WHERE key = ?1 AND content_hash = ?3 \
+         AND COALESCE(name, '') = COALESCE(?4, ''))",
+        args![m.key.0, m.version, hash, m.name],
+    )?;
     db.execute(
         "UPDATE memories SET kind = ?2, name = ?3, content = ?4, tags = ?5, importance = ?6, \
          metadata = ?7, content_hash = ?8, updated_at = ?9, valid_from = ?10, valid_until = ?11, \
@@ -258,7 +267,7 @@ pub fn save(db: &Db, m: &Memory) -> Result<()> {
         serde_json::to_string(&m.tags)?,
         m.importance,
         serde_json::to_string(&m.metadata)?,
-        content_hash(&m.content),
+        hash,
         m.updated_at,
         m.valid_from,
         m.valid_until,

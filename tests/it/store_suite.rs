@@ -999,6 +999,26 @@ fn vectors_import_keys_and_history_read_back_alike() {
                 Ok(())
             })
             .unwrap();
+        // A new version keeps its vector while its name and content stay (the text embedded is
+        // the same); new content leaves it behind.
+        store
+            .write(|db| {
+                let mut a = memories::by_key(db, a.key)?.expect("a");
+                a.tags = vec!["t".into()];
+                a.version += 1;
+                memories::save(db, &a)?;
+                let current = vectors::current(db, "model", &[a.key])?;
+                assert_eq!(current[&a.key].version, a.version, "{backend}: carried");
+                a.content = "hello again".into();
+                a.version += 1;
+                memories::save(db, &a)?;
+                assert!(
+                    vectors::current(db, "model", &[a.key])?.is_empty(),
+                    "{backend}"
+                );
+                Ok(())
+            })
+            .unwrap();
     }
 }
 

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::engine::curate::summarise::{self, SUMMARY, extract};
 use crate::engine::curate::{Batch, Example, Run, truncate};
+use crate::engine::vectors::{WriteVectors, embed_text};
 use crate::error::Result;
 use crate::model::{JobRef, JobRow, MemoryKey, Millis, NewMemory, format_time};
 use crate::store::{Db, jobs, memories};
@@ -70,7 +71,9 @@ pub(super) fn summarise(run: &mut Run<'_>, ns: &str) -> Result<()> {
                 examples: vec![example(&planned, None)],
             });
         } else {
-            run.commit(|run, tx| write(run, tx, &planned))?;
+            let text = embed_text(planned.memory.name.as_deref(), &planned.memory.content);
+            let vecs = engine.embed_for_write(&[Some(text)]);
+            run.commit(|run, tx| write(run, tx, &planned, vecs.as_ref()))?;
         }
         run.tick()?;
     }
@@ -160,12 +163,16 @@ fn example(p: &Planned, id: Option<String>) -> Example {
 }
 
 /// Writes a planned job summary, unless the job was summarised meanwhile.
-fn write(run: &Run<'_>, db: &Db, p: &Planned) -> Result<Batch> {
+/// `vecs`: the summary's vector, computed before the transaction.
+fn write(run: &Run<'_>, db: &Db, p: &Planned, vecs: Option<&WriteVectors>) -> Result<Batch> {
     let mut batch = Batch::default();
     if !jobs::unsummarised(db, &p.job.namespace, &p.job.name)? {
         return Ok(batch);
     }
     let summary = run.insert_memory(db, &p.memory, memories::Stamps::now(run.now), "summarise")?;
+    if let Some(v) = vecs {
+        v.store(db, 0, summary.key, summary.version)?;
+    }
     for &dst in &p.sources {
         summarise::link(run, db, summary.key, dst)?;
     }

@@ -17,6 +17,7 @@ use crate::engine::control::duration_words;
 use crate::engine::curate::merge::sentences;
 use crate::engine::curate::{Batch, Example, Run, truncate};
 use crate::engine::overlap::{jaccard, word_set};
+use crate::engine::vectors::{WriteVectors, embed_text};
 use crate::error::Result;
 use crate::model::{Memory, MemoryKey, Millis, NewMemory, format_time};
 use crate::store::relations::{self, RelationRow};
@@ -86,10 +87,15 @@ pub(super) fn run(run: &mut Run<'_>, ns: &str) -> Result<()> {
         }
         run.saw(chunk.iter().map(|(_, m)| m.len()).sum());
         if run.dry_run {
-            let batch = engine.store.read(|c| write(run, c, &planned))?;
+            let batch = engine.store.read(|c| write(run, c, &planned, None))?;
             run.add(batch);
         } else {
-            run.commit(|run, tx| write(run, tx, &planned))?;
+            let texts: Vec<Option<String>> = planned
+                .iter()
+                .map(|p| Some(embed_text(p.memory.name.as_deref(), &p.memory.content)))
+                .collect();
+            let vecs = engine.embed_for_write(&texts);
+            run.commit(|run, tx| write(run, tx, &planned, vecs.as_ref()))?;
         }
         run.tick()?;
     }
@@ -264,9 +270,15 @@ fn sampled_text(answer: &Value) -> Option<&str> {
 }
 
 /// Writes the planned summaries whose group is as planned and still unsummarised.
-fn write(run: &Run<'_>, db: &Db, planned: &[Planned]) -> Result<Batch> {
+/// `vecs`: the summaries' vectors, computed before the transaction, by index in `planned`.
+fn write(
+    run: &Run<'_>,
+    db: &Db,
+    planned: &[Planned],
+    vecs: Option<&WriteVectors>,
+) -> Result<Batch> {
     let mut batch = Batch::default();
-    'groups: for p in planned {
+    'groups: for (i, p) in planned.iter().enumerate() {
         for &(key, version) in std::iter::once(&p.anchor).chain(&p.sources) {
             match memories::by_key(db, key)? {
                 Some(m) if m.version == version && m.deleted_at.is_none() => {}
@@ -284,6 +296,9 @@ fn write(run: &Run<'_>, db: &Db, planned: &[Planned]) -> Result<Batch> {
                 ..memories::Stamps::now(run.now)
             };
             let summary = run.insert_memory(db, &p.memory, stamps, "summarise")?;
+            if let Some(v) = vecs {
+                v.store(db, i, summary.key, summary.version)?;
+            }
             for &(dst, _) in std::iter::once(&p.anchor).chain(&p.sources) {
                 link(run, db, summary.key, dst)?;
             }
@@ -496,10 +511,15 @@ pub(super) fn extract(header: &str, sources: &[(&str, f32)], max_chars: usize) -
             known.extend(l.split_whitespace().map(str::to_lowercase));
         }
     }
-    // What scores far below the best is filler, even when it would fit.
+    // What scores far below the best is filler, even when it would fit; unless it says a
+    // number, date or name the header does not (the least central sentence of a small group
+    // scores 0 by its meaning, and "3 pottery classes" is not filler).
     let floor = MIN_SHARE_OF_BEST * cands.iter().map(|c| c.score).fold(0f32, f32::max);
     let mut open: Vec<usize> = (0..cands.len())
-        .filter(|&i| cands[i].score >= floor)
+        .filter(|&i| {
+            let c = &cands[i];
+            c.score >= floor || (c.weight == 1.0 && !c.facts.is_subset(&known))
+        })
         .collect();
     loop {
         let best = open
