@@ -14,10 +14,13 @@ use crate::store::memories;
 const TICK: Duration = Duration::from_millis(50);
 /// How long one tick may spend putting staged vectors into the HNSW graph.
 const GRAPH_BUDGET: Duration = Duration::from_millis(300);
-/// How often accesses (uses of memories, walks through relations) are written: each flush is a
-/// write transaction, and under steady recall a flush a tick cost more than the counting.
+/// How often accesses (uses of memories, walks through relations) are taken for writing: each
+/// write is a transaction, and under steady recall a flush a tick cost more than the counting.
 /// Closing the engine writes what is left.
 const ACCESS_EVERY: Duration = Duration::from_millis(5_000);
+/// Most accesses written a tick: what a mark took is written over the next ticks, so that a
+/// flush of five seconds of 64 clients' recalls does not take the cores at once.
+const ACCESS_CHUNK: usize = 2_048;
 /// How long the index writer is kept after the last indexing.
 const WRITER_IDLE: Duration = Duration::from_millis(500);
 /// With a listener for other processes' commits (PostgreSQL's NOTIFY), how often the change
@@ -36,8 +39,9 @@ enum Job {
     /// Rebuild the graph's compact adjacency once writes have stopped for a while, and write the
     /// graph file when it is due.
     FreezeGraph,
-    /// Write recorded accesses (last accessed, access count) to the database.
-    FlushAccess,
+    /// Write recorded accesses (last accessed, access count) to the database: at a mark (`start`)
+    /// take what was recorded since the last one, then write a chunk of it a tick.
+    FlushAccess { start: bool },
     /// Release the text index writer after a quiet spell.
     ReleaseWriter,
     /// Load the vector index (at start), embed and index what changed, dump it now and then.
@@ -110,9 +114,41 @@ impl Engine {
         lock::lock(&self.walked).extend(relations.map(|r| (r, now)));
     }
 
-    /// Writes recorded accesses to the database: memories returned (their use and salience) and
-    /// relations walked through (reinforced at most once a day, which restores their strength).
+    /// Writes every recorded access to the database now: memories returned (their use and
+    /// salience) and relations walked through (reinforced at most once a day, which restores
+    /// their strength).
     pub(crate) fn flush_touched(&self) {
+        self.flush_walked();
+        let mut batch = std::mem::take(&mut *lock::lock(&self.draining));
+        batch.append(&mut lock::lock(&self.touched));
+        self.write_accesses(batch);
+    }
+
+    /// The background's flush: at a mark (`start`) the relations walked are written and the
+    /// memories' accesses recorded since the last mark are queued; then at most `max` queued
+    /// accesses are written (a memory's accesses are never split). True while some are queued.
+    pub(crate) fn flush_access_step(&self, start: bool, max: usize) -> bool {
+        if start {
+            self.flush_walked();
+        }
+        let (chunk, more) = {
+            let mut queue = lock::lock(&self.draining);
+            if start && queue.is_empty() {
+                *queue = std::mem::take(&mut *lock::lock(&self.touched));
+                queue.sort_unstable_by_key(|(k, _)| *k);
+            }
+            let mut cut = max.min(queue.len());
+            while cut > 0 && cut < queue.len() && queue[cut].0 == queue[cut - 1].0 {
+                cut += 1;
+            }
+            let chunk: Vec<(MemoryKey, Millis)> = queue.drain(..cut).collect();
+            (chunk, !queue.is_empty())
+        };
+        self.write_accesses(chunk);
+        more
+    }
+
+    fn flush_walked(&self) {
         let walked = std::mem::take(&mut *lock::lock(&self.walked));
         if !walked.is_empty() {
             let now = walked.iter().map(|(_, t)| *t).max().unwrap_or(0);
@@ -126,7 +162,9 @@ impl Engine {
                 tracing::warn!(error = %e, "could not record relations walked through");
             }
         }
-        let batch = std::mem::take(&mut *lock::lock(&self.touched));
+    }
+
+    fn write_accesses(&self, batch: Vec<(MemoryKey, Millis)>) {
         if batch.is_empty() {
             return;
         }
@@ -153,8 +191,8 @@ impl Engine {
                 self.freeze_graph_if_quiet()?;
                 self.write_graph_file_if_due(false)
             }
-            Job::FlushAccess => {
-                self.flush_touched();
+            Job::FlushAccess { start } => {
+                self.flush_access_step(start, ACCESS_CHUNK);
                 Ok(())
             }
             Job::ReleaseWriter => {
@@ -284,9 +322,12 @@ fn run(weak: &Weak<Engine>, stop: &AtomicBool, woken: Option<&AtomicBool>) {
         jobs.push(Job::FreezeGraph);
         let accessed =
             !lock::lock(&engine.touched).is_empty() || !lock::lock(&engine.walked).is_empty();
-        if accessed && last_access.elapsed() >= ACCESS_EVERY {
+        let start = accessed && last_access.elapsed() >= ACCESS_EVERY;
+        if start {
             last_access = Instant::now();
-            jobs.push(Job::FlushAccess);
+        }
+        if start || !lock::lock(&engine.draining).is_empty() {
+            jobs.push(Job::FlushAccess { start });
         }
         if engine.text.holds_writer() && last_index.elapsed() > WRITER_IDLE {
             jobs.push(Job::ReleaseWriter);

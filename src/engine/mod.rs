@@ -59,6 +59,9 @@ pub struct Engine {
     dirty: AtomicBool,
     /// Memories returned to callers, recorded off the hot path.
     touched: Mutex<Vec<(MemoryKey, Millis)>>,
+    /// Accesses taken from `touched` at the last flush mark, sorted by key, written a chunk a
+    /// tick so that no one flush takes the cores for long.
+    draining: Mutex<Vec<(MemoryKey, Millis)>>,
     /// Relations walks went through (their keys), recorded off the hot path like `touched`.
     walked: Mutex<Vec<(i64, Millis)>>,
     /// The relation graph's copy: loaded on first use (or by the background job at start).
@@ -108,6 +111,7 @@ impl Engine {
             text,
             dirty: AtomicBool::new(false),
             touched: Mutex::new(Vec::new()),
+            draining: Mutex::new(Vec::new()),
             walked: Mutex::new(Vec::new()),
             graph: graph::Graph::default(),
             embedder,
