@@ -333,12 +333,19 @@ impl WriteVectors {
 }
 
 impl Engine {
-    /// Embeds the texts of a write (`None`: nothing to embed for that item) before its
-    /// transaction takes the write lock. `None` without an embedder; a failing embedder is a
-    /// warning, and the catch-up embeds what the write did not store.
-    pub(crate) fn embed_for_write(&self, texts: &[Option<String>]) -> Option<WriteVectors> {
+    /// Embeds the memories of a write, each its name and content (`None`: nothing to embed for
+    /// that item), before its transaction takes the write lock. `None` without an embedder; a
+    /// failing embedder is a warning, and the catch-up embeds what the write did not store.
+    pub(crate) fn embed_for_write(
+        &self,
+        items: &[Option<(Option<&str>, &str)>],
+    ) -> Option<WriteVectors> {
         let e = self.embedder.as_ref()?;
-        let wanted: Vec<String> = texts.iter().flatten().cloned().collect();
+        let wanted: Vec<String> = items
+            .iter()
+            .flatten()
+            .map(|(name, content)| embed_text(*name, content))
+            .collect();
         if wanted.is_empty() {
             return None;
         }
@@ -349,7 +356,7 @@ impl Engine {
                 return None;
             }
         };
-        let vecs = texts
+        let vecs = items
             .iter()
             .map(|t| t.as_ref().and_then(|_| computed.next()))
             .collect();

@@ -1,7 +1,7 @@
 //! Writes: remember, relate, update, forget, restore. Each is one SQLite transaction that also
 //! appends to the change log and keeps the previous version in history.
 
-use crate::engine::vectors::{self, WriteVectors};
+use crate::engine::vectors::WriteVectors;
 use crate::engine::{Access, Engine, validate};
 use crate::error::{Error, Result};
 use crate::model::{
@@ -251,11 +251,12 @@ impl Engine {
             .collect();
         // The writer embeds what it writes, outside the write lock, and stores each vector with
         // its memory: every process sharing the store then finds it there.
-        let texts: Vec<Option<String>> = checked
+        let texts: Vec<Option<(Option<&str>, &str)>> = checked
             .iter()
             .map(|n| {
-                let n = n.as_ref().ok()?;
-                Some(vectors::embed_text(n.name.as_deref(), &n.content))
+                n.as_ref()
+                    .ok()
+                    .map(|n| (n.name.as_deref(), n.content.as_str()))
             })
             .collect();
         let vecs = self.embed_for_write(&texts);
@@ -386,9 +387,8 @@ impl Engine {
                 let name = self
                     .store
                     .read(|c| Ok(lookup(c, target, false)?.and_then(|m| m.name)))?;
-                let text = vectors::embed_text(name.as_deref(), content);
-                self.embed_for_write(std::slice::from_ref(&Some(text.clone())))
-                    .map(|v| (text, v))
+                self.embed_for_write(&[Some((name.as_deref(), content.as_str()))])
+                    .map(|v| (name, v))
             }
             _ => None,
         };
@@ -458,8 +458,8 @@ impl Engine {
                 &snapshot(&old),
             )?;
             memories::save(tx, &m)?;
-            if let Some((text, v)) = &embedded
-                && vectors::embed_text(m.name.as_deref(), &m.content) == *text
+            if let Some((name, v)) = &embedded
+                && m.name == *name
             {
                 v.store(tx, 0, m.key, m.version)?;
             }

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::engine::curate::summarise::{self, SUMMARY, extract};
 use crate::engine::curate::{Batch, Example, Run, truncate};
-use crate::engine::vectors::{WriteVectors, embed_text};
+use crate::engine::vectors::WriteVectors;
 use crate::error::Result;
 use crate::model::{JobRef, JobRow, MemoryKey, Millis, NewMemory, format_time};
 use crate::store::{Db, jobs, memories};
@@ -71,8 +71,8 @@ pub(super) fn summarise(run: &mut Run<'_>, ns: &str) -> Result<()> {
                 examples: vec![example(&planned, None)],
             });
         } else {
-            let text = embed_text(planned.memory.name.as_deref(), &planned.memory.content);
-            let vecs = engine.embed_for_write(&[Some(text)]);
+            let m = &planned.memory;
+            let vecs = engine.embed_for_write(&[Some((m.name.as_deref(), m.content.as_str()))]);
             run.commit(|run, tx| write(run, tx, &planned, vecs.as_ref()))?;
         }
         run.tick()?;

@@ -17,7 +17,7 @@ use crate::engine::control::duration_words;
 use crate::engine::curate::merge::sentences;
 use crate::engine::curate::{Batch, Example, Run, truncate};
 use crate::engine::overlap::{jaccard, word_set};
-use crate::engine::vectors::{WriteVectors, embed_text};
+use crate::engine::vectors::WriteVectors;
 use crate::error::Result;
 use crate::model::{Memory, MemoryKey, Millis, NewMemory, format_time};
 use crate::store::relations::{self, RelationRow};
@@ -90,9 +90,9 @@ pub(super) fn run(run: &mut Run<'_>, ns: &str) -> Result<()> {
             let batch = engine.store.read(|c| write(run, c, &planned, None))?;
             run.add(batch);
         } else {
-            let texts: Vec<Option<String>> = planned
+            let texts: Vec<Option<(Option<&str>, &str)>> = planned
                 .iter()
-                .map(|p| Some(embed_text(p.memory.name.as_deref(), &p.memory.content)))
+                .map(|p| Some((p.memory.name.as_deref(), p.memory.content.as_str())))
                 .collect();
             let vecs = engine.embed_for_write(&texts);
             run.commit(|run, tx| write(run, tx, &planned, vecs.as_ref()))?;
