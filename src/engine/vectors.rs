@@ -695,18 +695,40 @@ impl Engine {
         }
         let overlay = self.vectors.overlay();
         let n_over = overlay.items.len();
+        // The overlaid memories in scope, with their vectors.
+        let over: Vec<(u64, &[f32])> = if n_over > 0 {
+            let wanted = ScopeFilter::new(&scope, n_over);
+            overlay
+                .items
+                .iter()
+                .filter_map(|(&key, (_, v))| Some((key, v.as_deref()?)))
+                .filter(|&(key, _)| wanted.accepts(key))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let vectors: Vec<&[f32]> = over.iter().map(|&(_, v)| v).collect();
         // Overlaid memories the index also holds are dropped from its answer: ask for that many
         // more. Only those: a new memory is not in the index, and asking for more than needed
-        // can turn a graph search into a scan of every vector.
-        let (found, fell_back) = match &flat {
-            Some(f) => (f.search(&q[0], k + n_over, scope), None),
+        // can turn a graph search into a scan of every vector. The overlay's vectors are scored
+        // as the index will score them once it holds them, so a hit keeps its score when the
+        // index catches up (the compact file's bytes score within about 1 % of either).
+        let (found, fell_back, over_scores) = match &flat {
+            Some(f) => {
+                let scores = vectors
+                    .iter()
+                    .map(|v| Some(unit_similarity(&q[0], v)))
+                    .collect();
+                (f.search(&q[0], k + n_over, scope), None, scores)
+            }
             None => self.vectors.with_index(|ix| {
                 let shadowed = overlay
                     .items
                     .keys()
                     .filter(|&&key| ix.contains(key))
                     .count();
-                ix.search_noting(&q[0], k + shadowed, scope)
+                let (found, fell_back) = ix.search_noting(&q[0], k + shadowed, scope);
+                (found, fell_back, ix.similarities(&q[0], &vectors))
             })?,
         };
         let mut hits: Vec<(MemoryKey, f32)> = found
@@ -714,14 +736,12 @@ impl Engine {
             .filter(|(key, _)| !overlay.items.contains_key(key))
             .map(|(key, s)| (MemoryKey(key as i64), s))
             .collect();
-        if n_over > 0 {
-            let wanted = ScopeFilter::new(&scope, n_over);
-            hits.extend(overlay.items.iter().filter_map(|(&key, (_, v))| {
-                let v = v.as_ref()?;
-                wanted
-                    .accepts(key)
-                    .then(|| (MemoryKey(key as i64), unit_similarity(&q[0], v)))
-            }));
+        if !over.is_empty() {
+            hits.extend(
+                over.iter()
+                    .zip(over_scores)
+                    .filter_map(|(&(key, _), s)| Some((MemoryKey(key as i64), s?))),
+            );
             hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         }
         hits.truncate(k);

@@ -66,6 +66,15 @@ pub fn unit_similarity(a: &[f32], b: &[f32]) -> f32 {
     similarity(distance(dot(a, b)))
 }
 
+/// `x` rounded to the nearest bfloat16 (ties to even), as a float: what the graph stores of a
+/// number. A rounded number passes through the graph's own conversion unchanged, so every path
+/// (graph, staged, scan) scores the very same numbers.
+pub(super) fn bf16_round(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1));
+    f32::from_bits(rounded & 0xffff_0000)
+}
+
 /// Vectors whose length is off 1 by more than this are rescaled to unit length.
 pub(super) const UNIT_TOLERANCE: f32 = 1e-4;
 

@@ -12,11 +12,13 @@
 //!
 //! Each vector is held once, in the graph, as bfloat16 numbers (512 bytes at dim 256): its
 //! direction from the index's centre, its distance from the centre in the slot table (see
-//! `State::centre`); vectors staged for insertion wait beside it in full precision. Every
-//! score is computed here, as the dot product of the query with the stored vector: an exact scan
-//! reads the vector, a graph hit is scored from the distance the graph measured to it (its
-//! direction's lean toward the centre kept in the slot table), which agrees to the query's
-//! rounding to bfloat16 (under 10⁻³, tested on real text vectors).
+//! `State::centre`); vectors staged for insertion wait beside it in that very form. Every
+//! score is computed here from the stored direction and the query's direction rounded as the
+//! graph rounds it: an exact scan reads the direction, a graph hit is scored from the distance
+//! the graph measured to it (its lean toward the centre kept in the slot table), and a vector
+//! the index does not hold yet is placed and rounded first ([`VectorIndex::similarities`]). So a
+//! vector has one score wherever it is — outside, staged, in the graph — to the order of a float
+//! sum (10⁻⁶), and near ties keep their order while vectors move into the graph.
 //!
 //! Locking: searches take the read side of one `RwLock` and never block each other. Writers
 //! (upsert, remove, compact, dump) are serialised by a mutex of their own and take the write side
@@ -479,6 +481,26 @@ impl VectorIndex {
         let st = self.read();
         let hits = st.exact(&st.query(query), k, scope);
         hits.into_iter().map(|h| (h.key, h.score)).collect()
+    }
+
+    /// The similarities of `query` to vectors the index does not hold (a change it has not
+    /// applied yet), in order: the very numbers it will give them once it holds them (each
+    /// vector placed around its centre and rounded as it stores vectors), so hits scored outside
+    /// it rank with its own. `None` for a vector it could not hold (another length, non-finite);
+    /// nothing for a bad query.
+    pub fn similarities(&self, query: &[f32], vectors: &[&[f32]]) -> Vec<Option<f32>> {
+        let Some(query) = self.query_vector(query) else {
+            return vec![None; vectors.len()];
+        };
+        let st = self.read();
+        let query = st.query(query);
+        vectors
+            .iter()
+            .map(|v| {
+                let x = unit_vector(v, self.dim).ok()?;
+                Some(st.score_outside(&query, &x))
+            })
+            .collect()
     }
 
     /// True when tombstoned slots exceed a quarter of all slots: [`compact`] then pays off.

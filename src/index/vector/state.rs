@@ -89,7 +89,9 @@ pub(super) struct State {
     /// Slots staged but not in the graph yet, oldest first: searches read them beside the graph,
     /// so a staged vector is found at once while the (slower) graph insertion catches up.
     pub(super) staged: Staged,
-    /// Full vectors of the slots not in the graph yet (staged, or being inserted).
+    /// The slots not in the graph yet (staged, or being inserted): each one's direction from the
+    /// centre as the graph will hold it (rounded to bfloat16), its `r` and lean in the slot
+    /// table as for a graph point, so a pending slot is scored exactly as once it is in the graph.
     pub(super) pending: HashMap<u32, Vec<f32>, SlotHash>,
     /// The mean of the vectors, fixed once the index first holds [`CENTRE_AFTER`] of them
     /// (zero until then). The graph holds each vector `x` as the unit direction `t` of `x − c`
@@ -136,12 +138,13 @@ impl std::hash::Hasher for SlotHasher {
 
 pub(super) type SlotHash = std::hash::BuildHasherDefault<SlotHasher>;
 
-/// A query as the state scores it: the unit vector, its direction away from the centre (what
-/// staged sketches are compared with), the direction the graph is searched toward (see
-/// [`QUERY_CENTRE_SHARE`]) and its dot product with the centre.
+/// A query as the state scores it: its direction away from the centre (what staged sketches are
+/// compared with), the direction the graph is searched toward (see [`QUERY_CENTRE_SHARE`]),
+/// rounded to bfloat16 as the graph would round it, and its dot product with the centre.
 pub(super) struct Query {
-    pub(super) v: Vec<f32>,
     pub(super) direction: Vec<f32>,
+    /// `(q − α·c) / |q − α·c|`, each number rounded to bfloat16: every score is computed from
+    /// its dot product with a stored direction (see [`State::score`]).
     pub(super) toward: Vec<f32>,
     /// `|q − α·c|`, the length `toward` was divided by (0 when it was the zero vector).
     pub(super) toward_norm: f32,
@@ -182,14 +185,13 @@ impl State {
             .collect();
         let norm = dot(&toward, &toward).sqrt();
         if norm > 0.0 {
-            toward.iter_mut().for_each(|x| *x /= norm);
+            toward.iter_mut().for_each(|x| *x = bf16_round(*x / norm));
         }
         Query {
             toward,
             toward_norm: norm,
             at_centre: dot(&v, &self.centre),
             direction,
-            v,
         }
     }
 
@@ -204,19 +206,33 @@ impl State {
         (t, r)
     }
 
-    /// `|x − centre|` and `centre · t` of `x` (see [`State::norms`], [`State::leans`]).
-    pub(super) fn placement(&self, x: &[f32]) -> (f32, f32) {
-        let (t, r) = self.direction(x);
-        (r, dot(&self.centre, &t))
+    /// How `x` is held: its direction from the centre `t` rounded to bfloat16 (as the graph
+    /// stores it), `r = |x − centre|` and `centre · t` (see [`State::norms`], [`State::leans`]).
+    pub(super) fn placement(&self, x: &[f32]) -> (Vec<f32>, f32, f32) {
+        let (mut t, r) = self.direction(x);
+        t.iter_mut().for_each(|v| *v = bf16_round(*v));
+        let lean = dot(&self.centre, &t);
+        (t, r, lean)
     }
 
-    /// The vector of `slot` as stored (the graph's rounded to bfloat16), into `buf`;
-    /// `None` for a retired slot.
-    pub(super) fn vector<'a>(&'a self, slot: u32, buf: &'a mut [f32]) -> Option<&'a [f32]> {
-        if let Some(v) = self.pending.get(&slot) {
-            return Some(v);
+    /// The stored direction of `slot` (pending or in the graph), into `buf`; `None` for a
+    /// retired slot.
+    fn stored<'a>(&'a self, slot: u32, buf: &'a mut [f32]) -> Option<&'a [f32]> {
+        if let Some(t) = self.pending.get(&slot) {
+            Some(t)
+        } else if self.graph.vector(slot, buf) {
+            Some(buf)
+        } else {
+            None
         }
-        if !self.graph.vector(slot, buf) {
+    }
+
+    /// The vector of `slot` as stored (`c + r·t`, its direction rounded to bfloat16), into
+    /// `buf`; `None` for a retired slot.
+    pub(super) fn vector<'a>(&'a self, slot: u32, buf: &'a mut [f32]) -> Option<&'a [f32]> {
+        if let Some(t) = self.pending.get(&slot) {
+            buf.copy_from_slice(t);
+        } else if !self.graph.vector(slot, buf) {
             return None;
         }
         let r = self.norms[slot as usize];
@@ -235,8 +251,7 @@ impl State {
         }
         let mut buf = vec![0.0; self.dim];
         let mut sum = vec![0.0f64; self.dim];
-        let mut n = 0usize;
-        let mut in_graph: Vec<(u32, Vec<f32>)> = Vec::new();
+        let mut held: Vec<(u32, bool, Vec<f32>)> = Vec::new();
         for slot in 0..self.keys.len() as u32 {
             let pending = self.pending.contains_key(&slot);
             if !pending && !self.live[slot as usize] {
@@ -246,30 +261,27 @@ impl State {
                 continue;
             };
             sum.iter_mut().zip(v).for_each(|(s, x)| *s += f64::from(*x));
-            n += 1;
-            if !pending {
-                in_graph.push((slot, v.to_vec()));
-            }
+            held.push((slot, pending, v.to_vec()));
         }
-        self.centre = sum.iter().map(|s| (s / n.max(1) as f64) as f32).collect();
+        let n = held.len().max(1) as f64;
+        self.centre = sum.iter().map(|s| (s / n) as f32).collect();
         self.centred = true;
-        for slot in 0..self.keys.len() {
-            if let Some(v) = self.pending.get(&(slot as u32)) {
-                (self.norms[slot], self.leans[slot]) = self.placement(v);
+        // Every vector is placed anew around the centre; those in the graph leave it.
+        let mut moved = Vec::new();
+        for (slot, pending, v) in held {
+            let (t, r, lean) = self.placement(&v);
+            (self.norms[slot as usize], self.leans[slot as usize]) = (r, lean);
+            self.pending.insert(slot, t);
+            if !pending {
+                self.graph.remove(slot);
+                moved.push(slot);
             }
-        }
-        let mut moved = Vec::with_capacity(in_graph.len());
-        for (slot, v) in in_graph {
-            self.graph.remove(slot);
-            (self.norms[slot as usize], self.leans[slot as usize]) = self.placement(&v);
-            self.pending.insert(slot, v);
-            moved.push(slot);
         }
         let mut staged = std::mem::replace(&mut self.staged, Staged::new(self.dim));
         staged.resketch(|slot| {
             self.pending
                 .get(&slot)
-                .map_or_else(|| vec![0.0; self.dim], |v| self.direction(v).0)
+                .map_or_else(|| vec![0.0; self.dim], Vec::clone)
         });
         self.staged = staged;
         moved
@@ -281,7 +293,7 @@ impl State {
             let sketch = self
                 .pending
                 .get(&slot)
-                .map_or_else(Vec::new, |v| self.staged.sketch(&self.direction(v).0));
+                .map_or_else(Vec::new, |t| self.staged.sketch(t));
             if sketch.is_empty() {
                 continue;
             }
@@ -361,44 +373,36 @@ impl State {
         self.keys.len() - self.live_count()
     }
 
+    /// The hit of `slot` scored from its stored direction `t` (pending, or read out of the graph).
+    /// With `w = q − α·c` and `toward = w / |w|`, `q · t = |w|·(toward · t) + α·(c · t)` and
+    /// `q · x = q · c + r·(q · t)`; `toward` is rounded to bfloat16 as the graph rounds a
+    /// query, so this is the number [`State::score_from_graph`] gets from the distance the graph
+    /// measured (to the order of a float sum, about 10⁻⁷), and a vector keeps its score when it
+    /// moves from the staged list into the graph.
     pub(super) fn score(&self, query: &Query, slot: u32, buf: &mut [f32]) -> Option<Hit> {
-        let dot = match self.pending.get(&slot) {
-            Some(v) => dot(&query.v, v),
-            None if self.graph.vector(slot, buf) => {
-                query.at_centre + self.norms[slot as usize] * dot(&query.v, buf)
-            }
-            None => return None,
-        };
-        Some(Hit {
-            score: similarity(distance(dot)),
-            key: self.keys[slot as usize],
-        })
+        let t = self.stored(slot, buf)?;
+        Some(self.hit(query, slot, dot(&query.toward, t)))
     }
 
-    /// The hit of a slot the graph found at inner-product distance `d` from `query.toward`,
-    /// scored from that distance: with `w = q − α·c` and `toward = w / |w|`, the graph measured
-    /// `toward · t = 1 − d`, so `q · t = |w|·(1 − d) + α·(c · t)` and `q · x = q · c + r·(q · t)`
-    /// — the score [`State::score`] computes from the stored vector, to the rounding of the
-    /// query to bfloat16 (about 10⁻⁴), without reading the vector back out of the graph. A
-    /// pending slot (its full vector at hand), or a query toward the centre itself, is scored
-    /// from its vector.
-    pub(super) fn score_from_graph(
-        &self,
-        query: &Query,
-        slot: u32,
-        d: f32,
-        buf: &mut [f32],
-    ) -> Option<Hit> {
-        if query.toward_norm == 0.0 || self.pending.contains_key(&slot) {
-            return self.score(query, slot, buf);
-        }
+    /// The hit of a slot the graph found at inner-product distance `d = 1 − toward · t`,
+    /// scored without reading its vector back (see [`State::score`]).
+    pub(super) fn score_from_graph(&self, query: &Query, slot: u32, d: f32) -> Hit {
+        self.hit(query, slot, 1.0 - d)
+    }
+
+    fn hit(&self, query: &Query, slot: u32, toward_dot: f32) -> Hit {
         let s = slot as usize;
-        let qt = query.toward_norm * (1.0 - d) + QUERY_CENTRE_SHARE * self.leans[s];
-        let dot = query.at_centre + self.norms[s] * qt;
-        Some(Hit {
-            score: similarity(distance(dot)),
+        Hit {
+            score: held_score(query, self.norms[s], self.leans[s], toward_dot),
             key: self.keys[s],
-        })
+        }
+    }
+
+    /// The score of a vector outside the index (`x`, unit length), as the index would score
+    /// it once it held `x` (see [`State::score`]).
+    pub(super) fn score_outside(&self, query: &Query, x: &[f32]) -> f32 {
+        let (t, r, lean) = self.placement(x);
+        held_score(query, r, lean, dot(&query.toward, &t))
     }
 
     /// Appends a slot that is not live yet, its vector pending.
@@ -408,10 +412,10 @@ impl State {
         self.keys.push(key);
         self.live.push(false);
         self.prints.push(fingerprint(vector));
-        let (r, lean) = self.placement(vector);
+        let (t, r, lean) = self.placement(vector);
         self.norms.push(r);
         self.leans.push(lean);
-        self.pending.insert(slot, vector.to_vec());
+        self.pending.insert(slot, t);
         Ok(slot)
     }
 
@@ -433,7 +437,7 @@ impl State {
     /// pushed.
     pub(super) fn insert_into_graph(&self, slots: &[u32]) -> Result<()> {
         let insert = |&slot: &u32| match self.pending.get(&slot) {
-            Some(v) => self.graph.add(slot, &self.direction(v).0),
+            Some(t) => self.graph.add(slot, t),
             None => Ok(()),
         };
         let done: std::result::Result<(), String> = if slots.len() >= PARALLEL_INSERT_MIN {
@@ -639,13 +643,11 @@ impl State {
         accept: Option<&(dyn Fn(u64) -> bool + Sync)>,
     ) -> std::result::Result<Vec<Hit>, String> {
         let mut top = TopK::new(k);
-        let mut buf = vec![0.0; self.dim];
         for (slot, d) in self.graph.search(&query.toward, ef)? {
             if self.is_live(slot as usize)
                 && accept.is_none_or(|accept| accept(self.keys[slot as usize]))
-                && let Some(hit) = self.score_from_graph(query, slot, d, &mut buf)
             {
-                top.push(hit);
+                top.push(self.score_from_graph(query, slot, d));
             }
         }
         Ok(top.into_sorted())
@@ -670,6 +672,12 @@ impl State {
         // Tombstones are not in the graph: the share of its points in scope is higher.
         share * n as f64 / self.live_count().max(1) as f64
     }
+}
+
+/// `q · x` as a similarity, for a vector held as `r`, its lean `c · t` and `toward · t`.
+fn held_score(query: &Query, r: f32, lean: f32, toward_dot: f32) -> f32 {
+    let qt = query.toward_norm * toward_dot + QUERY_CENTRE_SHARE * lean;
+    similarity(distance(query.at_centre + r * qt))
 }
 
 /// A 64-bit hash of a vector's bits: equal vectors, equal prints.
