@@ -1,4 +1,7 @@
 //! The vector index against exact search on seeded data, its dump, its concurrency.
+//!
+//! Size: the tests share the seeded data (clusters, narrow cones, real sentences) and the recall
+//! count against the exact scan; a group that grows its own helpers moves to a file of its own.
 
 use super::topk::{Hit, rank};
 use super::*;
