@@ -84,6 +84,8 @@ struct TextSide {
 /// a key without a row is not live).
 struct VectorSide {
     hits: Vec<(MemoryKey, f32)>,
+    /// Candidates asked of the index per candidate of depth (over-fetched for filters).
+    per_depth: usize,
     sync: VectorSync,
     fell_back: Option<String>,
     read: Option<(Vec<MemoryKey>, HashMap<MemoryKey, Memory>)>,
@@ -222,11 +224,14 @@ impl Engine {
         // expanding, most of those rows are never needed (see `Bar`).
         let prefetch = self.store.is_postgres() && q.expand > 0;
         let search = || -> Result<VectorSide> {
-            let Nearest {
-                hits,
-                sync,
-                fell_back,
-            } = self.vector_candidates(q, depth)?;
+            let (
+                Nearest {
+                    hits,
+                    sync,
+                    fell_back,
+                },
+                per_depth,
+            ) = self.vector_candidates(q, depth)?;
             let mut read = None;
             if prefetch && !hits.is_empty() {
                 let mut keys: Vec<MemoryKey> = hits.iter().map(|h| h.0).collect();
@@ -236,6 +241,7 @@ impl Engine {
             }
             Ok(VectorSide {
                 hits,
+                per_depth,
                 sync,
                 fell_back,
                 read,
@@ -253,16 +259,19 @@ impl Engine {
             (want_vector.then(search), text_side())
         };
         let mut vector_hits = Vec::new();
+        let mut vector_per_depth = 1;
         let mut vector_read = None;
         if let Some(found) = vector_found {
             match found {
                 Ok(VectorSide {
                     hits,
+                    per_depth,
                     sync,
                     fell_back,
                     read,
                 }) => {
                     vector_hits = hits;
+                    vector_per_depth = per_depth;
                     vector_read = read;
                     if let Some(why) = fell_back {
                         warnings.push(format!(
@@ -342,7 +351,12 @@ impl Engine {
         let scoring = Scoring {
             mode,
             weights: q.weights.unwrap_or(DEFAULT_WEIGHTS),
-            scale: Scale::of(&text_hits, &vector_hits, min_similarity),
+            scale: Scale::of(
+                &text_hits,
+                &vector_hits,
+                min_similarity,
+                MIN_CANDIDATES * vector_per_depth,
+            ),
             now: now_millis(),
         };
         let need = q.offset + q.limit + 1;
@@ -563,18 +577,16 @@ impl Engine {
     }
 
     /// The `depth` nearest memories by vector, scoped to the query's namespaces (exactly when
-    /// they are small); other filters are applied by the caller.
-    fn vector_candidates(&self, q: &RecallQuery, depth: usize) -> Result<Nearest> {
+    /// they are small); other filters are applied by the caller, so a filtered query asks for
+    /// more: how many more per candidate of depth is returned beside them.
+    fn vector_candidates(&self, q: &RecallQuery, depth: usize) -> Result<(Nearest, usize)> {
         let filtered = !q.kinds.is_empty()
             || !q.tags.is_empty()
             || q.since.is_some()
             || q.until.is_some()
             || q.min_importance.is_some();
-        let k = if filtered {
-            depth * FILTER_OVERFETCH
-        } else {
-            depth
-        };
+        let per_depth = if filtered { FILTER_OVERFETCH } else { 1 };
+        let k = depth * per_depth;
         let scoped: Option<Vec<u64>> = match &q.namespaces {
             NamespaceScope::Only(ns) => {
                 let n = self.store.read(|c| memories::count_in(c, ns))?;
@@ -593,12 +605,16 @@ impl Engine {
             NamespaceScope::All => None,
         };
         match &scoped {
-            Some(keys) => self.vector_search(&q.text, k, Scope::Keys(keys)),
+            Some(keys) => Ok((
+                self.vector_search(&q.text, k, Scope::Keys(keys))?,
+                per_depth,
+            )),
             None if matches!(q.namespaces, NamespaceScope::Only(_)) => {
                 // A large namespace: over-fetch from the whole index and filter.
-                self.vector_search(&q.text, k * FILTER_OVERFETCH, Scope::All)
+                let nearest = self.vector_search(&q.text, k * FILTER_OVERFETCH, Scope::All)?;
+                Ok((nearest, per_depth * FILTER_OVERFETCH))
             }
-            None => self.vector_search(&q.text, k, Scope::All),
+            None => Ok((self.vector_search(&q.text, k, Scope::All)?, per_depth)),
         }
     }
 
@@ -789,7 +805,10 @@ pub const COVERAGE_POWER: f32 = 0.5;
 
 /// How one query's text and vector scores are scaled to 0..1 for the fusion: the text score by
 /// the best one, the similarity between the last (at least [`MIN_VECTOR_SIMILARITY`]) and the
-/// best vector candidate. Fusing the scaled scores, rather than the ranks (reciprocal-rank
+/// best vector candidate of the list a first page reads ([`MIN_CANDIDATES`], over-fetched as the
+/// filters ask). The floor stays there when a deep page reads longer lists, so a candidate's
+/// score does not depend on how deep the lists were read, and the pages of one recall cut one
+/// ranking. Fusing the scaled scores, rather than the ranks (reciprocal-rank
 /// fusion, k 60, before), keeps how far apart two hits are on each signal: a near tie by words
 /// is then decided by meaning. Measured (R@10, default weights, 2026-11-26): LoCoMo 0.583 →
 /// 0.584, RealMem 0.188 → 0.202.
@@ -802,13 +821,24 @@ struct Scale {
 }
 
 impl Scale {
-    fn of(text: &[(MemoryKey, f32)], vector: &[(MemoryKey, f32)], min: f32) -> Scale {
+    /// `anchor`: how many of the best vector candidates a first page reads.
+    fn of(
+        text: &[(MemoryKey, f32)],
+        vector: &[(MemoryKey, f32)],
+        min: f32,
+        anchor: usize,
+    ) -> Scale {
         let best = |l: &[(MemoryKey, f32)]| l.iter().map(|h| h.1).fold(f32::MIN, f32::max);
-        let worst = |l: &[(MemoryKey, f32)]| l.iter().map(|h| h.1).fold(f32::MAX, f32::min);
+        let mut similarities: Vec<f32> = vector.iter().map(|h| h.1).collect();
+        similarities.sort_unstable_by(|a, b| b.total_cmp(a));
+        let floor = similarities
+            .get(anchor.min(similarities.len()).wrapping_sub(1))
+            .copied()
+            .unwrap_or(f32::MAX);
         Scale {
             text_best: best(text),
             vector_best: best(vector),
-            vector_floor: worst(vector).max(min),
+            vector_floor: floor.max(min),
             vector_min: min,
         }
     }
@@ -906,21 +936,50 @@ mod tests {
         let k = MemoryKey;
         let text = [(k(1), 8.0), (k(2), 2.0)];
         let vector = [(k(2), 0.9), (k(3), 0.6), (k(1), 0.5)];
-        let s = Scale::of(&text, &vector, MIN_VECTOR_SIMILARITY);
+        let s = Scale::of(&text, &vector, MIN_VECTOR_SIMILARITY, MIN_CANDIDATES);
         assert_eq!((s.text(8.0), s.text(2.0)), (1.0, 0.25));
         assert_eq!((s.vector(0.9), s.vector(0.5)), (1.0, 0.0));
         assert!((s.vector(0.6) - 0.25).abs() < 1e-6);
         // The floor is at least the similarity that counts at all.
-        let s = Scale::of(&text, &[(k(2), 0.9), (k(1), 0.1)], MIN_VECTOR_SIMILARITY);
+        let s = Scale::of(
+            &text,
+            &[(k(2), 0.9), (k(1), 0.1)],
+            MIN_VECTOR_SIMILARITY,
+            MIN_CANDIDATES,
+        );
         assert_eq!(s.vector(0.35), 0.0);
         // One vector candidate: full credit only when it counts at all.
         let m = MIN_VECTOR_SIMILARITY;
-        assert_eq!(Scale::of(&text, &[(k(2), 0.9)], m).vector(0.9), 1.0);
-        assert_eq!(Scale::of(&text, &[(k(2), 0.2)], m).vector(0.2), 0.0);
-        assert_eq!(Scale::of(&[], &[], m).text(3.0), 0.0);
+        assert_eq!(
+            Scale::of(&text, &[(k(2), 0.9)], m, MIN_CANDIDATES).vector(0.9),
+            1.0
+        );
+        assert_eq!(
+            Scale::of(&text, &[(k(2), 0.2)], m, MIN_CANDIDATES).vector(0.2),
+            0.0
+        );
+        assert_eq!(Scale::of(&[], &[], m, MIN_CANDIDATES).text(3.0), 0.0);
         // Without a text hit, less similarity counts.
         let alone = MIN_VECTOR_SIMILARITY_ALONE;
-        assert_eq!(Scale::of(&[], &[(k(2), 0.3)], alone).vector(0.3), 1.0);
+        assert_eq!(
+            Scale::of(&[], &[(k(2), 0.3)], alone, MIN_CANDIDATES).vector(0.3),
+            1.0
+        );
+        // A deeper list (a later page) keeps the floor of the first MIN_CANDIDATES: every
+        // candidate scores as on the first page.
+        let list = |n: usize| -> Vec<(MemoryKey, f32)> {
+            (0..n)
+                .map(|i| (k(i as i64), 0.9 - 0.5 * i as f32 / 300.0))
+                .collect()
+        };
+        let (first, deeper) = (
+            Scale::of(&text, &list(MIN_CANDIDATES), m, MIN_CANDIDATES),
+            Scale::of(&text, &list(260), m, MIN_CANDIDATES),
+        );
+        for (_, sim) in list(MIN_CANDIDATES) {
+            assert_eq!(first.vector(sim).to_bits(), deeper.vector(sim).to_bits());
+        }
+        assert_eq!(deeper.vector(list(260)[200].1), 0.0);
     }
 
     #[test]
