@@ -8,7 +8,7 @@
 //! The data (MIT, not shipped here) is the English part of MADial-Bench
 //! (github.com/hejunqing/MADial-Bench, `data/en/`: `MADial-Bench-en-dialogue.json` and
 //! `MADial-Bench-en-memory.json`, one JSON object per line). Run:
-//! `cargo run --release --example madial -- path/to/madial-bench/en/ [--weights TEXT:VECTOR]… [--expand HOPS]…`
+//! `cargo run --release --example madial -- path/to/madial-bench/en/ [--weights TEXT:VECTOR]… [--expand HOPS]… [--embedder builtin|static:DIR|minilm:DIR]`
 //! `data/madial/` holds a made-up sample in the same shape, which the example's test replays
 //! against floors.
 
@@ -23,6 +23,7 @@ use quality::{K, Score};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use mnemograph::config::EmbedderSpec;
 use mnemograph::engine::RememberItem;
 use mnemograph::model::{NamespaceScope, RecallMode, RecallQuery};
 use mnemograph::{Config, Engine};
@@ -42,8 +43,7 @@ const NAMESPACE: &str = "madial";
 /// (`None`: the defaults).
 type Row = (String, RecallMode, Option<(f32, f32)>, Option<u8>);
 
-const USAGE: &str =
-    "usage: madial PATH/TO/madial-bench/en/ [--weights TEXT:VECTOR]... [--expand HOPS]...";
+const USAGE: &str = "usage: madial PATH/TO/madial-bench/en/ [--weights TEXT:VECTOR]... [--expand HOPS]... [--embedder builtin|static:DIR|minilm:DIR]";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -52,6 +52,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let mut rows: Vec<Row> = Vec::new();
+    let mut embedder = None;
     while let Some(a) = args.next() {
         let parsed = match (a.as_str(), args.next()) {
             ("--weights", Some(v)) => weights::parse_weights(&v).map(|(t, w)| {
@@ -74,6 +75,9 @@ fn main() -> ExitCode {
                 }
                 _ => Err(format!("--expand {v:?}: give 0, 1 or 2 hops")),
             },
+            ("--embedder", Some(v)) => EmbedderSpec::local(&v)
+                .map(|e| embedder = Some(e))
+                .ok_or_else(|| format!("--embedder {v:?}: give builtin, static:DIR or minilm:DIR")),
             _ => Err(USAGE.to_owned()),
         };
         if let Err(e) = parsed {
@@ -81,7 +85,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    match evaluate(&dir, &rows) {
+    match evaluate(&dir, &rows, embedder.as_ref()) {
         Ok(ev) => {
             report(ev);
             ExitCode::SUCCESS
@@ -135,12 +139,20 @@ struct Evaluation {
     seconds: f64,
 }
 
-fn evaluate(dir: &str, extra: &[Row]) -> anyhow::Result<Evaluation> {
+fn evaluate(
+    dir: &str,
+    extra: &[Row],
+    embedder: Option<&EmbedderSpec>,
+) -> anyhow::Result<Evaluation> {
     let dir = std::path::Path::new(dir);
     let bank = lines(&dir.join("MADial-Bench-en-memory.json"))?;
     let dialogues = lines(&dir.join("MADial-Bench-en-dialogue.json"))?;
     let tmp = tempfile::tempdir()?;
-    let engine = Engine::open(Config::for_db(tmp.path().join("madial.db")))?;
+    let mut config = Config::for_db(tmp.path().join("madial.db"));
+    if let Some(e) = embedder {
+        config.embedder = e.clone();
+    }
+    let engine = Engine::open(config)?;
     let embedder = engine
         .embedder()
         .map_or("none".to_owned(), |e| e.model_id().to_owned());
@@ -274,7 +286,7 @@ mod tests {
     #[test]
     fn the_sample_ranks_its_relevant_memories() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/data/madial");
-        let ev = evaluate(dir, &[]).expect("the sample is read");
+        let ev = evaluate(dir, &[], None).expect("the sample is read");
         assert_eq!((ev.memories, ev.dialogues), (10, 4));
         let r10 = |i: usize| ev.scores[i].r10 / ev.scores[i].n.max(1) as f64;
         assert!(r10(0) >= 0.85, "text R@10 {}", r10(0));
