@@ -138,7 +138,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let static_dir = PathBuf::from(
         args.get(1)
-            .map_or("data/model/minilm-static-256", String::as_str),
+            .map_or("data/model/minilm-static-256-v2", String::as_str),
     );
     let minilm = MiniLmEmbedder::open(&minilm_dir)?;
     let table = StaticTable::open(&static_dir)?;

@@ -45,14 +45,20 @@ struct ModelConfig {
     base_model: Option<String>,
 }
 
-/// The model compiled into the binary (`data/model/minilm-static-256`).
+/// The folder of the model compiled into the binary, from the repository's root (the paths of
+/// `builtin` name it too; a test checks they agree).
+#[cfg(test)]
+pub(crate) const BUILTIN_DIR: &str = "data/model/minilm-static-256-v2";
+
+/// The model compiled into the binary ([`BUILTIN_DIR`]). Its id names the table: a new table
+/// gets a new id, so vectors stored by an older one are embedded anew, not mixed with its own.
 mod builtin {
-    pub(super) const ID: &str = "minilm-static-256";
+    pub(super) const ID: &str = "minilm-static-256-v2";
     pub(super) const DIM: usize = 256;
     pub(super) const EMBEDDINGS: &[u8] =
-        include_bytes!("../../data/model/minilm-static-256/model.safetensors");
+        include_bytes!("../../data/model/minilm-static-256-v2/model.safetensors");
     pub(super) const TOKENIZER: &[u8] =
-        include_bytes!("../../data/model/minilm-static-256/tokenizer.json");
+        include_bytes!("../../data/model/minilm-static-256-v2/tokenizer.json");
 }
 
 impl StaticModel {
@@ -125,7 +131,7 @@ fn read_model_file(dir: &Path, name: &str) -> Result<Vec<u8>> {
     std::fs::read(&path).map_err(|e| Error::Embed {
         provider: "static".into(),
         reason: format!(
-            "cannot read model file {}: {e}; restore the model folder (a copy of data/model/minilm-static-256, or rebuild it with `mnemograph model distill`)",
+            "cannot read model file {}: {e}; restore the model folder (a copy of data/model/minilm-static-256-v2, or rebuild it as its README says)",
             path.display()
         ),
     })
@@ -303,6 +309,13 @@ mod tests {
         assert!((v[0][0] - h).abs() < 1e-3 && (v[0][1] - h).abs() < 1e-3);
         assert_eq!(v[1], vec![0.0; 4]);
         assert_eq!(v[2], vec![0.0, 0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn the_builtin_bytes_are_the_files_of_the_builtin_folder() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(BUILTIN_DIR);
+        assert!(std::fs::read(dir.join(EMBEDDINGS)).unwrap() == builtin::EMBEDDINGS);
+        assert!(std::fs::read(dir.join(TOKENIZER)).unwrap() == builtin::TOKENIZER);
     }
 
     #[test]

@@ -1077,7 +1077,9 @@ mod semantic {
                     kind: "about".into(),
                     weight: Some(1.0),
                 }],
-                ..item("The beacon warden records every boat entering the bay")
+                // No word of the query; by meaning just over the floor of a vector-only
+                // candidate (0.35), so its row is skipped until the relation brings it in.
+                ..item("The beacon warden writes down every boat entering the bay")
             },
         );
         let mut redone = 0;

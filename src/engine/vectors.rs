@@ -1224,6 +1224,52 @@ mod tests {
         assert!(!vector_ids(&e, "rocket launch postponed by the wind").contains(&gone));
     }
 
+    // A new build can bring a new built-in model (its id changes with its table). A database
+    // whose vectors are of the old model is then embedded anew by the new one, every memory,
+    // and searched by the new vectors only: the old ones are of another space.
+    #[test]
+    fn memories_embedded_by_another_model_are_embedded_anew_by_the_current_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let old_model = dir.path().join("old-model");
+        let builtin = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(crate::embed::static_model::BUILTIN_DIR);
+        std::fs::create_dir(&old_model).unwrap();
+        for f in ["model.safetensors", "tokenizer.json", "config.json"] {
+            std::fs::copy(builtin.join(f), old_model.join(f)).unwrap();
+        }
+        let mut cfg = Config::for_db(dir.path().join("memory.db"));
+        cfg.embedder = crate::config::EmbedderSpec::StaticDir(old_model);
+        let texts = [
+            "A kitten napping in a sunny window",
+            "The quarterly tax filing is due in April",
+            "A rocket launch was postponed by the wind",
+        ];
+        let ids: Vec<String> = {
+            let e = Engine::open(cfg.clone()).unwrap();
+            let ids = texts.iter().map(|t| remember(&e, t)).collect();
+            assert_eq!(vector_ids(&e, "sleepy cat").len(), 3);
+            ids
+        };
+        let cfg = Config::for_db(dir.path().join("memory.db"));
+        let embedder = Arc::new(Recording {
+            inner: crate::embed::open(&cfg.embedder).unwrap().unwrap(),
+            texts: std::sync::Mutex::new(Vec::new()),
+        });
+        let e = Engine::open_with(cfg, Some(embedder.clone())).unwrap();
+        assert_eq!(vector_ids(&e, "sleepy cat")[0], ids[0]);
+        assert_eq!(vector_ids(&e, "rocket takeoff delayed")[0], ids[2]);
+        let asked = ["sleepy cat", "rocket takeoff delayed"];
+        let mut all: Vec<String> = texts.map(str::to_owned).to_vec();
+        all.sort_unstable();
+        assert_eq!(embedded(&embedder, &asked), all);
+        let model = embedder.inner.model_id().to_owned();
+        let covered = e
+            .store
+            .read(|c| crate::store::vectors::coverage(c, &model))
+            .unwrap();
+        assert_eq!(covered, (3, 3), "every memory has a vector of {model}");
+    }
+
     /// What `e` was asked to embed, less the queries in `asked`, sorted.
     fn embedded(e: &Recording, asked: &[&str]) -> Vec<String> {
         let mut texts: Vec<String> = e

@@ -210,7 +210,7 @@ async fn hybrid_recall_finds_meaning_and_explains_itself() {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             stats = s.ok("stats", json!({})).await;
         }
-        assert_eq!(stats["embedding_model"], "minilm-static-256", "{stats}");
+        assert_eq!(stats["embedding_model"], "minilm-static-256-v2", "{stats}");
         assert_eq!(stats["vectors"], 3, "{stats}");
         s.stop().await;
     }
