@@ -73,6 +73,19 @@ fn random_unit(rng: &mut Rng, dim: usize) -> Vec<f32> {
     normalized((0..dim).map(|_| rng.gauss()).collect())
 }
 
+/// A unit vector in a narrow cone around the unit vector `common` (cosine to it about 0.9), as
+/// a static model's vectors crowd around their mean.
+fn in_cone(common: &[f32], rng: &mut Rng) -> Vec<f32> {
+    let noise = random_unit(rng, common.len());
+    normalized(
+        common
+            .iter()
+            .zip(&noise)
+            .map(|(c, n)| 2.0 * c + n)
+            .collect(),
+    )
+}
+
 /// Unit vectors around `clusters` random centres: cosine to the centre about 0.75, to
 /// points of another cluster about 0 — the hard case of near ties inside each cluster.
 struct Clusters {
@@ -373,18 +386,8 @@ fn vectors_in_a_narrow_cone_are_centred_and_scored_as_given() {
     let dim = 64;
     let mut rng = Rng(77);
     let common = random_unit(&mut rng, dim);
-    let cone = |rng: &mut Rng| -> Vec<f32> {
-        let noise = random_unit(rng, dim);
-        normalized(
-            common
-                .iter()
-                .zip(&noise)
-                .map(|(c, n)| 2.0 * c + n)
-                .collect(),
-        )
-    };
-    let points: Vec<Vec<f32>> = (0..3_000).map(|_| cone(&mut rng)).collect();
-    let queries: Vec<Vec<f32>> = (0..50).map(|_| cone(&mut rng)).collect();
+    let points: Vec<Vec<f32>> = (0..3_000).map(|_| in_cone(&common, &mut rng)).collect();
+    let queries: Vec<Vec<f32>> = (0..50).map(|_| in_cone(&common, &mut rng)).collect();
     let by_upsert = VectorIndex::new(MODEL, dim).unwrap();
     for (b, chunk) in points.chunks(500).enumerate() {
         let items: Vec<(u64, Vec<f32>)> = chunk
@@ -439,18 +442,8 @@ fn a_vector_keeps_its_score_from_outside_the_index_to_the_staged_list_to_the_gra
     let dim = 64;
     let mut rng = Rng(91);
     let common = random_unit(&mut rng, dim);
-    let mut cone = || {
-        let noise = random_unit(&mut rng, dim);
-        normalized(
-            common
-                .iter()
-                .zip(&noise)
-                .map(|(c, n)| 2.0 * c + n)
-                .collect(),
-        )
-    };
-    let points: Vec<Vec<f32>> = (0..3_000).map(|_| cone()).collect();
-    let queries: Vec<Vec<f32>> = (0..20).map(|_| cone()).collect();
+    let points: Vec<Vec<f32>> = (0..3_000).map(|_| in_cone(&common, &mut rng)).collect();
+    let queries: Vec<Vec<f32>> = (0..20).map(|_| in_cone(&common, &mut rng)).collect();
     let items: Vec<(u64, Vec<f32>)> = points
         .iter()
         .enumerate()
