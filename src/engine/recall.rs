@@ -829,12 +829,17 @@ impl Scale {
         anchor: usize,
     ) -> Scale {
         let best = |l: &[(MemoryKey, f32)]| l.iter().map(|h| h.1).fold(f32::MIN, f32::max);
+        // The anchor-th best similarity (the worst when fewer): a selection, not a sort, on
+        // every recall's path.
         let mut similarities: Vec<f32> = vector.iter().map(|h| h.1).collect();
-        similarities.sort_unstable_by(|a, b| b.total_cmp(a));
-        let floor = similarities
-            .get(anchor.min(similarities.len()).wrapping_sub(1))
-            .copied()
-            .unwrap_or(f32::MAX);
+        let floor = match anchor.min(similarities.len()) {
+            0 => f32::MAX,
+            n => {
+                *similarities
+                    .select_nth_unstable_by(n - 1, |a, b| b.total_cmp(a))
+                    .1
+            }
+        };
         Scale {
             text_best: best(text),
             vector_best: best(vector),
