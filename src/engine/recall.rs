@@ -1,6 +1,6 @@
 //! Recall: text (BM25, weighed by the share of the query each hit covers) and vector candidates,
-//! fused by their scaled scores, boosted by importance and
-//! recency, widened by graph neighbours, near-duplicates collapsed, then paged.
+//! fused by their scaled scores, boosted by importance and recency, widened by graph neighbours,
+//! near-duplicates collapsed, then paged.
 
 use std::collections::{HashMap, HashSet};
 
@@ -829,8 +829,7 @@ impl Scale {
         anchor: usize,
     ) -> Scale {
         let best = |l: &[(MemoryKey, f32)]| l.iter().map(|h| h.1).fold(f32::MIN, f32::max);
-        // The anchor-th best similarity (the worst when fewer): a selection, not a sort, on
-        // every recall's path.
+        // The anchor-th best similarity (the worst when fewer), selected rather than sorted.
         let mut similarities: Vec<f32> = vector.iter().map(|h| h.1).collect();
         let floor = match anchor.min(similarities.len()) {
             0 => f32::MAX,
