@@ -790,12 +790,12 @@ mod tests {
             [
                 ("text (BM25)", 0),
                 ("vector", 0),
-                ("hybrid, weights 1 : 0.25 (default)", 0),
+                ("hybrid, weights 1 : 0.35 (default)", 0),
                 ("hybrid, weights 1 : 1", 0),
                 ("text (BM25)", 1),
-                ("hybrid, weights 1 : 0.25 (default)", 1),
+                ("hybrid, weights 1 : 0.35 (default)", 1),
                 ("text (BM25)", 2),
-                ("hybrid, weights 1 : 0.25 (default)", 2),
+                ("hybrid, weights 1 : 0.35 (default)", 2),
                 ("hybrid, weights 1 : 0.5", 0),
             ]
         );

@@ -392,7 +392,7 @@ pub struct RecallQuery {
     /// Also rank archived memories (consolidation archives what went unused for long).
     pub include_archived: bool,
     /// Weights of the text and vector signals in the fusion; `None`: the engine's default,
-    /// text 1 and vector 0.25 (`engine::recall::DEFAULT_WEIGHTS`).
+    /// text 1 and vector 0.35 (`engine::recall::DEFAULT_WEIGHTS`).
     pub weights: Option<(f32, f32)>,
 }
 

@@ -16,12 +16,16 @@ use crate::model::{
 };
 use crate::store::memories;
 
+mod expand;
+pub use expand::{LONG_SOURCE_WORDS, NEIGHBOUR_KEPT_SHARE};
+
 /// Deepest page recall serves (offset + limit).
 const MAX_RECALL_DEPTH: usize = 1_000;
 
 /// Default fusion weights (text, vector): a static model's neighbours are a weaker signal than
-/// exact words, so they count a quarter (measured on LoCoMo and RealMem, see docs/figures.md).
-pub const DEFAULT_WEIGHTS: (f32, f32) = (1.0, 0.25);
+/// exact words, so they count about a third (measured on LoCoMo, RealMem and MADial-Bench with
+/// the built-in model fitted to sentences, see docs/figures.md).
+pub const DEFAULT_WEIGHTS: (f32, f32) = (1.0, 0.35);
 /// Fewest candidates taken from each list (more for deep pages).
 const MIN_CANDIDATES: usize = 100;
 /// Importance 1 multiplies the fused score by 1 + IMPORTANCE_BOOST / 2, importance 0 by
@@ -89,6 +93,7 @@ struct VectorSide {
     sync: VectorSync,
     fell_back: Option<String>,
     read: Option<(Vec<MemoryKey>, HashMap<MemoryKey, Memory>)>,
+    query: Vec<f32>,
 }
 
 /// The relation graph of one recall: synced once, when first needed, to the change-log head
@@ -104,6 +109,8 @@ struct Scoring {
     weights: (f32, f32),
     scale: Scale,
     now: Millis,
+    /// The query's vector (empty without a vector half).
+    query_vector: Vec<f32>,
 }
 
 impl Scoring {
@@ -229,6 +236,7 @@ impl Engine {
                     hits,
                     sync,
                     fell_back,
+                    query,
                 },
                 per_depth,
             ) = self.vector_candidates(q, depth)?;
@@ -245,6 +253,7 @@ impl Engine {
                 sync,
                 fell_back,
                 read,
+                query,
             })
         };
         let text_side = || text_now.then(|| self.text_side(q, depth));
@@ -261,6 +270,7 @@ impl Engine {
         let mut vector_hits = Vec::new();
         let mut vector_per_depth = 1;
         let mut vector_read = None;
+        let mut query_vector = Vec::new();
         if let Some(found) = vector_found {
             match found {
                 Ok(VectorSide {
@@ -269,7 +279,9 @@ impl Engine {
                     sync,
                     fell_back,
                     read,
+                    query,
                 }) => {
+                    query_vector = query;
                     vector_hits = hits;
                     vector_per_depth = per_depth;
                     vector_read = read;
@@ -358,6 +370,7 @@ impl Engine {
                 MIN_CANDIDATES * vector_per_depth,
             ),
             now: now_millis(),
+            query_vector,
         };
         let need = q.offset + q.limit + 1;
 
@@ -559,7 +572,7 @@ impl Engine {
         }
         let mut ranked = sorted(cands);
         if q.expand > 0 && !ranked.is_empty() {
-            self.expand(q, &mut ranked, rows, graph)?;
+            self.expand(q, &mut ranked, rows, graph, scoring)?;
         }
         if scoring.mode != RecallMode::Text {
             ranked = Engine::collapse_duplicates(ranked, q.offset + q.limit + 1, rows);
@@ -629,127 +642,6 @@ impl Engine {
             .filter(|m| m.deleted_at.is_none() && (archived || m.archived_at.is_none()))
             .map(|m| (m.key, m))
             .collect())
-    }
-
-    /// Adds the graph neighbours (up to `q.expand` hops) of the hits that can reach the page,
-    /// each with its source's score decayed per hop and by the relation's weight. A neighbour
-    /// already ranked keeps the higher of its own and the inherited score.
-    fn expand(
-        &self,
-        q: &RecallQuery,
-        ranked: &mut Vec<(MemoryKey, Candidate, Vec<String>)>,
-        rows: &mut HashMap<MemoryKey, Memory>,
-        graph: &mut RecallGraph,
-    ) -> Result<()> {
-        let seeds: Vec<(MemoryKey, f32)> = ranked
-            .iter()
-            .take(q.offset + q.limit)
-            .map(|(k, c, _)| (*k, c.score))
-            .collect();
-        // (neighbour) -> (inherited score, via)
-        let mut reached: HashMap<MemoryKey, (f32, Via)> = HashMap::new();
-        // Relations per memory, each counted once per recall (a hub may neighbour many hits).
-        let mut degrees: HashMap<i64, f32> = HashMap::new();
-        let view = match graph.view.take() {
-            Some(v) => v,
-            None => match graph.head {
-                Some(head) => self.synced_graph_at(head)?,
-                None => self.synced_graph()?,
-            },
-        };
-        {
-            let g: &crate::graph::MemoryGraph = &view;
-            let mut frontier: Vec<(MemoryKey, f32, String)> = seeds
-                .iter()
-                .filter_map(|(k, s)| rows.get(k).map(|m| (*k, *s, m.id.clone())))
-                .collect();
-            for hop in 1..=q.expand {
-                let mut next = Vec::new();
-                for (key, s, from_id) in &frontier {
-                    let mut nbrs: Vec<(i64, f32, String, bool)> = Vec::new();
-                    g.adjacent(key.0, |nbr, kind, weight, forward| {
-                        nbrs.push((nbr, weight, kind.to_owned(), forward));
-                    });
-                    let own = nbrs.len() as f32;
-                    nbrs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-                    for (nbr, w, kind, forward) in nbrs.into_iter().take(EXPAND_FANOUT) {
-                        let theirs = *degrees.entry(nbr).or_insert_with(|| {
-                            let mut n = 0usize;
-                            g.adjacent(nbr, |_, _, _, _| n += 1);
-                            n as f32
-                        });
-                        let hub = (HUB_DEGREE / (own * theirs).sqrt()).min(1.0);
-                        let inherited = s * EXPAND_DECAY * w.clamp(0.0, 1.0) * hub;
-                        let nk = MemoryKey(nbr);
-                        let better = reached.get(&nk).is_none_or(|(old, _)| inherited > *old);
-                        if better && inherited > 0.0 {
-                            reached.insert(
-                                nk,
-                                (
-                                    inherited,
-                                    Via {
-                                        from: from_id.clone(),
-                                        relation: kind,
-                                        forward,
-                                        hops: hop,
-                                    },
-                                ),
-                            );
-                            next.push((nk, inherited, from_id.clone()));
-                        }
-                    }
-                }
-                frontier = next;
-            }
-        }
-        graph.view = Some(view);
-        let missing: Vec<MemoryKey> = reached
-            .keys()
-            .filter(|k| !rows.contains_key(k))
-            .copied()
-            .collect();
-        rows.extend(self.load_rows(&missing, q.include_archived)?);
-        let mut index: HashMap<MemoryKey, usize> = ranked
-            .iter()
-            .enumerate()
-            .map(|(i, (k, _, _))| (*k, i))
-            .collect();
-        for (key, (inherited, via)) in reached {
-            let Some(m) = rows.get(&key) else { continue };
-            if !matches(q, m) {
-                continue;
-            }
-            match index.get(&key) {
-                Some(&i) => {
-                    let c = &mut ranked[i].1;
-                    if inherited > c.score {
-                        c.score = inherited;
-                        c.explain.expanded = Some(inherited);
-                        c.explain.score = inherited;
-                        c.via = Some(via);
-                    }
-                }
-                None => {
-                    let c = Candidate {
-                        via: Some(via),
-                        score: inherited,
-                        explain: Explain {
-                            expanded: Some(inherited),
-                            importance_boost: 1.0,
-                            recency_boost: 1.0,
-                            salience_boost: 1.0,
-                            score: inherited,
-                            ..Explain::default()
-                        },
-                        ..Candidate::default()
-                    };
-                    index.insert(key, ranked.len());
-                    ranked.push((key, c, Vec::new()));
-                }
-            }
-        }
-        ranked.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
-        Ok(())
     }
 
     /// Drops, among the first `window` hits, those that say the same as a better-ranked hit
@@ -888,7 +780,7 @@ fn score(
         RecallMode::Vector => e.fused = c.vector.map_or(0.0, |(_, s)| s),
         RecallMode::Hybrid => {
             // A weighted mean of scaled scores: 1 when first in both lists, the text weight's
-            // share (0.8 at the defaults) when first by words and not found by meaning.
+            // share (0.74 at the defaults) when first by words and not found by meaning.
             e.fused = (c.text.map_or(0.0, |(_, s)| wt * scale.text(s))
                 + c.vector.map_or(0.0, |(_, s)| wv * scale.vector(s)))
                 / (wt + wv).max(f32::MIN_POSITIVE);

@@ -9,8 +9,10 @@ use crate::model::{RecallMode, RecallQuery};
 fn engine_with(dir: &std::path::Path, items: &[RememberItem]) -> Engine {
     std::fs::create_dir_all(dir).unwrap();
     let e = Engine::open(Config::for_db(dir.join("memory.db"))).unwrap();
-    for r in e.remember(items).unwrap() {
-        r.unwrap();
+    if !items.is_empty() {
+        for r in e.remember(items).unwrap() {
+            r.unwrap();
+        }
     }
     e
 }
@@ -117,4 +119,93 @@ fn meaning_finds_what_the_words_do_not_hold() {
     }
     // Words nothing relates to find nothing by meaning in hybrid mode.
     assert!(contents(&e, "xyzzy plugh", RecallMode::Hybrid).is_empty());
+}
+
+/// Remembers `content` named `name`, following the memory named `after`; its id.
+fn turn(e: &Engine, content: &str, name: &str, after: Option<&str>) -> String {
+    let item = RememberItem {
+        content: content.into(),
+        name: Some(name.into()),
+        kind: Some("turn".into()),
+        links: after
+            .map(|a| crate::engine::Link {
+                to: a.into(),
+                kind: "follows".into(),
+                weight: None,
+            })
+            .into_iter()
+            .collect(),
+        ..RememberItem::default()
+    };
+    e.remember(&[item]).unwrap().remove(0).unwrap().id
+}
+
+// A chat's turn beside a short match used to inherit 0.9 of the match's score whatever it said,
+// and took the place of a direct match ranked below that: expansion crowded the page.
+#[test]
+fn a_neighbour_of_a_short_match_earns_its_place_by_its_own_meaning() {
+    use crate::engine::recall::{EXPAND_DECAY, LONG_SOURCE_WORDS};
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_with(dir.path(), &[]);
+    let sunrise = "Melanie painted a sunrise over the lake";
+    turn(&e, sunrise, "t1", None);
+    let chat = turn(
+        &e,
+        "Anyway, how was the rest of your week?",
+        "t2",
+        Some("t1"),
+    );
+    let other = "Melanie watched a sunrise over the sea";
+    turn(&e, other, "o1", None);
+    let page = |text: &str| {
+        e.recall(&RecallQuery {
+            text: text.into(),
+            limit: 10,
+            explain: true,
+            ..RecallQuery::default()
+        })
+        .unwrap()
+        .hits
+    };
+    let hits = page("Melanie painted a sunrise");
+    let got: Vec<&str> = hits.iter().map(|h| h.memory.content.as_str()).collect();
+    assert_eq!(got[..2], [sunrise, other]);
+    let (best, direct) = (hits[0].score, hits[1].score);
+    let beside = hits.iter().find(|h| h.memory.id == chat).unwrap();
+    // Inheriting in full, the chat would rank above the direct match.
+    assert!(best * EXPAND_DECAY > direct, "{best} × 0.9 vs {direct}");
+    assert!(beside.score < direct, "{} vs {direct}", beside.score);
+    assert!(beside.explain.as_ref().unwrap().expanded.is_some());
+
+    // A long match (an answer of many sentences) passes its score on whole to the turn beside
+    // it, what it answers.
+    let long = format!(
+        "{sunrise}. {}",
+        "She kept at it every morning before the mist lifted off the water. ".repeat(6)
+    );
+    assert!(long.split_whitespace().count() as f32 >= LONG_SOURCE_WORDS);
+    let e2 = engine_with(&dir.path().join("b"), &[]);
+    turn(&e2, &long, "t1", None);
+    let chat = turn(
+        &e2,
+        "Anyway, how was the rest of your week?",
+        "t2",
+        Some("t1"),
+    );
+    let hits = e2
+        .recall(&RecallQuery {
+            text: "Melanie painted a sunrise".into(),
+            limit: 10,
+            ..RecallQuery::default()
+        })
+        .unwrap()
+        .hits;
+    assert_eq!(hits[0].memory.content, long);
+    let beside = hits.iter().find(|h| h.memory.id == chat).unwrap();
+    let want = hits[0].score * EXPAND_DECAY;
+    assert!(
+        (beside.score - want).abs() < 1e-5,
+        "{} vs {want}",
+        beside.score
+    );
 }

@@ -16,6 +16,7 @@ use crate::embed::{Embedder, check_output};
 use crate::engine::Engine;
 use crate::engine::flat::FlatState;
 use crate::error::{Error, Result};
+use crate::index::vector::flat::FlatVectors;
 use crate::index::vector::{LoadState, Scope, ScopeFilter, VectorIndex, unit_similarity};
 use crate::lock;
 use crate::model::{LogPosition, MemoryKey};
@@ -263,6 +264,8 @@ pub(crate) struct Nearest {
     pub hits: Vec<(MemoryKey, f32)>,
     pub sync: VectorSync,
     pub fell_back: Option<String>,
+    /// The query's vector (empty when nothing was searched).
+    pub query: Vec<f32>,
 }
 
 /// How far the vector index is behind after a sync.
@@ -665,31 +668,70 @@ impl Engine {
                 reason: "no embedder is configured".into(),
             });
         };
-        // While the index loads, or is built from the database behind the compact file, the
-        // file answers (exactly, by a scan).
-        let flat = if self.ensure_vectors(false)? {
-            self.flat_ahead_of_index()?
-        } else {
-            match self.flat_for_read()? {
-                Some(f) => Some(f),
-                None => {
-                    return Ok(Nearest {
-                        hits: Vec::new(),
-                        sync: VectorSync::Loading,
-                        fell_back: None,
-                    });
-                }
-            }
+        let Some(flat) = self.vector_reader()? else {
+            return Ok(Nearest {
+                hits: Vec::new(),
+                sync: VectorSync::Loading,
+                fell_back: None,
+                query: Vec::new(),
+            });
         };
-        let q = e.embed(&[query])?;
+        let mut q = e.embed(&[query])?;
         check_output(e.model_id(), e.dim(), 1, &q)?;
+        self.nearest(e.as_ref(), flat, q.swap_remove(0), k, scope)
+    }
+
+    /// The similarity to `query` (a vector [`Engine::vector_search`] returned) of each of `keys`
+    /// that has a vector, scored as a search scores it; empty while the index loads.
+    pub(crate) fn similarities_to(
+        &self,
+        query: &[f32],
+        keys: &[MemoryKey],
+    ) -> Result<HashMap<MemoryKey, f32>> {
+        let (Some(e), false) = (self.embedder.clone(), query.is_empty() || keys.is_empty()) else {
+            return Ok(HashMap::new());
+        };
+        let Some(flat) = self.vector_reader()? else {
+            return Ok(HashMap::new());
+        };
+        let raw: Vec<u64> = keys.iter().map(|k| k.0 as u64).collect();
+        let found = self.nearest(
+            e.as_ref(),
+            flat,
+            query.to_vec(),
+            raw.len(),
+            Scope::Keys(&raw),
+        )?;
+        Ok(found.hits.into_iter().collect())
+    }
+
+    /// What a vector read is answered from: `Some(None)` the index, `Some(Some(file))` the
+    /// compact file (exactly, by a scan) while the index loads or is built from the database
+    /// behind it, `None` neither yet.
+    fn vector_reader(&self) -> Result<Option<Option<Arc<FlatVectors>>>> {
+        if self.ensure_vectors(false)? {
+            Ok(Some(self.flat_ahead_of_index()?))
+        } else {
+            Ok(self.flat_for_read()?.map(Some))
+        }
+    }
+
+    /// The `k` nearest memories in `scope` to the query's vector `q`, from the index or `flat`.
+    fn nearest(
+        &self,
+        e: &dyn Embedder,
+        flat: Option<Arc<FlatVectors>>,
+        q: Vec<f32>,
+        k: usize,
+        scope: Scope<'_>,
+    ) -> Result<Nearest> {
         // Without a background job the read catches the index up itself (`None`).
         let applied = match &flat {
             Some(f) => Some(f.position().seq),
             None if self.has_background() => Some(self.vectors.seq()),
             None => None,
         };
-        let sync = self.prepare_vector_read(e.as_ref(), applied)?;
+        let sync = self.prepare_vector_read(e, applied)?;
         if let VectorSync::Behind(_) = sync {
             self.mark_dirty();
         }
@@ -717,9 +759,9 @@ impl Engine {
             Some(f) => {
                 let scores = vectors
                     .iter()
-                    .map(|v| Some(unit_similarity(&q[0], v)))
+                    .map(|v| Some(unit_similarity(&q, v)))
                     .collect();
-                (f.search(&q[0], k + n_over, scope), None, scores)
+                (f.search(&q, k + n_over, scope), None, scores)
             }
             None => self.vectors.with_index(|ix| {
                 let shadowed = overlay
@@ -727,8 +769,8 @@ impl Engine {
                     .keys()
                     .filter(|&&key| ix.contains(key))
                     .count();
-                let (found, fell_back) = ix.search_noting(&q[0], k + shadowed, scope);
-                (found, fell_back, ix.similarities(&q[0], &vectors))
+                let (found, fell_back) = ix.search_noting(&q, k + shadowed, scope);
+                (found, fell_back, ix.similarities(&q, &vectors))
             })?,
         };
         let mut hits: Vec<(MemoryKey, f32)> = found
@@ -749,6 +791,7 @@ impl Engine {
             hits,
             sync,
             fell_back,
+            query: q,
         })
     }
 

@@ -54,7 +54,7 @@ pub(crate) struct RecallParams {
     /// Per-signal ranks and scores (for tuning; not in the schema).
     #[schemars(skip)]
     pub(crate) explain: Option<bool>,
-    /// Fusion weights [text, vector], default [1, 0.25] (for tuning; not in the schema).
+    /// Fusion weights [text, vector], default [1, 0.35] (for tuning; not in the schema).
     #[schemars(skip)]
     pub(crate) weights: Option<Vec<f32>>,
     /// Also archived.
