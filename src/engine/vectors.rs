@@ -268,6 +268,9 @@ pub(crate) struct Nearest {
     pub query: Vec<f32>,
 }
 
+/// The hits of a search of the prepared overlay and the index, and why the graph was not used.
+type Found = (Vec<(MemoryKey, f32)>, Option<String>);
+
 /// How far the vector index is behind after a sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum VectorSync {
@@ -682,27 +685,23 @@ impl Engine {
     }
 
     /// The similarity to `query` (a vector [`Engine::vector_search`] returned) of each of `keys`
-    /// that has a vector, scored as a search scores it; empty while the index loads.
+    /// that has a vector, scored as that search scored its hits and from what it read: the
+    /// overlay it prepared is not prepared again. Empty while the index loads.
     pub(crate) fn similarities_to(
         &self,
         query: &[f32],
         keys: &[MemoryKey],
     ) -> Result<HashMap<MemoryKey, f32>> {
-        let (Some(e), false) = (self.embedder.clone(), query.is_empty() || keys.is_empty()) else {
+        if query.is_empty() || keys.is_empty() {
             return Ok(HashMap::new());
-        };
+        }
         let Some(flat) = self.vector_reader()? else {
             return Ok(HashMap::new());
         };
         let raw: Vec<u64> = keys.iter().map(|k| k.0 as u64).collect();
-        let found = self.nearest(
-            e.as_ref(),
-            flat,
-            query.to_vec(),
-            raw.len(),
-            Scope::Keys(&raw),
-        )?;
-        Ok(found.hits.into_iter().collect())
+        let (hits, _) =
+            self.search_prepared(flat.as_deref(), query, raw.len(), Scope::Keys(&raw))?;
+        Ok(hits.into_iter().collect())
     }
 
     /// What a vector read is answered from: `Some(None)` the index, `Some(Some(file))` the
@@ -735,6 +734,24 @@ impl Engine {
         if let VectorSync::Behind(_) = sync {
             self.mark_dirty();
         }
+        let (hits, fell_back) = self.search_prepared(flat.as_deref(), &q, k, scope)?;
+        Ok(Nearest {
+            hits,
+            sync,
+            fell_back,
+            query: q,
+        })
+    }
+
+    /// The `k` nearest memories in `scope` to `q` from the index or `flat`, and the overlay as a
+    /// read prepared it ([`Engine::prepare_vector_read`]); why the graph was not used, if so.
+    fn search_prepared(
+        &self,
+        flat: Option<&FlatVectors>,
+        q: &[f32],
+        k: usize,
+        scope: Scope<'_>,
+    ) -> Result<Found> {
         let overlay = self.vectors.overlay();
         let n_over = overlay.items.len();
         // The overlaid memories in scope, with their vectors.
@@ -759,9 +776,9 @@ impl Engine {
             Some(f) => {
                 let scores = vectors
                     .iter()
-                    .map(|v| Some(unit_similarity(&q, v)))
+                    .map(|v| Some(unit_similarity(q, v)))
                     .collect();
-                (f.search(&q, k + n_over, scope), None, scores)
+                (f.search(q, k + n_over, scope), None, scores)
             }
             None => self.vectors.with_index(|ix| {
                 let shadowed = overlay
@@ -769,8 +786,8 @@ impl Engine {
                     .keys()
                     .filter(|&&key| ix.contains(key))
                     .count();
-                let (found, fell_back) = ix.search_noting(&q, k + shadowed, scope);
-                (found, fell_back, ix.similarities(&q, &vectors))
+                let (found, fell_back) = ix.search_noting(q, k + shadowed, scope);
+                (found, fell_back, ix.similarities(q, &vectors))
             })?,
         };
         let mut hits: Vec<(MemoryKey, f32)> = found
@@ -787,12 +804,7 @@ impl Engine {
             hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         }
         hits.truncate(k);
-        Ok(Nearest {
-            hits,
-            sync,
-            fell_back,
-            query: q,
-        })
+        Ok((hits, fell_back))
     }
 
     /// Makes the memories changed after what the vector index applied searchable for a read. In a
