@@ -3,10 +3,26 @@
 
 /// The distinct lower-cased words (letters and digits) of a text, sorted.
 pub(crate) fn word_set(text: &str) -> Vec<String> {
-    let mut words: Vec<String> = text
+    word_set_borrowed(text)
+        .into_iter()
+        .map(std::borrow::Cow::into_owned)
+        .collect()
+}
+
+/// [`word_set`] borrowing the words that are lower-case already (most are): the same words in
+/// the same order, with a string only for those that lower-casing changes.
+pub(crate) fn word_set_borrowed(text: &str) -> Vec<std::borrow::Cow<'_, str>> {
+    use std::borrow::Cow;
+    let mut words: Vec<Cow<'_, str>> = text
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
+        .map(|w| {
+            if w.is_ascii() && !w.bytes().any(|b| b.is_ascii_uppercase()) {
+                Cow::Borrowed(w)
+            } else {
+                Cow::Owned(w.to_lowercase())
+            }
+        })
         .collect();
     words.sort_unstable();
     words.dedup();
@@ -47,6 +63,15 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
+
+    #[test]
+    fn word_sets_are_lower_cased_sorted_and_distinct() {
+        assert_eq!(
+            word_set("Tea, tea and TEA; Straße or STRASSE? Ünïcode ünïcode 42"),
+            ["42", "and", "or", "strasse", "straße", "tea", "ünïcode"]
+        );
+        assert_eq!(word_set_borrowed("tea Tea"), ["tea"]);
+    }
 
     #[test]
     fn word_overlap_skips_only_pairs_that_cannot_reach_it() {

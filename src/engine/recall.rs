@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::engine::graph::GraphView;
-use crate::engine::overlap::{jaccard, may_reach, word_set};
+use crate::engine::overlap::{jaccard, may_reach, word_set_borrowed};
 use crate::engine::vectors::{Nearest, VectorSync};
 use crate::engine::{Engine, halves, snippet};
 use crate::error::{Error, Result};
@@ -653,10 +653,10 @@ impl Engine {
         rows: &HashMap<MemoryKey, Memory>,
     ) -> Vec<(MemoryKey, Candidate, Vec<String>)> {
         let mut kept: Vec<(MemoryKey, Candidate, Vec<String>)> = Vec::with_capacity(ranked.len());
-        let mut kept_words: Vec<(usize, Vec<String>)> = Vec::new();
+        let mut kept_words: Vec<(usize, Vec<std::borrow::Cow<'_, str>>)> = Vec::new();
         for (i, (key, c, dups)) in ranked.into_iter().enumerate() {
             let words = match rows.get(&key) {
-                Some(m) if i < window * 2 => word_set(&m.content),
+                Some(m) if i < window * 2 => word_set_borrowed(&m.content),
                 _ => {
                     kept.push((key, c, dups));
                     continue;

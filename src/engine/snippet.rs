@@ -1,6 +1,6 @@
 //! Snippets: the window of a memory's content where the query's words are densest.
 
-use crate::index::tokenize::words;
+use crate::index::tokenize::word_spans;
 
 /// Characters of content shown around the best match.
 pub const SNIPPET_CHARS: usize = 200;
@@ -9,17 +9,21 @@ pub const SNIPPET_CHARS: usize = 200;
 /// with `…` where text was cut. Matching is on lower-cased words and their prefixes (so "teas"
 /// finds "tea"), which is close enough to the index's stemming for display.
 pub fn snippet(content: &str, query: &str) -> String {
-    let n_chars = content.chars().count();
-    if n_chars <= SNIPPET_CHARS {
+    if content.len() <= SNIPPET_CHARS || content.chars().count() <= SNIPPET_CHARS {
         return content.to_owned();
     }
-    let wanted: Vec<String> = words(query).into_iter().map(|(_, _, w)| w).collect();
-    let stem = |w: &str| w.chars().take(5).collect::<String>();
-    let wanted_stems: Vec<String> = wanted.iter().map(|w| stem(w)).collect();
-    let hits: Vec<usize> = words(content)
-        .into_iter()
-        .filter(|(_, _, w)| wanted_stems.iter().any(|s| stem(w) == *s))
-        .map(|(from, _, _)| from)
+    let wanted_stems: Vec<String> = word_spans(query)
+        .map(|(from, to)| stem(&query[from..to]))
+        .collect();
+    // The content's words compared by their stems without a string per word: most words match
+    // no stem, and lower-casing only what is compared is the same as lower-casing it all.
+    let hits: Vec<usize> = word_spans(content)
+        .filter(|&(from, to)| {
+            wanted_stems
+                .iter()
+                .any(|s| same_stem(&content[from..to], s))
+        })
+        .map(|(from, _)| from)
         .collect();
     let window_bytes = |start: usize| -> usize {
         content[start..]
@@ -27,17 +31,8 @@ pub fn snippet(content: &str, query: &str) -> String {
             .nth(SNIPPET_CHARS)
             .map_or(content.len(), |(i, _)| start + i)
     };
-    // Pick the start (at a hit) whose window covers the most hits.
-    let mut best = (0usize, 0usize);
-    for (i, &start) in hits.iter().enumerate() {
-        let end = window_bytes(start);
-        let covered = hits[i..].iter().take_while(|&&h| h < end).count();
-        if covered > best.1 {
-            best = (start, covered);
-        }
-    }
     // Back up a little so the first hit has some context before it.
-    let mut start = best.0;
+    let mut start = densest(content, &hits);
     let back: Vec<(usize, char)> = content[..start].char_indices().rev().take(40).collect();
     if let Some(&(i, _)) = back.iter().rev().find(|(_, c)| c.is_whitespace()) {
         start = i + 1;
@@ -55,6 +50,73 @@ pub fn snippet(content: &str, query: &str) -> String {
     }
     out
 }
+
+/// The hit (a byte offset into `content`; `hits` ascending) whose window of `SNIPPET_CHARS`
+/// characters covers the most hits, the first of equals (0 without hits): in one pass over the
+/// content, as the hits, their windows' ends and the last hit each window covers only move
+/// forward.
+fn densest(content: &str, hits: &[usize]) -> usize {
+    let mut best = (0usize, 0usize);
+    let mut ends = content.char_indices().map(|(i, _)| i);
+    // `next_char`: the index of the character `ends` yields next; `end`: the window's end.
+    let (mut next_char, mut end) = (0usize, 0usize);
+    let (mut counted_to, mut chars_before) = (0usize, 0usize);
+    let mut covered_to = 0usize;
+    for (i, &start) in hits.iter().enumerate() {
+        chars_before += content[counted_to..start].chars().count();
+        counted_to = start;
+        let last = chars_before + SNIPPET_CHARS;
+        while next_char <= last {
+            match ends.next() {
+                Some(at) => end = at,
+                None => {
+                    end = content.len();
+                    break;
+                }
+            }
+            next_char += 1;
+        }
+        covered_to = covered_to.max(i);
+        while covered_to < hits.len() && hits[covered_to] < end {
+            covered_to += 1;
+        }
+        if covered_to - i > best.1 {
+            best = (start, covered_to - i);
+        }
+    }
+    best.0
+}
+
+/// The first five characters of a word, lower-cased character by character (one character may
+/// lower-case to several).
+fn stem(word: &str) -> String {
+    word.chars()
+        .flat_map(char::to_lowercase)
+        .take(STEM_CHARS)
+        .collect()
+}
+
+/// Whether `word` lower-cased begins with the same five characters as `stem` (a [`stem`]), and
+/// has no more of them than it: `stem(word) == stem`, without a string for `word`.
+fn same_stem(word: &str, stem: &str) -> bool {
+    if word.is_ascii() && stem.is_ascii() {
+        // One byte a character, and lower-casing keeps it so.
+        let n = word.len().min(STEM_CHARS);
+        return n == stem.len() && word.as_bytes()[..n].eq_ignore_ascii_case(stem.as_bytes());
+    }
+    let mut lowered = word.chars().flat_map(char::to_lowercase).take(STEM_CHARS);
+    let mut wanted = stem.chars();
+    loop {
+        match (lowered.next(), wanted.next()) {
+            (None, None) => return true,
+            (Some(a), Some(b)) if a == b => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Characters of a word's beginning compared for a match.
+const STEM_CHARS: usize = 5;
 
 #[cfg(test)]
 mod tests {
@@ -76,6 +138,79 @@ mod tests {
         assert!(s.contains("zebra"), "{s}");
         assert!(s.starts_with('…') && s.ends_with('…'));
         assert!(s.chars().count() <= SNIPPET_CHARS + 2);
+    }
+
+    #[test]
+    fn stems_compare_as_lower_cased_prefixes() {
+        for (word, query) in [
+            ("Teas", "tea"),
+            ("TEA", "tea"),
+            ("te", "tea"),
+            ("teapots", "TEAPOT"),
+            ("tea", "té"),
+            ("tea", "teas"),
+            ("Zebras", "zebra"),
+            ("ZEBRAFISH", "zebras"),
+            ("İstanbul", "istanbul"),
+            ("straße", "STRASSE"),
+            ("咖", "咖啡"),
+        ] {
+            assert_eq!(
+                same_stem(word, &stem(query)),
+                stem(word) == stem(query),
+                "{word} / {query}"
+            );
+        }
+    }
+
+    /// The hit whose window covers the most hits, found the plain way: from each hit, the
+    /// hits within `SNIPPET_CHARS` characters of it.
+    fn densest_plainly(content: &str, hits: &[usize]) -> usize {
+        let mut best = (0, 0);
+        for (i, &start) in hits.iter().enumerate() {
+            let end = content[start..]
+                .char_indices()
+                .nth(SNIPPET_CHARS)
+                .map_or(content.len(), |(b, _)| start + b);
+            let covered = hits[i..].iter().take_while(|&&h| h < end).count();
+            if covered > best.1 {
+                best = (start, covered);
+            }
+        }
+        best.0
+    }
+
+    #[test]
+    fn the_window_with_the_most_matches_is_found_in_one_pass() {
+        // Matches in clusters at uneven distances, in one- and multi-byte text, up to the end.
+        let mut seed = 7u64;
+        for round in 0..300 {
+            let mut content = String::new();
+            let mut hits = Vec::new();
+            while content.chars().count() < 300 + round * 3 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let (word, hit) = match (seed >> 33) % 7 {
+                    0 => ("zebra", true),
+                    1 => ("zèbre", true),
+                    2 if round % 2 == 0 => ("咖啡", true),
+                    3 => ("ünïcödé", false),
+                    _ => ("filler", false),
+                };
+                if hit {
+                    hits.push(content.len());
+                }
+                content.push_str(word);
+                content.push(' ');
+            }
+            assert_eq!(
+                densest(&content, &hits),
+                densest_plainly(&content, &hits),
+                "round {round}"
+            );
+        }
+        assert_eq!(densest("no hits here", &[]), 0);
     }
 
     #[test]

@@ -76,7 +76,23 @@ impl Cut {
 
 /// Compact JSON length of `v`.
 pub(crate) fn size(v: &Value) -> usize {
-    serde_json::to_vec(v).map_or(0, |b| b.len())
+    serialized_len(v)
+}
+
+/// Bytes of `v`'s compact JSON, counted as it is written rather than kept.
+fn serialized_len<T: serde::Serialize + ?Sized>(v: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, v).map_or(0, |()| count.0)
 }
 
 /// Cuts `value` until its compact JSON takes at most `room` bytes: the longest lists lose items
@@ -313,8 +329,7 @@ fn ceil_boundary(s: &str, mut i: usize) -> usize {
 /// Bytes a tool result takes in a client's window: its content blocks and its structured
 /// content, as compact JSON.
 pub(crate) fn result_bytes(r: &CallToolResult) -> usize {
-    serde_json::to_vec(&r.content).map_or(0, |b| b.len())
-        + r.structured_content.as_ref().map_or(0, size)
+    serialized_len(&r.content) + r.structured_content.as_ref().map_or(0, size)
 }
 
 /// Whether `r` must be cut to take at most `tokens`: a result (not an error) over the budget
