@@ -382,7 +382,13 @@ pub struct RecallQuery {
     pub until: Option<Millis>,
     pub min_importance: Option<f64>,
     pub limit: usize,
+    /// Ranked hits skipped before the page (cursors of older versions counted positions; the
+    /// engine's own tests page by it).
     pub offset: usize,
+    /// Marks of the hits earlier pages showed ([`crate::engine::cursor::mark`]), left out of
+    /// this page.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seen: Vec<u64>,
     /// Which signals rank the hits.
     pub mode: RecallMode,
     /// Hops of neighbours merged into the ranking (0–2; default [`DEFAULT_EXPAND`]).
@@ -394,6 +400,14 @@ pub struct RecallQuery {
     /// Weights of the text and vector signals in the fusion; `None`: the engine's default,
     /// text 1 and vector 0.35 (`engine::recall::DEFAULT_WEIGHTS`).
     pub weights: Option<(f32, f32)>,
+}
+
+impl RecallQuery {
+    /// How deep in the ranking this page can reach: the hits skipped or shown before it and
+    /// its own.
+    pub fn depth(&self) -> usize {
+        self.offset + self.seen.len() + self.limit
+    }
 }
 
 impl Default for RecallQuery {
@@ -408,6 +422,7 @@ impl Default for RecallQuery {
             min_importance: None,
             limit: 0,
             offset: 0,
+            seen: Vec::new(),
             mode: RecallMode::default(),
             expand: DEFAULT_EXPAND,
             explain: false,
@@ -491,8 +506,8 @@ pub struct Explain {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RecallPage {
     pub hits: Vec<Hit>,
-    /// Offset of the next page, when there may be more.
-    pub next_offset: Option<usize>,
+    /// Whether more hits rank below the page.
+    pub more: bool,
     /// What degraded this answer (a failing embedder, an index still catching up).
     pub warnings: Vec<String>,
 }

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use crate::engine::graph::GraphView;
 use crate::engine::overlap::{jaccard, may_reach, word_set_borrowed};
 use crate::engine::vectors::{Nearest, VectorSync};
-use crate::engine::{Engine, halves, snippet};
+use crate::engine::{Engine, cursor, halves, snippet};
 use crate::error::{Error, Result};
 use crate::index::vector::Scope;
 use crate::model::{
@@ -214,7 +214,7 @@ impl Engine {
     ) -> Result<(RecallPage, bool)> {
         self.check_recall(q)?;
         // Fusion, coverage and duplicate collapse need candidates beyond the page.
-        let depth = (2 * (q.offset + q.limit + 1)).max(MIN_CANDIDATES);
+        let depth = (2 * (q.depth() + 1)).max(MIN_CANDIDATES);
         let mut warnings = Vec::new();
         let mut want_vector = q.mode != RecallMode::Text && self.embedder.is_some();
         if q.mode == RecallMode::Vector && self.embedder.is_none() {
@@ -372,7 +372,7 @@ impl Engine {
             now: now_millis(),
             query_vector,
         };
-        let need = q.offset + q.limit + 1;
+        let need = q.depth() + 1;
 
         // Rows of the candidates the text half did not bring, but for those that cannot reach
         // the page (see `Bar`); when the ranking shows they might, they are read and it is done
@@ -410,8 +410,16 @@ impl Engine {
             ranked = self.rank(q, cands, &mut rows, &scoring, &mut graph)?;
         }
 
-        let more = ranked.len() > q.offset + q.limit;
-        let page: Vec<_> = ranked.into_iter().skip(q.offset).take(q.limit).collect();
+        // The best of what earlier pages did not show (see `engine::cursor`).
+        let seen: HashSet<u64> = q.seen.iter().copied().collect();
+        let mut rest = ranked.into_iter().skip(q.offset).filter(|(k, _, _)| {
+            seen.is_empty()
+                || !rows
+                    .get(k)
+                    .is_some_and(|m| seen.contains(&cursor::mark(&m.id)))
+        });
+        let page: Vec<_> = rest.by_ref().take(q.limit).collect();
+        let more = rest.next().is_some();
         let page_keys: Vec<MemoryKey> = page.iter().map(|(k, _, _)| *k).collect();
         // The graph, when the expansion synced it, counts the relations without a round trip.
         let counts = match &graph.view {
@@ -447,7 +455,7 @@ impl Engine {
         }
         let page = RecallPage {
             hits,
-            next_offset: more.then_some(q.offset + q.limit),
+            more,
             warnings,
         };
         Ok((page, redone))
@@ -469,7 +477,7 @@ impl Engine {
                 format!("give 1 to {max}"),
             ));
         }
-        if q.offset + q.limit > MAX_RECALL_DEPTH {
+        if q.depth() > MAX_RECALL_DEPTH {
             return Err(Error::invalid(
                 "cursor",
                 "goes past the deepest page served",
@@ -575,7 +583,7 @@ impl Engine {
             self.expand(q, &mut ranked, rows, graph, scoring)?;
         }
         if scoring.mode != RecallMode::Text {
-            ranked = Engine::collapse_duplicates(ranked, q.offset + q.limit + 1, rows);
+            ranked = Engine::collapse_duplicates(ranked, q.depth() + 1, rows);
         }
         Ok(ranked)
     }

@@ -395,7 +395,7 @@ fn filters_and_paging() {
         })
         .unwrap();
     assert_eq!(p3.hits.len(), 5);
-    assert_eq!(p3.next_offset, None);
+    assert!(!p3.more);
     let odd = e
         .recall(&RecallQuery {
             namespaces: NamespaceScope::Only(vec!["odd".into()]),
@@ -412,6 +412,67 @@ fn filters_and_paging() {
         })
         .unwrap();
     assert_eq!(tagged.hits.len(), 3); // 10, 15, 20
+}
+
+/// Pages continue after what earlier pages showed: the ranking moving between two pages (a new
+/// best match written, a shown hit falling to the bottom) neither repeats a hit nor loses one,
+/// where an offset into the moved ranking would do both.
+#[test]
+fn pages_continue_after_what_was_shown_when_the_ranking_moves() {
+    let (_d, e) = temp_engine();
+    // Shorter contents rank higher: report 0 first.
+    let items: Vec<RememberItem> = (0..12)
+        .map(|i| item(&format!("harbour crane report {}", "and so on ".repeat(i))))
+        .collect();
+    let ids: Vec<String> = e
+        .remember(&items)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.unwrap().id)
+        .collect();
+    let q = RecallQuery {
+        text: "harbour crane".into(),
+        limit: 5,
+        mode: RecallMode::Text,
+        expand: 0,
+        ..RecallQuery::default()
+    };
+    let first = e.recall(&q).unwrap();
+    let shown: Vec<String> = first.hits.iter().map(|h| h.memory.id.clone()).collect();
+    assert_eq!(shown[0], ids[0]);
+    assert!(first.more);
+    // Between the pages: a new best match, and the best hit shown falls to the bottom.
+    let new = e.remember(&[item("harbour crane, harbour crane")]).unwrap()[0]
+        .as_ref()
+        .unwrap()
+        .id
+        .clone();
+    let patch = MemoryPatch {
+        content: Some(format!("harbour crane report {}", "and so on ".repeat(40))),
+        ..MemoryPatch::default()
+    };
+    e.update(&MemoryRef::Id(ids[0].clone()), &patch, "test")
+        .unwrap();
+    let mut all = shown.clone();
+    let mut q = q;
+    loop {
+        q.seen.extend(
+            all[q.seen.len()..]
+                .iter()
+                .map(|id| crate::engine::cursor::mark(id)),
+        );
+        let page = e.recall(&q).unwrap();
+        all.extend(page.hits.iter().map(|h| h.memory.id.clone()));
+        if !page.more {
+            break;
+        }
+    }
+    let mut want: Vec<String> = ids.iter().chain([&new]).cloned().collect();
+    want.sort();
+    let mut got = all.clone();
+    got.sort();
+    assert_eq!(got, want, "every match shown exactly once: {all:?}");
+    assert_eq!(all[5], new, "the new best match opens the second page");
 }
 
 #[test]
@@ -1018,7 +1079,7 @@ mod semantic {
                 (ax.text_rank, ax.vector_rank)
             );
         }
-        assert_eq!(pruned.next_offset, all.next_offset, "{}", q.text);
+        assert_eq!(pruned.more, all.more, "{}", q.text);
         redone
     }
 

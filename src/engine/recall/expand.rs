@@ -66,7 +66,7 @@ impl Engine {
     ) -> Result<()> {
         let seeds: Vec<(MemoryKey, f32)> = ranked
             .iter()
-            .take(q.offset + q.limit)
+            .take(q.depth())
             .map(|(k, c, _)| (*k, c.score))
             .collect();
         // (neighbour) -> (inherited score, the hit whose relations reached it, via)

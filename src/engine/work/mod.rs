@@ -376,6 +376,9 @@ pub fn recall(
                 .collect(),
         );
     }
+    let next_cursor = page.more.then(|| {
+        crate::engine::cursor::next_cursor(q, page.hits.iter().map(|h| h.memory.id.as_str()))
+    });
     let hits = page
         .hits
         .into_iter()
@@ -397,9 +400,7 @@ pub fn recall(
     Ok(serde_json::to_value(RecallOut {
         hits,
         warnings: page.warnings,
-        next_cursor: page
-            .next_offset
-            .map(|o| crate::engine::cursor::encode_cursor(q, o)),
+        next_cursor,
         related,
         truncated,
     })?)

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::engine::Access;
 use crate::engine::control::Progressing;
-use crate::engine::cursor::{decode_cursor, encode_cursor};
+use crate::engine::cursor::{decode_cursor, next_cursor};
 use crate::engine::traverse::{DEFAULT_MAX_NODES, MAX_DEPTH};
 use crate::engine::work::{INLINE_EXPAND, Work};
 use crate::error::{Error, Result};
@@ -123,9 +123,9 @@ fn page_within(out: &mut Value, q: &RecallQuery, tokens: usize) {
         let last = hits.pop().map_or(0, |h| budget::size(&h) + 1);
         total = total.saturating_sub(last);
     }
-    let shown = hits.len();
-    if shown < listed {
-        out["next_cursor"] = Value::String(encode_cursor(q, q.offset + shown));
+    if hits.len() < listed {
+        let cursor = next_cursor(q, hits.iter().filter_map(|h| h["id"].as_str()));
+        out["next_cursor"] = Value::String(cursor);
     }
 }
 
@@ -186,6 +186,7 @@ fn query(p: &RecallParams) -> Result<RecallQuery> {
         min_importance: p.min_importance,
         limit: p.limit.unwrap_or(DEFAULT_LIMIT) as usize,
         offset: 0,
+        seen: Vec::new(),
         mode: match p.mode {
             Some(ModeInput::Text) => RecallMode::Text,
             Some(ModeInput::Vector) => RecallMode::Vector,
@@ -207,7 +208,7 @@ fn query(p: &RecallParams) -> Result<RecallQuery> {
         },
     };
     if let Some(c) = &p.cursor {
-        q.offset = decode_cursor(&q, c)?;
+        (q.offset, q.seen) = decode_cursor(&q, c)?;
     }
     Ok(q)
 }
@@ -239,13 +240,44 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_reject_tampering() {
+        use crate::engine::cursor::mark;
         let q = query(&params("tea", None)).unwrap();
-        let c = crate::engine::cursor::encode_cursor(&q, 10);
-        assert_eq!(query(&params("tea", Some(c.clone()))).unwrap().offset, 10);
-        assert!(query(&params("coffee", Some(c))).is_err());
-        for bad in ["", "garbage", "c1.x.0", "c1.10.0000000000000000.extra"] {
+        let c = next_cursor(&q, ["m_a", "m_b"]);
+        let next = query(&params("tea", Some(c.clone()))).unwrap();
+        assert_eq!(
+            (next.offset, &next.seen),
+            (0, &vec![mark("m_a"), mark("m_b")])
+        );
+        // The page after that carries both pages' hits.
+        let third = query(&params("tea", Some(next_cursor(&next, ["m_c"])))).unwrap();
+        assert_eq!(third.seen, vec![mark("m_a"), mark("m_b"), mark("m_c")]);
+        // A cursor of an older version counted positions; it still pages.
+        let fp = c.split('.').nth(1).unwrap();
+        let old = query(&params("tea", Some(format!("c1.10.{fp}")))).unwrap();
+        assert_eq!((old.offset, old.seen.len()), (10, 0));
+        assert!(query(&params("coffee", Some(c.clone()))).is_err());
+        let short = format!("c2.{fp}.0.AAAA");
+        let not_base64 = format!("c2.{fp}.0.????????");
+        for bad in [
+            "",
+            "garbage",
+            "c1.x.0",
+            "c1.10.0000000000000000.extra",
+            &short,
+            &not_base64,
+            &c[..c.len() - 1],
+        ] {
             let e = query(&params("tea", Some(bad.into()))).unwrap_err();
-            assert!(e.to_string().contains("`cursor`"));
+            assert!(e.to_string().contains("`cursor`"), "{bad}");
         }
+    }
+
+    #[test]
+    fn marks_are_48_bits_and_tell_ids_apart() {
+        use crate::engine::cursor::mark;
+        let marks: std::collections::HashSet<u64> =
+            (0..10_000).map(|i| mark(&format!("m_{i:020}"))).collect();
+        assert_eq!(marks.len(), 10_000);
+        assert!(marks.iter().all(|m| *m < 1 << 48));
     }
 }
