@@ -50,13 +50,6 @@ impl Iterator for WordSpans<'_> {
     }
 }
 
-/// Lower-cased words of `text`, in order, as the index sees them before stemming.
-pub fn words(text: &str) -> Vec<(usize, usize, String)> {
-    word_spans(text)
-        .map(|(from, to)| (from, to, text[from..to].to_lowercase()))
-        .collect()
-}
-
 /// True when at least half of a name's parts (split at anything not a letter or digit) are
 /// letters only: `alice`, `project-atlas`, `conv-26 session 1`, not `D1:3` or a UUID. Such a
 /// name is embedded with its memory's content; an identifier is not.
@@ -86,6 +79,13 @@ fn word_parts(name: &str) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lower-cased words of `text`, in order, as the index sees them before stemming.
+    fn words(text: &str) -> Vec<(usize, usize, String)> {
+        word_spans(text)
+            .map(|(from, to)| (from, to, text[from..to].to_lowercase()))
+            .collect()
+    }
 
     fn texts(s: &str) -> Vec<String> {
         words(s).into_iter().map(|(_, _, w)| w).collect()

@@ -74,13 +74,8 @@ impl Cut {
     }
 }
 
-/// Compact JSON length of `v`.
-pub(crate) fn size(v: &Value) -> usize {
-    serialized_len(v)
-}
-
-/// Bytes of `v`'s compact JSON, counted as it is written rather than kept.
-fn serialized_len<T: serde::Serialize + ?Sized>(v: &T) -> usize {
+/// Compact JSON length of `v`, counted as it is written rather than kept.
+pub(crate) fn size<T: serde::Serialize + ?Sized>(v: &T) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -113,7 +108,7 @@ pub(crate) fn fit(value: &mut Value, room: usize) -> Vec<Cut> {
             break;
         };
         // Sizes count JSON escapes: keep the share of the text its escaped form allows.
-        let escaped = serde_json::to_vec(s).map_or(len, |b| b.len());
+        let escaped = size(s.as_str());
         let allowed = room.saturating_sub(total - escaped).saturating_sub(8);
         let mut keep = (len as u128 * allowed as u128 / escaped.max(1) as u128) as usize;
         keep = keep.clamp(MIN_TEXT, len);
@@ -329,7 +324,7 @@ fn ceil_boundary(s: &str, mut i: usize) -> usize {
 /// Bytes a tool result takes in a client's window: its content blocks and its structured
 /// content, as compact JSON.
 pub(crate) fn result_bytes(r: &CallToolResult) -> usize {
-    serialized_len(&r.content) + r.structured_content.as_ref().map_or(0, size)
+    size(&r.content) + r.structured_content.as_ref().map_or(0, size)
 }
 
 /// Whether `r` must be cut to take at most `tokens`: a result (not an error) over the budget
