@@ -26,8 +26,14 @@ const MAX_RECALL_DEPTH: usize = 1_000;
 /// exact words, so they count about a third (measured on LoCoMo, RealMem and MADial-Bench with
 /// the built-in model fitted to sentences, see docs/figures.md).
 pub const DEFAULT_WEIGHTS: (f32, f32) = (1.0, 0.35);
-/// Fewest candidates taken from each list (more for deep pages).
+/// Fewest candidates taken from the vector list (more for deep pages); the similarity scale is
+/// anchored at that depth.
 const MIN_CANDIDATES: usize = 100;
+/// Fewest candidates taken from the text list (more for deep pages). Half the vector list's:
+/// the text half's 51st to 100th hits never reached a default page of LoCoMo, RealMem or
+/// MADial-Bench (every table and category identical), and finding and reading them was a fifth
+/// of a hybrid recall's instructions (docs/design/recall.md, "Text top-k").
+const TEXT_CANDIDATES: usize = 50;
 /// Importance 1 multiplies the fused score by 1 + IMPORTANCE_BOOST / 2, importance 0 by
 /// 1 − IMPORTANCE_BOOST / 2 (0.5 leaves it).
 pub const IMPORTANCE_BOOST: f32 = 0.2;
@@ -215,6 +221,7 @@ impl Engine {
         self.check_recall(q)?;
         // Fusion, coverage and duplicate collapse need candidates beyond the page.
         let depth = (2 * (q.depth() + 1)).max(MIN_CANDIDATES);
+        let text_depth = (2 * (q.depth() + 1)).max(TEXT_CANDIDATES);
         let mut warnings = Vec::new();
         let mut want_vector = q.mode != RecallMode::Text && self.embedder.is_some();
         if q.mode == RecallMode::Vector && self.embedder.is_none() {
@@ -256,7 +263,7 @@ impl Engine {
                 query,
             })
         };
-        let text_side = || text_now.then(|| self.text_side(q, depth));
+        let text_side = || text_now.then(|| self.text_side(q, text_depth));
         let (vector_found, text_found) = if want_vector && text_now {
             // The text half also reads its rows while the vector search may still run.
             let (vector, text) = halves::join(search, text_side);
@@ -320,8 +327,8 @@ impl Engine {
             (m, _) => m,
         };
         // Vector mode that fell back to text searches it now.
-        let text_found =
-            text_found.or_else(|| (mode != RecallMode::Vector).then(|| self.text_side(q, depth)));
+        let text_found = text_found
+            .or_else(|| (mode != RecallMode::Vector).then(|| self.text_side(q, text_depth)));
         let TextSide {
             hits: text_hits,
             unseen,
