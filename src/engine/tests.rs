@@ -1060,6 +1060,52 @@ mod semantic {
         assert_eq!(kept.duplicates, std::slice::from_ref(dropped));
     }
 
+    /// A memory listed under a hit's `duplicates` counts as shown: the next page's cursor
+    /// carries it, so a later page does not bring it back when the ranking moves (here the hit
+    /// it was listed under is forgotten between the pages).
+    #[test]
+    fn duplicates_listed_on_a_page_count_as_shown() {
+        use crate::engine::control::Progressing;
+        use crate::engine::cursor::{decode_cursor, mark};
+        let (_d, e) = temp_engine();
+        let text = "Ada's birthday is on the fourth of May";
+        let a = remember_one(&e, item(text));
+        let b = remember_one(
+            &e,
+            RememberItem {
+                namespace: Some("other".into()),
+                ..item(text)
+            },
+        );
+        let cake = remember_one(&e, item("Ada's birthday cake was lemon"));
+        let mut q = query("when is Ada's birthday", RecallMode::Hybrid);
+        q.limit = 1;
+        let out = crate::engine::work::recall(
+            &e,
+            &q,
+            0,
+            100,
+            false,
+            &Access::All,
+            &Progressing::default(),
+        )
+        .unwrap();
+        let kept = out["hits"][0]["id"].as_str().unwrap().to_owned();
+        let dropped = if kept == a { &b } else { &a };
+        assert_eq!(out["hits"][0]["duplicates"], serde_json::json!([dropped]));
+        let (offset, seen) = decode_cursor(&q, out["next_cursor"].as_str().unwrap()).unwrap();
+        assert_eq!((offset, &seen), (0, &vec![mark(&kept), mark(dropped)]));
+        e.forget(&[MemoryRef::Id(kept)], &[], "test").unwrap();
+        q.seen = seen;
+        q.limit = 10;
+        let next = e.recall(&q).unwrap();
+        assert_eq!(
+            ids(&next.hits),
+            [cake.as_str()],
+            "the duplicate does not come back"
+        );
+    }
+
     /// The pages of `q` with and without skipping the rows that cannot reach them (ids, scores,
     /// how each was found, duplicates) are the same; true when the skipping ranking was redone.
     fn same_page_with_and_without_skipping(e: &Engine, q: &RecallQuery) -> bool {

@@ -376,8 +376,12 @@ pub fn recall(
                 .collect(),
         );
     }
+    // A memory listed under a hit's duplicates was shown too.
     let next_cursor = page.more.then(|| {
-        crate::engine::cursor::next_cursor(q, page.hits.iter().map(|h| h.memory.id.as_str()))
+        let shown = page.hits.iter().flat_map(|h| {
+            std::iter::once(h.memory.id.as_str()).chain(h.duplicates.iter().map(String::as_str))
+        });
+        crate::engine::cursor::next_cursor(q, shown)
     });
     let hits = page
         .hits

@@ -124,7 +124,14 @@ fn page_within(out: &mut Value, q: &RecallQuery, tokens: usize) {
         total = total.saturating_sub(last);
     }
     if hits.len() < listed {
-        let cursor = next_cursor(q, hits.iter().filter_map(|h| h["id"].as_str()));
+        // A memory listed under a hit's duplicates was shown too.
+        let shown = hits.iter().flat_map(|h| {
+            let dups = h["duplicates"].as_array().map_or(&[][..], Vec::as_slice);
+            std::iter::once(&h["id"])
+                .chain(dups)
+                .filter_map(Value::as_str)
+        });
+        let cursor = next_cursor(q, shown);
         out["next_cursor"] = Value::String(cursor);
     }
 }
@@ -270,6 +277,25 @@ mod tests {
             let e = query(&params("tea", Some(bad.into()))).unwrap_err();
             assert!(e.to_string().contains("`cursor`"), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_page_cut_to_the_budget_points_past_its_hits_and_their_duplicates() {
+        use crate::engine::cursor::mark;
+        let q = query(&params("tea", None)).unwrap();
+        let hit = |i: usize| {
+            serde_json::json!({"id": format!("m_{i}"), "snippet": "x".repeat(500),
+                               "duplicates": [format!("m_d{i}")]})
+        };
+        let mut out = serde_json::json!({ "hits": (0..10).map(hit).collect::<Vec<_>>() });
+        page_within(&mut out, &q, 2_000);
+        let shown = out["hits"].as_array().unwrap().len();
+        assert!((2..10).contains(&shown), "{shown} hits shown");
+        let (offset, seen) = decode_cursor(&q, out["next_cursor"].as_str().unwrap()).unwrap();
+        let want: Vec<u64> = (0..shown)
+            .flat_map(|i| [mark(&format!("m_{i}")), mark(&format!("m_d{i}"))])
+            .collect();
+        assert_eq!((offset, seen), (0, want));
     }
 
     #[test]
