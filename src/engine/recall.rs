@@ -31,8 +31,8 @@ pub const DEFAULT_WEIGHTS: (f32, f32) = (1.0, 0.35);
 const MIN_CANDIDATES: usize = 100;
 /// Fewest candidates taken from the text list (more for deep pages). Half the vector list's:
 /// the text half's 51st to 100th hits never reached a default page of LoCoMo, RealMem or
-/// MADial-Bench (every table and category identical), and finding and reading them was a fifth
-/// of a hybrid recall's instructions (docs/design/recall.md, "Text top-k").
+/// MADial-Bench (the default's figures identical, every category), and finding and reading them
+/// was a fifth of a hybrid recall's instructions (docs/design/recall.md, "Text top-k").
 const TEXT_CANDIDATES: usize = 50;
 /// Importance 1 multiplies the fused score by 1 + IMPORTANCE_BOOST / 2, importance 0 by
 /// 1 − IMPORTANCE_BOOST / 2 (0.5 leaves it).
