@@ -543,16 +543,13 @@ impl Engine {
             return Ok(TextSide::default());
         }
         let (unseen, head) = self.prepare_text_read_with_head()?;
-        let mut tq = q.clone();
-        tq.offset = 0;
-        tq.limit = depth;
-        let (found, unseen) = match self.text.search(&tq) {
+        let (found, unseen) = match self.text.search(q, depth) {
             Ok(found) => (found, unseen),
             // The index is derived state: when it cannot be read, it is rebuilt, never fatal.
             Err(e) => {
                 tracing::warn!(error = %e, "text index unreadable; rebuilding it from the database");
                 self.reindex_text()?;
-                (self.text.search(&tq)?, 0)
+                (self.text.search(q, depth)?, 0)
             }
         };
         // Each score weighed by the share of the query's weight the memory holds (see

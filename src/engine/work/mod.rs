@@ -376,10 +376,10 @@ pub fn recall(
                 .collect(),
         );
     }
-    // A memory listed under a hit's duplicates was shown too.
     let next_cursor = page.more.then(|| {
-        let shown = page.hits.iter().flat_map(|h| {
-            std::iter::once(h.memory.id.as_str()).chain(h.duplicates.iter().map(String::as_str))
+        let shown = page.hits.iter().map(|h| {
+            let duplicates = h.duplicates.iter().map(String::as_str);
+            (h.memory.id.as_str(), duplicates)
         });
         crate::engine::cursor::next_cursor(q, shown)
     });

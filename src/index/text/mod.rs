@@ -755,12 +755,13 @@ impl TextIndex {
         Some(BooleanQuery::new(filters))
     }
 
-    /// Ranked matches of `q.text` (any of its words) and every filter of `q`, each with its
-    /// coverage (see [`TextHit`]); `q.offset` and `q.limit` select the page. Never fails on the
+    /// The best `depth` matches of `q.text` (any of its words) and every filter of `q`, each
+    /// with its coverage (see [`TextHit`]); `q`'s page (offset, limit, cursor) is not read: the
+    /// caller ranks the matches with the vector half's and pages the result. Never fails on the
     /// query's words: there is no query syntax. Answers from the committed index and the overlay
     /// together.
-    pub fn search(&self, q: &RecallQuery) -> Result<Vec<TextHit>> {
-        if q.limit == 0 {
+    pub fn search(&self, q: &RecallQuery, depth: usize) -> Result<Vec<TextHit>> {
+        if depth == 0 {
             return Ok(Vec::new());
         }
         let terms = self.query_terms(&q.text);
@@ -770,13 +771,12 @@ impl TextIndex {
         self.with_live_statistics(|searcher, overlay, stats| {
             let weights = self.weigh(&terms, stats);
             let Some((overlay, overlay_searcher)) = overlay else {
-                let hits = top_keys(searcher, &query, q.offset, q.limit, stats)?;
+                let hits = top_keys(searcher, &query, 0, depth, stats)?;
                 return covered(searcher, &weights, hits);
             };
             // Both halves are scored with the statistics of both. The committed index's entries
             // of keys the overlay replaces are hidden: a few by asking for as many more hits and
             // dropping them (the query stays one tantivy can prune), many by excluding them.
-            let depth = q.offset + q.limit;
             let hidden = &overlay.keys;
             let committed = if hidden.len() <= HIDE_BY_DROPPING {
                 let mut hits = top_keys(searcher, &query, 0, depth + hidden.len(), stats)?;
@@ -798,7 +798,8 @@ impl TextIndex {
             let recent = top_keys(overlay_searcher, &query, 0, depth, stats)?;
             hits.extend(covered(overlay_searcher, &weights, recent)?);
             hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.key.cmp(&b.key)));
-            Ok(hits.into_iter().skip(q.offset).take(q.limit).collect())
+            hits.truncate(depth);
+            Ok(hits)
         })
     }
 }
@@ -1265,7 +1266,6 @@ mod tests {
     fn query(text: &str) -> RecallQuery {
         RecallQuery {
             text: text.into(),
-            limit: 10,
             ..RecallQuery::default()
         }
     }
@@ -1339,16 +1339,16 @@ mod tests {
     #[test]
     fn finds_by_stemmed_words_and_filters() {
         let idx = filled();
-        assert_eq!(keys(idx.search(&query("teas")).unwrap()).len(), 2);
+        assert_eq!(keys(idx.search(&query("teas"), 10).unwrap()).len(), 2);
         let mut q = query("tea");
         q.namespaces = NamespaceScope::Only(vec!["b".into()]);
-        assert_eq!(keys(idx.search(&q).unwrap()), [3]);
+        assert_eq!(keys(idx.search(&q, 10).unwrap()), [3]);
         let mut q = query("tea");
         q.min_importance = Some(0.25);
-        assert_eq!(keys(idx.search(&q).unwrap()), [3]);
+        assert_eq!(keys(idx.search(&q, 10).unwrap()), [3]);
         let mut q = query("tea coffee");
         q.until = Some(2000);
-        let mut found = keys(idx.search(&q).unwrap());
+        let mut found = keys(idx.search(&q, 10).unwrap());
         found.sort();
         assert_eq!(found, [1, 2]);
     }
@@ -1357,10 +1357,13 @@ mod tests {
     fn operator_words_and_punctuation_are_plain_words() {
         let idx = filled();
         let hits = idx
-            .search(&query("What does \"Alice\" drink (AND/OR: NOT coffee)?"))
+            .search(
+                &query("What does \"Alice\" drink (AND/OR: NOT coffee)?"),
+                10,
+            )
             .unwrap();
         assert!(keys(hits).contains(&1));
-        assert_eq!(keys(idx.search(&query("茶")).unwrap()), [3]);
+        assert_eq!(keys(idx.search(&query("茶"), 10).unwrap()), [3]);
     }
 
     #[test]
@@ -1403,7 +1406,7 @@ mod tests {
                 "nothing matches zzzz",
             ] {
                 let weights = idx.query_weights(q);
-                let hits = idx.search(&query(q)).unwrap();
+                let hits = idx.search(&query(q), 10).unwrap();
                 for h in &hits {
                     let (content, name) = &texts[&h.key.0];
                     let want = idx.coverage(&weights, content, name.as_deref());
@@ -1450,15 +1453,12 @@ mod tests {
                 .map(|k| (n + k, TextOp::Upsert(doc(k, "a", "coffee"))))
                 .collect();
             idx.extend_overlay(ops, n + replaced).unwrap();
-            let tea = keys(idx.search(&query("tea")).unwrap());
+            let tea = keys(idx.search(&query("tea"), 10).unwrap());
             let want: Vec<i64> = (replaced + 1..=replaced + 10).collect();
             assert_eq!(tea, want, "{replaced} replaced");
-            let mut page = query("tea");
-            page.offset = 10;
-            page.limit = 5;
-            let want: Vec<i64> = (replaced + 11..=replaced + 15).collect();
-            assert_eq!(keys(idx.search(&page).unwrap()), want);
-            let coffee = keys(idx.search(&query("coffee")).unwrap());
+            let want: Vec<i64> = (replaced + 1..=replaced + 15).collect();
+            assert_eq!(keys(idx.search(&query("tea"), 15).unwrap()), want);
+            let coffee = keys(idx.search(&query("coffee"), 10).unwrap());
             assert_eq!(coffee.len(), 10.min(replaced as usize));
             assert!(coffee.iter().all(|k| *k <= replaced));
         }
@@ -1477,8 +1477,8 @@ mod tests {
             ))
         })
         .unwrap();
-        assert_eq!(keys(idx.search(&query("tea")).unwrap()).len(), 2);
-        assert!(keys(idx.search(&query("coffee")).unwrap()).is_empty());
+        assert_eq!(keys(idx.search(&query("tea"), 10).unwrap()).len(), 2);
+        assert!(keys(idx.search(&query("coffee"), 10).unwrap()).is_empty());
         assert_eq!(idx.num_docs(), 2);
         assert_eq!(idx.reader_seq(), 5);
     }
@@ -1503,7 +1503,7 @@ mod tests {
             assert_eq!(b.refresh().unwrap(), n, "commit {n} unseen");
             assert_eq!(b.refresh().unwrap(), n);
             assert_eq!(
-                keys(b.search(&query(&format!("word{n}"))).unwrap()),
+                keys(b.search(&query(&format!("word{n}")), 10).unwrap()),
                 vec![n]
             );
         }

@@ -124,12 +124,12 @@ fn page_within(out: &mut Value, q: &RecallQuery, tokens: usize) {
         total = total.saturating_sub(last);
     }
     if hits.len() < listed {
-        // A memory listed under a hit's duplicates was shown too.
-        let shown = hits.iter().flat_map(|h| {
-            let dups = h["duplicates"].as_array().map_or(&[][..], Vec::as_slice);
-            std::iter::once(&h["id"])
-                .chain(dups)
-                .filter_map(Value::as_str)
+        let shown = hits.iter().filter_map(|h| {
+            let duplicates = h["duplicates"].as_array().map_or(&[][..], Vec::as_slice);
+            Some((
+                h["id"].as_str()?,
+                duplicates.iter().filter_map(Value::as_str),
+            ))
         });
         let cursor = next_cursor(q, shown);
         out["next_cursor"] = Value::String(cursor);
@@ -249,14 +249,14 @@ mod tests {
     fn cursors_round_trip_and_reject_tampering() {
         use crate::engine::cursor::mark;
         let q = query(&params("tea", None)).unwrap();
-        let c = next_cursor(&q, ["m_a", "m_b"]);
+        let c = next_cursor(&q, [("m_a", []), ("m_b", [])]);
         let next = query(&params("tea", Some(c.clone()))).unwrap();
         assert_eq!(
             (next.offset, &next.seen),
             (0, &vec![mark("m_a"), mark("m_b")])
         );
         // The page after that carries both pages' hits.
-        let third = query(&params("tea", Some(next_cursor(&next, ["m_c"])))).unwrap();
+        let third = query(&params("tea", Some(next_cursor(&next, [("m_c", [])])))).unwrap();
         assert_eq!(third.seen, vec![mark("m_a"), mark("m_b"), mark("m_c")]);
         // A cursor of an older version counted positions; it still pages.
         let fp = c.split('.').nth(1).unwrap();
