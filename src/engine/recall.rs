@@ -2,7 +2,7 @@
 //! fused by their scaled scores, boosted by importance and recency, widened by graph neighbours,
 //! near-duplicates collapsed, then paged.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use crate::engine::graph::GraphView;
 use crate::engine::overlap::{jaccard, may_reach, word_set_borrowed};
@@ -11,8 +11,8 @@ use crate::engine::{Engine, cursor, halves, snippet};
 use crate::error::{Error, Result};
 use crate::index::vector::Scope;
 use crate::model::{
-    Explain, Hit, Memory, MemoryKey, Millis, NamespaceScope, RecallMode, RecallPage, RecallQuery,
-    Via, now_millis,
+    Explain, Hit, KeyMap, KeySet, Memory, MemoryKey, Millis, NamespaceScope, RecallMode,
+    RecallPage, RecallQuery, Via, now_millis,
 };
 use crate::store::memories;
 
@@ -85,7 +85,7 @@ struct Candidate {
 struct TextSide {
     hits: Vec<(MemoryKey, f32)>,
     unseen: i64,
-    rows: HashMap<MemoryKey, Memory>,
+    rows: KeyMap<Memory>,
     /// The change-log head the search was made at (`None`: no search by words).
     head: Option<i64>,
 }
@@ -98,7 +98,7 @@ struct VectorSide {
     per_depth: usize,
     sync: VectorSync,
     fell_back: Option<String>,
-    read: Option<(Vec<MemoryKey>, HashMap<MemoryKey, Memory>)>,
+    read: Option<(Vec<MemoryKey>, KeyMap<Memory>)>,
     query: Vec<f32>,
 }
 
@@ -144,8 +144,8 @@ struct Bar(Option<f32>);
 
 impl Bar {
     fn of(
-        cands: &HashMap<MemoryKey, Candidate>,
-        rows: &HashMap<MemoryKey, Memory>,
+        cands: &KeyMap<Candidate>,
+        rows: &KeyMap<Memory>,
         q: &RecallQuery,
         scoring: &Scoring,
         need: usize,
@@ -340,7 +340,7 @@ impl Engine {
                 "the text index is catching up ({unseen} recent changes not searchable by words yet)"
             ));
         }
-        let mut vector_keys: HashSet<MemoryKey> = HashSet::new();
+        let mut vector_keys = KeySet::default();
         if let Some((keys, read)) = vector_read {
             vector_keys.extend(keys);
             for (k, m) in read {
@@ -348,7 +348,7 @@ impl Engine {
             }
         }
 
-        let mut cands: HashMap<MemoryKey, Candidate> = HashMap::new();
+        let mut cands = KeyMap::<Candidate>::default();
         for (i, (k, s)) in text_hits.iter().enumerate() {
             cands.entry(*k).or_default().text = Some((i + 1, *s));
         }
@@ -389,7 +389,7 @@ impl Engine {
         } else {
             Bar(None)
         };
-        let text_keys: HashSet<MemoryKey> = text_hits.iter().map(|h| h.0).collect();
+        let text_keys: KeySet = text_hits.iter().map(|h| h.0).collect();
         let (mut missing, mut skipped) = (Vec::new(), Vec::new());
         for (k, c) in &cands {
             if text_keys.contains(k) || vector_keys.contains(k) {
@@ -562,7 +562,7 @@ impl Engine {
         Ok(TextSide {
             hits,
             unseen,
-            rows: HashMap::new(),
+            rows: KeyMap::default(),
             head: Some(head),
         })
     }
@@ -572,8 +572,8 @@ impl Engine {
     fn rank(
         &self,
         q: &RecallQuery,
-        mut cands: HashMap<MemoryKey, Candidate>,
-        rows: &mut HashMap<MemoryKey, Memory>,
+        mut cands: KeyMap<Candidate>,
+        rows: &mut KeyMap<Memory>,
         scoring: &Scoring,
         graph: &mut RecallGraph,
     ) -> Result<Vec<(MemoryKey, Candidate, Vec<String>)>> {
@@ -644,9 +644,9 @@ impl Engine {
     }
 
     /// Live rows of `keys` (archived ones only when asked for).
-    fn load_rows(&self, keys: &[MemoryKey], archived: bool) -> Result<HashMap<MemoryKey, Memory>> {
+    fn load_rows(&self, keys: &[MemoryKey], archived: bool) -> Result<KeyMap<Memory>> {
         if keys.is_empty() {
-            return Ok(HashMap::new());
+            return Ok(KeyMap::default());
         }
         let rows = self.store.read(|c| memories::by_keys(c, keys))?;
         Ok(rows
@@ -662,7 +662,7 @@ impl Engine {
     fn collapse_duplicates(
         ranked: Vec<(MemoryKey, Candidate, Vec<String>)>,
         window: usize,
-        rows: &HashMap<MemoryKey, Memory>,
+        rows: &KeyMap<Memory>,
     ) -> Vec<(MemoryKey, Candidate, Vec<String>)> {
         let mut kept: Vec<(MemoryKey, Candidate, Vec<String>)> = Vec::with_capacity(ranked.len());
         let mut kept_words: Vec<(usize, Vec<std::borrow::Cow<'_, str>>)> = Vec::new();
@@ -694,7 +694,7 @@ impl Engine {
 }
 
 /// Candidates best first (ties by key, so equal scores rank the same every time).
-fn sorted(cands: HashMap<MemoryKey, Candidate>) -> Vec<(MemoryKey, Candidate, Vec<String>)> {
+fn sorted(cands: KeyMap<Candidate>) -> Vec<(MemoryKey, Candidate, Vec<String>)> {
     let mut v: Vec<_> = cands.into_iter().map(|(k, c)| (k, c, Vec::new())).collect();
     v.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
     v

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::index::vector::flat::FlatVectors;
 use crate::index::vector::{LoadState, Scope, ScopeFilter, VectorIndex, unit_similarity};
 use crate::lock;
-use crate::model::{LogPosition, MemoryKey};
+use crate::model::{KeyMap, LogPosition, MemoryKey};
 use crate::store::vectors::{self, Unembedded};
 use crate::store::{Db, changes, memories};
 
@@ -687,16 +687,12 @@ impl Engine {
     /// The similarity to `query` (a vector [`Engine::vector_search`] returned) of each of `keys`
     /// that has a vector, scored as that search scored its hits and from what it read: the
     /// overlay it prepared is not prepared again. Empty while the index loads.
-    pub(crate) fn similarities_to(
-        &self,
-        query: &[f32],
-        keys: &[MemoryKey],
-    ) -> Result<HashMap<MemoryKey, f32>> {
+    pub(crate) fn similarities_to(&self, query: &[f32], keys: &[MemoryKey]) -> Result<KeyMap<f32>> {
         if query.is_empty() || keys.is_empty() {
-            return Ok(HashMap::new());
+            return Ok(KeyMap::default());
         }
         let Some(flat) = self.vector_reader()? else {
-            return Ok(HashMap::new());
+            return Ok(KeyMap::default());
         };
         let raw: Vec<u64> = keys.iter().map(|k| k.0 as u64).collect();
         let (hits, _) =

@@ -856,4 +856,28 @@ mod tests {
         assert_eq!(got, asked);
         assert_eq!(found(&keys[10..20]), keys[10..20]);
     }
+
+    /// Text another writer stored as invalid UTF-8 (SQLite does not check) reads as the text
+    /// with U+FFFD in place of the bad bytes; the valid text around it is kept.
+    #[test]
+    fn invalid_utf8_stored_by_another_writer_reads_with_replacement_characters() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&Config::for_db(dir.path().join("m.db"))).unwrap();
+        let m = store
+            .write(|tx| insert(tx, "m_bad", &NewMemory::note("tea"), 1))
+            .unwrap();
+        store
+            .write(|tx| {
+                tx.lite()
+                    .execute(
+                        "UPDATE memories SET content = CAST(X'7465612CFF2067726565E9' AS TEXT) WHERE key = ?1",
+                        [m.key.0],
+                    )
+                    .unwrap();
+                Ok(())
+            })
+            .unwrap();
+        let rows = store.read(|c| by_keys(c, &[m.key])).unwrap();
+        assert_eq!(rows[0].content, "tea,\u{fffd} gree\u{fffd}");
+    }
 }

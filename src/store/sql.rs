@@ -345,7 +345,12 @@ impl Scalar for String {
     const NAME: &'static str = "text";
     fn from_lite(v: ValueRef<'_>) -> Option<Self> {
         match v {
-            ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
+            // Valid UTF-8 (every text this server writes) is copied after the fast check;
+            // only bytes another writer stored invalid pay for the lossy conversion.
+            ValueRef::Text(t) => Some(match std::str::from_utf8(t) {
+                Ok(text) => text.to_owned(),
+                Err(_) => String::from_utf8_lossy(t).into_owned(),
+            }),
             _ => None,
         }
     }

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::model::{Explain, Memory, MemoryKey, RecallMode, RecallQuery, Via};
+use crate::model::{Explain, KeyHashing, KeyMap, Memory, MemoryKey, RecallMode, RecallQuery, Via};
 
 /// In hybrid mode a neighbour reached (in one hop or two) from a short hit keeps this share of what it inherits
 /// whatever its meaning; the rest in proportion to how close it is to the query by meaning (its
@@ -26,11 +26,11 @@ pub const LONG_SOURCE_WORDS: f32 = 60.0;
 /// How a neighbour's inheritance is gated by its own meaning, per recall.
 struct Gate<'a> {
     /// Similarity to the query per reached neighbour that has a vector.
-    similarity: HashMap<MemoryKey, f32>,
+    similarity: KeyMap<f32>,
     best: f32,
     /// Words of each hit expanded from, counted once.
-    words: HashMap<MemoryKey, usize>,
-    rows: &'a HashMap<MemoryKey, Memory>,
+    words: KeyMap<usize>,
+    rows: &'a KeyMap<Memory>,
 }
 
 impl Gate<'_> {
@@ -60,7 +60,7 @@ impl Engine {
         &self,
         q: &RecallQuery,
         ranked: &mut Vec<(MemoryKey, Candidate, Vec<String>)>,
-        rows: &mut HashMap<MemoryKey, Memory>,
+        rows: &mut KeyMap<Memory>,
         graph: &mut RecallGraph,
         scoring: &Scoring,
     ) -> Result<()> {
@@ -70,9 +70,9 @@ impl Engine {
             .map(|(k, c, _)| (*k, c.score))
             .collect();
         // (neighbour) -> (inherited score, the hit whose relations reached it, via)
-        let mut reached: HashMap<MemoryKey, (f32, MemoryKey, Via)> = HashMap::new();
+        let mut reached = KeyMap::<(f32, MemoryKey, Via)>::default();
         // Relations per memory, each counted once per recall (a hub may neighbour many hits).
-        let mut degrees: HashMap<i64, f32> = HashMap::new();
+        let mut degrees: HashMap<i64, f32, KeyHashing> = HashMap::default();
         let view = match graph.view.take() {
             Some(v) => v,
             None => match graph.head {
@@ -134,15 +134,15 @@ impl Engine {
             keys.sort_unstable();
             self.similarities_to(&scoring.query_vector, &keys)?
         } else {
-            HashMap::new()
+            KeyMap::default()
         };
         let mut gate = Gate {
             similarity,
             best: scoring.scale.vector_best,
-            words: HashMap::new(),
+            words: KeyMap::default(),
             rows,
         };
-        let mut index: HashMap<MemoryKey, usize> = ranked
+        let mut index: KeyMap<usize> = ranked
             .iter()
             .enumerate()
             .map(|(i, (k, _, _))| (*k, i))
