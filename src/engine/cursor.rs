@@ -105,11 +105,8 @@ pub fn decode_cursor(q: &RecallQuery, cursor: &str) -> Result<(usize, Vec<u64>)>
             "pass next_cursor from the previous page unchanged, with the same query and filters, or leave it out to start over",
         )
     };
-    let ours = |f: &str| {
-        [fingerprint(q), legacy_fingerprint(q)]
-            .map(|p| format!("{p:016x}"))
-            .contains(&f.to_owned())
-    };
+    let prints = [fingerprint(q), legacy_fingerprint(q)].map(|p| format!("{p:016x}"));
+    let ours = |f: &str| prints.iter().any(|p| p == f);
     let parts: Vec<&str> = cursor.split('.').collect();
     match parts[..] {
         ["c1", offset, f] if ours(f) => Ok((offset.parse().map_err(|_| bad())?, Vec::new())),
