@@ -13,6 +13,7 @@
 //! index handle and its commit position; the analyzer lives beside it.
 
 mod analyzer;
+mod top;
 
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -20,8 +21,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock};
 
-use tantivy::collector::TopDocs;
-use tantivy::columnar::ColumnValues;
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{
     BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery,
@@ -30,14 +29,13 @@ use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STRING, Schema, TextFieldIndexing, TextOptions,
 };
 use tantivy::tokenizer::TextAnalyzer;
-use tantivy::{
-    DocAddress, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term,
-};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 use crate::error::Result;
 use crate::index::text::analyzer::analyzer;
 use crate::lock;
 use crate::model::{LogPosition, MemoryKey, Millis, NamespaceScope, RecallQuery};
+use top::{Clauses, Match, top_matches};
 
 /// Bumped whenever the schema, the analyzer or the payload changes; an index of another version
 /// is rebuilt. (4: the payload names the database and the stamp of the entry it applied; 5: one
@@ -45,9 +43,6 @@ use crate::model::{LogPosition, MemoryKey, Millis, NamespaceScope, RecallQuery};
 /// name as one term.)
 const TEXT_SCHEMA_VERSION: u32 = 5;
 const ANALYZER: &str = "mnemo";
-/// Text hits fetched beyond those asked for, to see whether the last ones asked for tie with
-/// more (see `top_keys`).
-const TIE_SLACK: usize = 8;
 /// Up to this many committed entries replaced by the overlay are dropped from a search's hits
 /// (which asks for as many more); beyond, the query excludes them, which forgoes pruning.
 const HIDE_BY_DROPPING: usize = 1_024;
@@ -684,36 +679,38 @@ impl TextIndex {
 
     /// The query of `q`'s words and filters; `None` when it has no word to search.
     #[cfg(test)]
-    fn query_of(&self, q: &RecallQuery) -> Option<BooleanQuery> {
+    fn query_of(&self, q: &RecallQuery) -> Option<(BooleanQuery, Vec<Term>)> {
         self.query_of_terms(q, &self.query_terms(&q.text))
     }
 
-    /// The query of `q`'s words (`terms`, analysed already) and filters; `None` without a word.
-    fn query_of_terms(&self, q: &RecallQuery, terms: &[String]) -> Option<BooleanQuery> {
+    /// The query of `q`'s words (`terms`, analysed already) and filters, with the terms of its
+    /// word clauses in their order (those that score); `None` without a word.
+    fn query_of_terms(
+        &self,
+        q: &RecallQuery,
+        terms: &[String],
+    ) -> Option<(BooleanQuery, Vec<Term>)> {
         let f = self.fields;
         if terms.is_empty() {
             return None;
         }
-        let mut words: Vec<(Occur, Box<dyn Query>)> = terms
+        let mut scoring: Vec<Term> = terms
             .iter()
-            .map(|t| {
-                let term = TermQuery::new(
-                    Term::from_field_text(f.content, t),
-                    IndexRecordOption::WithFreqs,
-                );
-                (Occur::Should, Box::new(term) as Box<dyn Query>)
-            })
+            .map(|t| Term::from_field_text(f.content, t))
             .collect();
         // A query that is a memory's whole name (`atlas`, `Project-Atlas`) is a lookup: that
         // memory gains the name's term, rare by nature, over the others holding the word.
         let key = name_key(&q.text);
         if !key.is_empty() {
-            let name = TermQuery::new(
-                Term::from_field_text(f.name, &key),
-                IndexRecordOption::WithFreqs,
-            );
-            words.push((Occur::Should, Box::new(name)));
+            scoring.push(Term::from_field_text(f.name, &key));
         }
+        let words: Vec<(Occur, Box<dyn Query>)> = scoring
+            .iter()
+            .map(|term| {
+                let term = TermQuery::new(term.clone(), IndexRecordOption::WithFreqs);
+                (Occur::Should, Box::new(term) as Box<dyn Query>)
+            })
+            .collect();
         let mut filters: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         let mut filter = |q: Box<dyn Query>| {
             filters.push((Occur::Must, Box::new(ConstScoreQuery::new(q, 0.0))));
@@ -749,10 +746,10 @@ impl TextIndex {
         // answers by block-max WAND, skipping blocks that cannot reach the top. Nested under a
         // `Must` it would visit every document holding any of the words (the scores are equal).
         if filters.is_empty() {
-            return Some(BooleanQuery::new(words));
+            return Some((BooleanQuery::new(words), scoring));
         }
         filters.insert(0, (Occur::Must, Box::new(BooleanQuery::new(words))));
-        Some(BooleanQuery::new(filters))
+        Some((BooleanQuery::new(filters), scoring))
     }
 
     /// The best `depth` matches of `q.text` (any of its words) and every filter of `q`, each
@@ -765,22 +762,24 @@ impl TextIndex {
             return Ok(Vec::new());
         }
         let terms = self.query_terms(&q.text);
-        let Some(query) = self.query_of_terms(q, &terms) else {
+        let Some((query, scoring)) = self.query_of_terms(q, &terms) else {
             return Ok(Vec::new());
         };
         self.with_live_statistics(|searcher, overlay, stats| {
             let weights = self.weigh(&terms, stats);
+            let clauses = Clauses::new(scoring, stats)?;
             let Some((overlay, overlay_searcher)) = overlay else {
-                let hits = top_keys(searcher, &query, 0, depth, stats)?;
-                return covered(searcher, &weights, hits);
+                let hits = top_matches(searcher, &query, &clauses, 0, depth, stats)?;
+                return Ok(covered(&weights, hits));
             };
             // Both halves are scored with the statistics of both. The committed index's entries
             // of keys the overlay replaces are hidden: a few by asking for as many more hits and
             // dropping them (the query stays one tantivy can prune), many by excluding them.
             let hidden = &overlay.keys;
             let committed = if hidden.len() <= HIDE_BY_DROPPING {
-                let mut hits = top_keys(searcher, &query, 0, depth + hidden.len(), stats)?;
-                hits.retain(|(k, _, _)| !hidden.contains_key(&(k.0 as u64)));
+                let wider = depth + hidden.len();
+                let mut hits = top_matches(searcher, &query, &clauses, 0, wider, stats)?;
+                hits.retain(|m| !hidden.contains_key(&(m.key.0 as u64)));
                 hits.truncate(depth);
                 hits
             } else {
@@ -792,11 +791,11 @@ impl TextIndex {
                     (Occur::Must, Box::new(query.clone()) as Box<dyn Query>),
                     (Occur::MustNot, Box::new(TermSetQuery::new(hidden))),
                 ]);
-                top_keys(searcher, &committed_query, 0, depth, stats)?
+                top_matches(searcher, &committed_query, &clauses, 0, depth, stats)?
             };
-            let mut hits = covered(searcher, &weights, committed)?;
-            let recent = top_keys(overlay_searcher, &query, 0, depth, stats)?;
-            hits.extend(covered(overlay_searcher, &weights, recent)?);
+            let mut hits = covered(&weights, committed);
+            let recent = top_matches(overlay_searcher, &query, &clauses, 0, depth, stats)?;
+            hits.extend(covered(&weights, recent));
             hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.key.cmp(&b.key)));
             hits.truncate(depth);
             Ok(hits)
@@ -868,117 +867,27 @@ impl Overlay {
     }
 }
 
-/// The best `depth` keys of `query` in one searcher, after `offset`; equal scores ordered by key,
-/// so the order never depends on how the index happens to be split into segments (a rebuilt
-/// index answers exactly like the old one). The key comes from its fast field, so no stored
-/// document is read.
-fn top_keys(
-    searcher: &tantivy::Searcher,
-    query: &dyn Query,
-    offset: usize,
-    limit: usize,
-    stats: &dyn tantivy::query::Bm25StatisticsProvider,
-) -> Result<Vec<(MemoryKey, f32, DocAddress)>> {
-    // By score alone first: tantivy then skips blocks that cannot reach the top (block-max
-    // WAND), which ordering by (score, key) forbids. A few more than asked are fetched; when the
-    // last of them still ties the last one asked for, the tie may go on beyond, and the full
-    // ordering decides.
-    let want = offset + limit;
-    let fetch = want + TIE_SLACK;
-    let by_score = TopDocs::with_limit(fetch).order_by_score();
-    let found = searcher.search_with_statistics_provider(query, &by_score, stats)?;
-    if want == 0 {
-        return Ok(Vec::new());
-    }
-    if found.len() == fetch && found[fetch - 1].0 >= found[want - 1].0 {
-        return top_keys_by_key(searcher, query, offset, limit, stats);
-    }
-    let mut columns: HashMap<u32, Option<std::sync::Arc<dyn ColumnValues<u64>>>> = HashMap::new();
-    let mut hits: Vec<(f32, u64, DocAddress)> = Vec::with_capacity(found.len());
-    for (score, address) in found {
-        let column = columns
-            .entry(address.segment_ord)
-            .or_insert_with(|| key_column(searcher.segment_reader(address.segment_ord)));
-        let key = column.as_ref().map_or(0, |c| c.get_val(address.doc_id));
-        hits.push((score, key, address));
-    }
-    hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    Ok(hits
-        .into_iter()
-        .skip(offset)
-        .take(limit)
-        .map(|(score, key, address)| (MemoryKey(key as i64), score, address))
-        .collect())
-}
-
-/// [`top_keys`] ordered by (score, key) over every match.
-fn top_keys_by_key(
-    searcher: &tantivy::Searcher,
-    query: &dyn Query,
-    offset: usize,
-    limit: usize,
-    stats: &dyn tantivy::query::Bm25StatisticsProvider,
-) -> Result<Vec<(MemoryKey, f32, DocAddress)>> {
-    let top = TopDocs::with_limit(limit).and_offset(offset).tweak_score(
-        |segment: &tantivy::SegmentReader| {
-            let keys = key_column(segment);
-            move |doc: tantivy::DocId, score: tantivy::Score| {
-                let key = keys.as_ref().map_or(0, |k| k.get_val(doc));
-                (score, std::cmp::Reverse(key))
-            }
-        },
-    );
-    let found = searcher.search_with_statistics_provider(query, &top, stats)?;
-    Ok(found
-        .into_iter()
-        .map(|((score, std::cmp::Reverse(key)), address)| (MemoryKey(key as i64), score, address))
-        .collect())
-}
-
-/// `hits` of `searcher` with their coverage: the share of `weights` whose terms their
-/// documents hold, read from the terms' postings (a seek per hit and term, hits taken in
-/// document order) instead of analysing each memory's text again. The content field holds the
-/// words [`TextIndex::coverage`] counts, so the two agree.
-fn covered(
-    searcher: &tantivy::Searcher,
-    weights: &[(Term, f64)],
-    hits: Vec<(MemoryKey, f32, DocAddress)>,
-) -> Result<Vec<TextHit>> {
+/// `hits` with their coverage: the share of `weights` (the content terms, the first clauses of
+/// the query) whose terms their documents hold, as read from the postings when they were scored
+/// instead of analysing each memory's text again. The content field holds the words
+/// [`TextIndex::coverage`] counts, so the two agree.
+fn covered(weights: &[(Term, f64)], hits: Vec<Match>) -> Vec<TextHit> {
     let total: f64 = weights.iter().map(|(_, w)| w).sum();
-    let mut held = vec![0.0f64; hits.len()];
-    if total > 0.0 {
-        let mut order: Vec<usize> = (0..hits.len()).collect();
-        order.sort_unstable_by_key(|&i| (hits[i].2.segment_ord, hits[i].2.doc_id));
-        for segment in order.chunk_by(|&a, &b| hits[a].2.segment_ord == hits[b].2.segment_ord) {
-            let reader = searcher.segment_reader(hits[segment[0]].2.segment_ord);
-            for (term, weight) in weights {
-                let postings = reader
-                    .inverted_index(term.field())?
-                    .read_postings(term, IndexRecordOption::Basic)?;
-                let Some(mut postings) = postings else {
-                    continue;
-                };
-                for &i in segment {
-                    let doc = hits[i].2.doc_id;
-                    if postings.doc() < doc {
-                        postings.seek(doc);
-                    }
-                    if postings.doc() == doc {
-                        held[i] += weight;
-                    }
-                }
+    hits.into_iter()
+        .map(|m| {
+            let held: f64 = weights
+                .iter()
+                .enumerate()
+                .filter(|&(c, _)| m.held & (1 << c) != 0)
+                .map(|(_, (_, w))| w)
+                .sum();
+            TextHit {
+                key: m.key,
+                score: m.score,
+                coverage: if total > 0.0 { held / total } else { 1.0 },
             }
-        }
-    }
-    Ok(hits
-        .into_iter()
-        .zip(held)
-        .map(|((key, score, _), held)| TextHit {
-            key,
-            score,
-            coverage: if total > 0.0 { held / total } else { 1.0 },
         })
-        .collect())
+        .collect()
 }
 
 /// How often each weighted term occurs in a memory's content and name (as analysed), and how
@@ -1063,15 +972,6 @@ fn each_word(
             }
         }
     }
-}
-
-/// The memory key column of a segment (`None` when it cannot be read: keys then read as 0).
-fn key_column(segment: &tantivy::SegmentReader) -> Option<std::sync::Arc<dyn ColumnValues<u64>>> {
-    segment
-        .fast_fields()
-        .u64("key")
-        .ok()
-        .map(|c| c.first_or_default_col(0))
 }
 
 /// Statistics of two searchers summed: the committed index and the overlay scored as one.
@@ -1285,6 +1185,33 @@ mod tests {
         idx
     }
 
+    /// Checks the pages of `q` against every match scored and ordered, and the scores against
+    /// tantivy's own (which may differ in the last bits: another order of adding).
+    fn pages_match_the_full_ordering(idx: &TextIndex, q: &RecallQuery, pages: &[(usize, usize)]) {
+        let searcher = idx.reader.searcher();
+        let stats = LiveStatistics::new(&searcher, idx.fields);
+        let (query, scoring) = idx.query_of(q).unwrap();
+        let clauses = Clauses::new(scoring, &stats).unwrap();
+        let every = super::top::every_match(&searcher, &query, &clauses).unwrap();
+        let theirs = tantivy::collector::TopDocs::with_limit(every.len().max(1)).order_by_score();
+        let theirs = searcher
+            .search_with_statistics_provider(&query, &theirs, &stats)
+            .unwrap();
+        assert_eq!(theirs.len(), every.len(), "{:?}", q.text);
+        for (score, address) in theirs {
+            let ours = every.iter().find(|m| m.address == address).unwrap();
+            assert!(
+                (ours.score - score).abs() <= 1e-5 * score,
+                "{ours:?}: {score}"
+            );
+        }
+        for &(offset, limit) in pages {
+            let page = top_matches(&searcher, &query, &clauses, offset, limit, &stats).unwrap();
+            let full: Vec<Match> = every.iter().skip(offset).take(limit).copied().collect();
+            assert_eq!(page, full, "{:?}, offset {offset}, limit {limit}", q.text);
+        }
+    }
+
     #[test]
     fn pruned_top_hits_order_like_the_full_ordering_also_across_ties() {
         let idx = TextIndex::open_in_ram().unwrap();
@@ -1298,10 +1225,7 @@ mod tests {
             })
             .collect();
         idx.update(|base| Ok((ops, at(base + 200)))).unwrap();
-        let searcher = idx.reader.searcher();
-        let q = idx.query_of(&query("lake")).unwrap();
-        let stats = LiveStatistics::new(&searcher, idx.fields);
-        for (offset, limit) in [
+        let pages = [
             (0, 1),
             (0, 10),
             (0, 28),
@@ -1309,12 +1233,10 @@ mod tests {
             (5, 30),
             (25, 10),
             (190, 20),
-        ] {
-            let pruned = top_keys(&searcher, &q, offset, limit, &stats).unwrap();
-            let full = top_keys_by_key(&searcher, &q, offset, limit, &stats).unwrap();
-            assert_eq!(pruned, full, "offset {offset}, limit {limit}");
-        }
-        // Distinct scores (no tie at the cut): answered without the full ordering.
+        ];
+        pages_match_the_full_ordering(&idx, &query("lake"), &pages);
+        pages_match_the_full_ordering(&idx, &query("lake word"), &pages);
+        // Distinct scores (no tie at the cut).
         let ops: Vec<TextOp> = (0..50i64)
             .map(|i| {
                 TextOp::Upsert(doc(
@@ -1325,15 +1247,64 @@ mod tests {
             })
             .collect();
         idx.update(|base| Ok((ops, at(base + 50)))).unwrap();
+        pages_match_the_full_ordering(&idx, &query("river"), &[(0, 10), (3, 40)]);
+    }
+
+    #[test]
+    fn a_search_over_many_segments_finds_the_best_live_matches() {
+        // Six commits make six segments; later ones rewrite and delete memories of earlier
+        // ones, so most segments hold deleted documents, some of them good matches. Each
+        // segment's search starts from the bar the larger ones before it set, and a memory
+        // scores the same whichever segment holds it and whatever the bar.
+        let idx = TextIndex::open_in_ram().unwrap();
+        let words = [
+            "lake", "river", "stone", "tea", "garden", "north", "bridge", "song",
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let text = |next: &mut dyn FnMut(u64) -> u64| {
+            let len = 1 + next(12) as usize;
+            (0..len)
+                .map(|_| words[next(words.len() as u64) as usize])
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let mut seq = 0;
+        for commit in 0..6i64 {
+            let mut ops: Vec<TextOp> = (0..150i64)
+                .map(|i| {
+                    let key = commit * 150 + i + 1;
+                    let ns = if i % 3 == 0 { "b" } else { "a" };
+                    TextOp::Upsert(doc(key, ns, &text(&mut next)))
+                })
+                .collect();
+            for _ in 0..40 {
+                let key = 1 + next((commit as u64 + 1) * 150) as i64;
+                ops.push(if next(2) == 0 {
+                    TextOp::Delete(MemoryKey(key))
+                } else {
+                    TextOp::Upsert(doc(key, "a", &text(&mut next)))
+                });
+            }
+            seq += ops.len() as i64;
+            idx.update(|_| Ok((ops, at(seq)))).unwrap();
+        }
         let searcher = idx.reader.searcher();
-        let q = idx.query_of(&query("river")).unwrap();
-        let stats = LiveStatistics::new(&searcher, idx.fields);
-        let pruned = top_keys(&searcher, &q, 0, 10, &stats).unwrap();
-        assert_eq!(
-            pruned,
-            top_keys_by_key(&searcher, &q, 0, 10, &stats).unwrap()
-        );
-        assert_eq!(pruned.len(), 10);
+        let segments = searcher.segment_readers();
+        assert!(segments.len() >= 4, "{} segments", segments.len());
+        assert!(segments.iter().filter(|r| r.has_deletes()).count() >= 3);
+        for round in 0..60 {
+            let mut q = query(&text(&mut next));
+            if round % 4 == 1 {
+                q.namespaces = NamespaceScope::Only(vec!["b".into()]);
+            }
+            pages_match_the_full_ordering(&idx, &q, &[(0, 1), (0, 10), (0, 40), (7, 20)]);
+        }
     }
 
     #[test]
