@@ -4,7 +4,10 @@
 //! inflate it as it does wall time. Prints a markdown table of the median over the rounds.
 //! Run: `cargo run --release --example recall_cpu` (100,000 memories; `-- --memories N`,
 //! `--queries N`, `--rounds N` change the corpus, the queries per round and the rounds;
-//! `--mode text|vector|hybrid` measures one mode only, as when profiling it).
+//! `--mode text|vector|hybrid` measures one mode only, as when profiling it; `--written N`
+//! first writes N more memories ten at a time, each write committed to the text index as a
+//! serving store commits it, which leaves the index in several segments as a store written
+//! over time has them, where the cached corpus's is one merged segment).
 
 #[allow(dead_code)]
 #[path = "../benches/fixture/mod.rs"]
@@ -15,6 +18,7 @@ mod fixture;
 mod report;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use mnemograph::model::{RecallMode, RecallQuery};
 use mnemograph::{Config, Engine};
@@ -26,6 +30,7 @@ struct Args {
     queries: usize,
     rounds: usize,
     modes: Vec<RecallMode>,
+    written: usize,
 }
 
 fn args() -> Result<Args, String> {
@@ -34,6 +39,7 @@ fn args() -> Result<Args, String> {
         queries: 2_000,
         rounds: 5,
         modes: vec![RecallMode::Text, RecallMode::Vector, RecallMode::Hybrid],
+        written: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -55,14 +61,43 @@ fn args() -> Result<Args, String> {
             "--memories" => a.memories = n,
             "--queries" => a.queries = n.max(1),
             "--rounds" => a.rounds = n.max(1),
+            "--written" => a.written = n,
             _ => {
                 return Err(format!(
-                    "unknown flag {flag}: use --memories, --queries, --rounds, --mode"
+                    "unknown flag {flag}: use --memories, --queries, --rounds, --mode, --written"
                 ));
             }
         }
     }
     Ok(a)
+}
+
+/// One measured round: its own function, so that a profiler can count its instructions alone,
+/// every thread's (`valgrind --tool=callgrind --dump-before=recall_cpu::round
+/// --dump-after=recall_cpu::round`: the second part is the round).
+#[inline(never)]
+fn round(engine: &Engine, queries: &[RecallQuery]) {
+    for q in queries {
+        engine.recall(q).expect("recall");
+    }
+}
+
+/// Memories per write of `--written`.
+const WRITE_BATCH: usize = 10;
+
+/// The sizes of the text index's segments, largest first, as its metadata lists them.
+fn text_segments(db: &std::path::Path) -> String {
+    let meta = db.with_extension("db.index").join("text").join("meta.json");
+    let meta: serde_json::Value = std::fs::read_to_string(&meta)
+        .ok()
+        .and_then(|m| serde_json::from_str(&m).ok())
+        .unwrap_or_default();
+    let mut sizes: Vec<u64> = meta["segments"]
+        .as_array()
+        .map(|s| s.iter().filter_map(|s| s["max_doc"].as_u64()).collect())
+        .unwrap_or_default();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    format!("{} ({sizes:?} documents)", sizes.len())
 }
 
 fn main() -> ExitCode {
@@ -75,7 +110,7 @@ fn main() -> ExitCode {
     };
     let corpus = Corpus::new();
     let (dir, db) = fixture::scratch_copy(a.memories);
-    let engine = Engine::open(Config::for_db(&db)).expect("open engine");
+    let engine = Arc::new(Engine::open(Config::for_db(&db)).expect("open engine"));
     engine.sync_text().expect("sync the text index");
     // The vector index loads in the background: wait until it answers by meaning. A cached
     // dump of another format is not loaded; the index is then built from the stored vectors.
@@ -87,6 +122,33 @@ fn main() -> ExitCode {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Fresh memories (keys never in the cached corpus), each write of ten committed to the text
+    // index before the next.
+    // The background job embeds and indexes their vectors as a server's does; it stops before
+    // the measurement.
+    if a.written > 0 {
+        let jobs = engine.start_background().expect("start the background job");
+        for start in (0..a.written).step_by(WRITE_BATCH) {
+            let n = WRITE_BATCH.min(a.written - start);
+            let items = corpus.memories(fixture::FRESH_BASE + start as u64, n);
+            engine.remember(&items).expect("remember");
+            engine.sync_text().expect("commit the text index");
+        }
+        let waiting = std::time::Instant::now();
+        while engine.vector_lag().expect("lag") != 0 {
+            assert!(
+                waiting.elapsed() < std::time::Duration::from_secs(300),
+                "the written memories' vectors were not indexed in 5 minutes"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        drop(jobs);
+        note!(
+            "recall_cpu: {} memories written {WRITE_BATCH} at a time; text index segments: {}",
+            a.written,
+            text_segments(&db)
+        );
     }
     let pid = std::process::id();
     out!(
@@ -107,9 +169,7 @@ fn main() -> ExitCode {
             let queries: Vec<RecallQuery> =
                 (0..a.queries).map(|i| query(r * a.queries + i)).collect();
             let before = report::cpu_seconds(pid).expect("CPU time from /proc");
-            for q in &queries {
-                engine.recall(q).expect("recall");
-            }
+            round(&engine, &queries);
             let after = report::cpu_seconds(pid).expect("CPU time from /proc");
             per.push((after - before) * 1e3 / a.queries as f64);
         }
