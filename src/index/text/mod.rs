@@ -15,6 +15,7 @@
 mod analyzer;
 mod top;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
@@ -766,6 +767,8 @@ impl TextIndex {
             return Ok(Vec::new());
         };
         self.with_live_statistics(|searcher, overlay, stats| {
+            let remembered = Remembered::new(stats);
+            let stats = &remembered;
             let weights = self.weigh(&terms, stats);
             let clauses = Clauses::new(scoring, stats)?;
             let Some((overlay, overlay_searcher)) = overlay else {
@@ -971,6 +974,50 @@ fn each_word(
                 f(&t.text, Some((t.offset_from, t.offset_to)));
             }
         }
+    }
+}
+
+/// Statistics asked for again within one search answered from what was asked before: a term's
+/// frequency is wanted for its coverage weight, for tantivy's weight and for the clause weights
+/// of the sum anew, each time once per segment, and counting the tokens of a segment with
+/// deletions reads every document's length.
+struct Remembered<'a> {
+    stats: &'a dyn tantivy::query::Bm25StatisticsProvider,
+    tokens: RefCell<Vec<(Field, u64)>>,
+    freqs: RefCell<Vec<(Term, u64)>>,
+}
+
+impl<'a> Remembered<'a> {
+    fn new(stats: &'a dyn tantivy::query::Bm25StatisticsProvider) -> Remembered<'a> {
+        Remembered {
+            stats,
+            tokens: RefCell::new(Vec::new()),
+            freqs: RefCell::new(Vec::new()),
+        }
+    }
+}
+
+impl tantivy::query::Bm25StatisticsProvider for Remembered<'_> {
+    fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
+        if let Some(&(_, n)) = self.tokens.borrow().iter().find(|(f, _)| *f == field) {
+            return Ok(n);
+        }
+        let n = self.stats.total_num_tokens(field)?;
+        self.tokens.borrow_mut().push((field, n));
+        Ok(n)
+    }
+
+    fn total_num_docs(&self) -> tantivy::Result<u64> {
+        self.stats.total_num_docs()
+    }
+
+    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
+        if let Some((_, n)) = self.freqs.borrow().iter().find(|(t, _)| t == term) {
+            return Ok(*n);
+        }
+        let n = self.stats.doc_freq(term)?;
+        self.freqs.borrow_mut().push((term.clone(), n));
+        Ok(n)
     }
 }
 
