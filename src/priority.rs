@@ -12,16 +12,30 @@ use std::sync::OnceLock;
 #[cfg(target_os = "linux")]
 const BACKGROUND_NICE: libc::c_int = 10;
 
+/// The lowest priority (highest nice value) Linux has.
+#[cfg(target_os = "linux")]
+const LOWEST_NICE: libc::c_int = 19;
+
 /// Lowers the scheduling priority of the calling thread (only this thread: on Linux the nice
-/// value belongs to the thread) for good: for threads that only ever do background work. Best
-/// effort: where it is not possible (other systems), nothing changes.
+/// value belongs to the thread) for good: for threads that only ever do background work. The
+/// step is relative: a server started under `nice 10` runs its background threads at 19, not at
+/// its request threads' 10. Best effort: where it is not possible (other systems), nothing
+/// changes.
 pub(crate) fn lower_this_thread() {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: plain system calls with no pointers; `gettid` cannot fail.
         let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+        // `getpriority` may rightly answer -1, so failure is told by errno alone.
+        // SAFETY: `__errno_location` points at this thread's errno; the calls take no pointers.
+        let current = unsafe {
+            *libc::__errno_location() = 0;
+            let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
+            (*libc::__errno_location() == 0).then_some(nice)
+        };
+        let target = (current.unwrap_or(0) + BACKGROUND_NICE).min(LOWEST_NICE);
         // SAFETY: as above; a failure only leaves the priority unchanged.
-        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, BACKGROUND_NICE) };
+        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, target) };
         if rc != 0 {
             tracing::debug!(
                 error = %std::io::Error::last_os_error(),
@@ -67,10 +81,32 @@ mod tests {
         })
         .join()
         .unwrap();
-        assert_eq!(lowered, (before + BACKGROUND_NICE).min(19));
+        assert_eq!(lowered, (before + BACKGROUND_NICE).min(LOWEST_NICE));
         // Only the thread that asked was lowered.
         assert_eq!(nice_of_this_thread(), before);
         let pool = background_pool().expect("a pool");
         assert_eq!(pool.install(nice_of_this_thread), lowered);
+    }
+
+    #[test]
+    fn a_niced_server_lowers_its_background_further() {
+        let (started, lowered) = std::thread::spawn(|| {
+            // A thread of a server started under `nice`: raising one's own nice value needs no
+            // privilege.
+            let started = (nice_of_this_thread() + 5).min(LOWEST_NICE);
+            // SAFETY: as in `lower_this_thread`.
+            let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+            // SAFETY: as above.
+            assert_eq!(
+                unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, started) },
+                0
+            );
+            lower_this_thread();
+            (started, nice_of_this_thread())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(lowered, (started + BACKGROUND_NICE).min(LOWEST_NICE));
+        assert!(lowered > started || started == LOWEST_NICE);
     }
 }
