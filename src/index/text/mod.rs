@@ -13,6 +13,7 @@
 //! index handle and its commit position; the analyzer lives beside it.
 
 mod analyzer;
+mod maxscore;
 mod top;
 
 use std::cell::RefCell;
@@ -23,9 +24,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock};
 
 use tantivy::directory::MmapDirectory;
-use tantivy::query::{
-    BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery,
-};
+use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery};
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STRING, Schema, TextFieldIndexing, TextOptions,
 };
@@ -680,17 +679,18 @@ impl TextIndex {
 
     /// The query of `q`'s words and filters; `None` when it has no word to search.
     #[cfg(test)]
-    fn query_of(&self, q: &RecallQuery) -> Option<(BooleanQuery, Vec<Term>)> {
+    fn query_of(&self, q: &RecallQuery) -> Option<(Vec<Term>, Option<BooleanQuery>)> {
         self.query_of_terms(q, &self.query_terms(&q.text))
     }
 
-    /// The query of `q`'s words (`terms`, analysed already) and filters, with the terms of its
-    /// word clauses in their order (those that score); `None` without a word.
+    /// The terms of the word clauses of `q` (`terms`, analysed already) in their order (those
+    /// that score), and when `q` has filters, the query of them (a memory must match it too; it
+    /// scores nothing); `None` without a word.
     fn query_of_terms(
         &self,
         q: &RecallQuery,
         terms: &[String],
-    ) -> Option<(BooleanQuery, Vec<Term>)> {
+    ) -> Option<(Vec<Term>, Option<BooleanQuery>)> {
         let f = self.fields;
         if terms.is_empty() {
             return None;
@@ -705,17 +705,8 @@ impl TextIndex {
         if !key.is_empty() {
             scoring.push(Term::from_field_text(f.name, &key));
         }
-        let words: Vec<(Occur, Box<dyn Query>)> = scoring
-            .iter()
-            .map(|term| {
-                let term = TermQuery::new(term.clone(), IndexRecordOption::WithFreqs);
-                (Occur::Should, Box::new(term) as Box<dyn Query>)
-            })
-            .collect();
         let mut filters: Vec<(Occur, Box<dyn Query>)> = Vec::new();
-        let mut filter = |q: Box<dyn Query>| {
-            filters.push((Occur::Must, Box::new(ConstScoreQuery::new(q, 0.0))));
-        };
+        let mut filter = |q: Box<dyn Query>| filters.push((Occur::Must, q));
         if let NamespaceScope::Only(namespaces) = &q.namespaces {
             filter(any_of(f.namespace, namespaces));
         }
@@ -743,14 +734,8 @@ impl TextIndex {
                 Bound::Unbounded,
             )));
         }
-        // Without filters the words alone are the query: a union of term queries, which tantivy
-        // answers by block-max WAND, skipping blocks that cannot reach the top. Nested under a
-        // `Must` it would visit every document holding any of the words (the scores are equal).
-        if filters.is_empty() {
-            return Some((BooleanQuery::new(words), scoring));
-        }
-        filters.insert(0, (Occur::Must, Box::new(BooleanQuery::new(words))));
-        Some((BooleanQuery::new(filters), scoring))
+        let filters = (!filters.is_empty()).then(|| BooleanQuery::new(filters));
+        Some((scoring, filters))
     }
 
     /// The best `depth` matches of `q.text` (any of its words) and every filter of `q`, each
@@ -763,16 +748,17 @@ impl TextIndex {
             return Ok(Vec::new());
         }
         let terms = self.query_terms(&q.text);
-        let Some((query, scoring)) = self.query_of_terms(q, &terms) else {
+        let Some((scoring, filters)) = self.query_of_terms(q, &terms) else {
             return Ok(Vec::new());
         };
+        let within = filters.as_ref().map(|q| q as &dyn Query);
         self.with_live_statistics(|searcher, overlay, stats| {
             let remembered = Remembered::new(stats);
             let stats = &remembered;
             let weights = self.weigh(&terms, stats);
             let clauses = Clauses::new(scoring, stats)?;
             let Some((overlay, overlay_searcher)) = overlay else {
-                let hits = top_matches(searcher, &query, &clauses, 0, depth, stats)?;
+                let hits = top_matches(searcher, within, &clauses, 0, depth)?;
                 return Ok(covered(&weights, hits));
             };
             // Both halves are scored with the statistics of both. The committed index's entries
@@ -781,7 +767,7 @@ impl TextIndex {
             let hidden = &overlay.keys;
             let committed = if hidden.len() <= HIDE_BY_DROPPING {
                 let wider = depth + hidden.len();
-                let mut hits = top_matches(searcher, &query, &clauses, 0, wider, stats)?;
+                let mut hits = top_matches(searcher, within, &clauses, 0, wider)?;
                 hits.retain(|m| !hidden.contains_key(&(m.key.0 as u64)));
                 hits.truncate(depth);
                 hits
@@ -790,14 +776,18 @@ impl TextIndex {
                     .keys()
                     .map(|&k| Term::from_field_u64(self.fields.key, k))
                     .collect();
-                let committed_query = BooleanQuery::new(vec![
-                    (Occur::Must, Box::new(query.clone()) as Box<dyn Query>),
+                let shown: Box<dyn Query> = match &filters {
+                    Some(filters) => Box::new(filters.clone()),
+                    None => Box::new(AllQuery),
+                };
+                let shown = BooleanQuery::new(vec![
+                    (Occur::Must, shown),
                     (Occur::MustNot, Box::new(TermSetQuery::new(hidden))),
                 ]);
-                top_matches(searcher, &committed_query, &clauses, 0, depth, stats)?
+                top_matches(searcher, Some(&shown), &clauses, 0, depth)?
             };
             let mut hits = covered(&weights, committed);
-            let recent = top_matches(overlay_searcher, &query, &clauses, 0, depth, stats)?;
+            let recent = top_matches(overlay_searcher, within, &clauses, 0, depth)?;
             hits.extend(covered(&weights, recent));
             hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.key.cmp(&b.key)));
             hits.truncate(depth);
@@ -1237,7 +1227,25 @@ mod tests {
     fn pages_match_the_full_ordering(idx: &TextIndex, q: &RecallQuery, pages: &[(usize, usize)]) {
         let searcher = idx.reader.searcher();
         let stats = LiveStatistics::new(&searcher, idx.fields);
-        let (query, scoring) = idx.query_of(q).unwrap();
+        let (scoring, filters) = idx.query_of(q).unwrap();
+        // tantivy's own query of the same matches: any of the words, under the filters.
+        let words: Vec<(Occur, Box<dyn Query>)> = scoring
+            .iter()
+            .map(|term| {
+                let term = TermQuery::new(term.clone(), IndexRecordOption::WithFreqs);
+                (Occur::Should, Box::new(term) as Box<dyn Query>)
+            })
+            .collect();
+        let mut query = vec![(
+            Occur::Must,
+            Box::new(BooleanQuery::new(words)) as Box<dyn Query>,
+        )];
+        if let Some(filters) = &filters {
+            let filters = tantivy::query::ConstScoreQuery::new(Box::new(filters.clone()), 0.0);
+            query.push((Occur::Must, Box::new(filters)));
+        }
+        let query = BooleanQuery::new(query);
+        let within = filters.as_ref().map(|q| q as &dyn Query);
         let clauses = Clauses::new(scoring, &stats).unwrap();
         let every = super::top::every_match(&searcher, &query, &clauses).unwrap();
         let theirs = tantivy::collector::TopDocs::with_limit(every.len().max(1)).order_by_score();
@@ -1253,7 +1261,7 @@ mod tests {
             );
         }
         for &(offset, limit) in pages {
-            let page = top_matches(&searcher, &query, &clauses, offset, limit, &stats).unwrap();
+            let page = top_matches(&searcher, within, &clauses, offset, limit).unwrap();
             let full: Vec<Match> = every.iter().skip(offset).take(limit).copied().collect();
             assert_eq!(page, full, "{:?}, offset {offset}, limit {limit}", q.text);
         }

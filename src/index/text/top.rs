@@ -1,8 +1,9 @@
 //! The best matches of a query in one searcher, by score and then by memory key.
 //!
 //! Two steps. First the candidates: every segment is searched with one bar for all — a segment
-//! starts from the score the ones before it set (block-max WAND skips what cannot pass it),
-//! largest segment first, where tantivy's collector starts each segment from zero. Then each
+//! starts from the score the ones before it set (the search skips what cannot pass it), largest
+//! segment first, where tantivy's collector starts each segment from zero; the search is
+//! [`maxscore`](super::maxscore)'s, filters checked as it goes. Then each
 //! candidate's score is summed anew, clause by clause in the query's order: block-max WAND adds
 //! a document's term scores in an order that depends on its path through the postings, so the
 //! same memory could score a bit differently in another split of the index, and equal scores
@@ -20,6 +21,7 @@ use tantivy::query::{Bm25StatisticsProvider, Bm25Weight, EnableScoring, Query};
 use tantivy::schema::IndexRecordOption;
 use tantivy::{DocAddress, DocSet, Score, Searcher, SegmentReader, Term};
 
+use super::maxscore;
 use crate::error::Result;
 use crate::model::MemoryKey;
 
@@ -55,22 +57,22 @@ pub(super) struct Match {
     pub address: DocAddress,
 }
 
-/// The best `limit` live matches of `query` after `offset`, by score (summed clause by clause
-/// as [`Clauses`] lists them) and then by key. `clauses` are the query's scoring clauses; its
-/// other clauses score nothing. The key comes from its fast field, so no stored document is read.
+/// The best `limit` live matches after `offset`, by score (summed clause by clause as
+/// [`Clauses`] lists them) and then by key. The matches are the memories holding one of
+/// `clauses`' terms and, with `within`, matching that query too (it scores nothing). The key
+/// comes from its fast field, so no stored document is read.
 pub(super) fn top_matches(
     searcher: &Searcher,
-    query: &dyn Query,
+    within: Option<&dyn Query>,
     clauses: &Clauses,
     offset: usize,
     limit: usize,
-    stats: &dyn Bm25StatisticsProvider,
 ) -> Result<Vec<Match>> {
     let want = offset + limit;
     if want == 0 {
         return Ok(Vec::new());
     }
-    let found = candidates(searcher, query, want, stats)?;
+    let found = candidates(searcher, within, clauses, want)?;
     let mut matches = rescored(searcher, clauses, found)?;
     matches.sort_unstable_by(|a, b| b.score.total_cmp(&a.score).then(a.key.cmp(&b.key)));
     matches.truncate(want);
@@ -78,58 +80,89 @@ pub(super) fn top_matches(
     Ok(matches)
 }
 
-/// Every live match of `query` whose score is within [`NEAR`] of the `n`-th best or above it
-/// (all matches when there are at most `n`). Anything left out scores below that.
+/// Every live match (of any of `clauses`' terms, and of `within`) whose score is within
+/// [`NEAR`] of the `n`-th best or above it (all matches when there are at most `n`). Anything
+/// left out scores below that.
 fn candidates(
     searcher: &Searcher,
-    query: &dyn Query,
+    within: Option<&dyn Query>,
+    clauses: &Clauses,
     n: usize,
-    stats: &dyn Bm25StatisticsProvider,
 ) -> Result<Vec<DocAddress>> {
-    let weight = query.weight(EnableScoring::enabled_from_statistics_provider(
-        stats, searcher,
-    ))?;
+    let within = within
+        .map(|q| q.weight(EnableScoring::disabled_from_searcher(searcher)))
+        .transpose()?;
     let readers = searcher.segment_readers();
     // The largest segment first: it holds most of the best matches, so the bar it leaves is
     // the highest the smaller ones can start from.
     let mut order: Vec<usize> = (0..readers.len()).collect();
     order.sort_by_key(|&i| Reverse(readers[i].num_docs()));
-    // The best `n` scores so far (the lowest on top) and every match passed to us: WAND passes
-    // only those above the bar, so few more than `n` once the bar rises.
-    let mut best: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(n);
-    let mut seen: Vec<(Score, DocAddress)> = Vec::with_capacity(2 * n);
-    let mut bar = Score::MIN;
+    let mut best = Best::new(n);
     for ord in order {
         let reader = &readers[ord];
         let alive = reader.alive_bitset();
-        let start = bar;
-        weight.for_each_pruning(start, reader, &mut |doc, score| {
+        let bar = best.bar;
+        let mut within = within.as_ref().map(|w| w.scorer(reader, 1.0)).transpose()?;
+        let within = within.as_deref_mut().map(|s| s as &mut dyn DocSet);
+        maxscore::for_each_above(reader, &clauses.0, within, bar, &mut |doc, score| {
             if alive.is_some_and(|a| a.is_deleted(doc)) {
-                return bar;
+                return best.bar;
             }
-            seen.push((score, DocAddress::new(ord as u32, doc)));
-            if best.len() < n {
-                best.push(Reverse(Ranked(score)));
-            } else if let Some(mut low) = best.peek_mut()
-                && score > low.0.0
-            {
-                // One sift down, where popping and pushing would sift twice.
-                *low = Reverse(Ranked(score));
-            }
-            if best.len() == n {
-                bar = near(best.peek().map_or(Score::MIN, |low| low.0.0));
-                if seen.len() >= 4 * n + 64 {
-                    seen.retain(|(s, _)| *s > bar);
-                }
-            }
-            bar
+            best.offer(score, DocAddress::new(ord as u32, doc))
         })?;
     }
-    Ok(seen
-        .into_iter()
-        .filter(|(s, _)| *s > bar)
-        .map(|(_, address)| address)
-        .collect())
+    Ok(best.candidates())
+}
+
+/// The best `n` scores offered so far (the lowest on top), and every match offered: searches
+/// offer only those above the bar, so few more than `n` once the bar rises.
+struct Best {
+    n: usize,
+    scores: BinaryHeap<Reverse<Ranked>>,
+    seen: Vec<(Score, DocAddress)>,
+    /// Within [`NEAR`] below the `n`-th best score once there are `n`.
+    bar: Score,
+}
+
+impl Best {
+    fn new(n: usize) -> Best {
+        Best {
+            n,
+            scores: BinaryHeap::with_capacity(n),
+            seen: Vec::with_capacity(2 * n),
+            bar: Score::MIN,
+        }
+    }
+
+    /// Takes a match in; answers the bar from now on.
+    fn offer(&mut self, score: Score, address: DocAddress) -> Score {
+        self.seen.push((score, address));
+        if self.scores.len() < self.n {
+            self.scores.push(Reverse(Ranked(score)));
+        } else if let Some(mut low) = self.scores.peek_mut()
+            && score > low.0.0
+        {
+            // One sift down, where popping and pushing would sift twice.
+            *low = Reverse(Ranked(score));
+        }
+        if self.scores.len() == self.n {
+            self.bar = near(self.scores.peek().map_or(Score::MIN, |low| low.0.0));
+            if self.seen.len() >= 4 * self.n + 64 {
+                let bar = self.bar;
+                self.seen.retain(|(s, _)| *s > bar);
+            }
+        }
+        self.bar
+    }
+
+    fn candidates(self) -> Vec<DocAddress> {
+        let bar = self.bar;
+        self.seen
+            .into_iter()
+            .filter(|(s, _)| *s > bar)
+            .map(|(_, address)| address)
+            .collect()
+    }
 }
 
 /// The bar for candidates when the `n`-th best scores `kth`.
