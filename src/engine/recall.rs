@@ -65,7 +65,7 @@ pub const MIN_VECTOR_SIMILARITY: f32 = 0.35;
 /// model; words nothing relates to, "xyzzy plugh", reach 0.15).
 pub const MIN_VECTOR_SIMILARITY_ALONE: f32 = 0.25;
 /// Namespaces this small are searched exactly (every vector compared) instead of through HNSW.
-const EXACT_SCOPE: i64 = 20_000;
+const EXACT_SCOPE: usize = 20_000;
 /// How many more vector candidates are fetched when filters will drop some.
 const FILTER_OVERFETCH: usize = 4;
 
@@ -613,20 +613,10 @@ impl Engine {
         let per_depth = if filtered { FILTER_OVERFETCH } else { 1 };
         let k = depth * per_depth;
         let scoped: Option<Vec<u64>> = match &q.namespaces {
-            NamespaceScope::Only(ns) => {
-                let n = self.store.read(|c| memories::count_in(c, ns))?;
-                if n <= EXACT_SCOPE {
-                    Some(
-                        self.store
-                            .read(|c| memories::keys_in(c, ns))?
-                            .into_iter()
-                            .map(|k| k.0 as u64)
-                            .collect(),
-                    )
-                } else {
-                    None
-                }
-            }
+            NamespaceScope::Only(ns) => self
+                .store
+                .read(|c| memories::keys_in_at_most(c, ns, EXACT_SCOPE))?
+                .map(|keys| keys.into_iter().map(|k| k.0 as u64).collect()),
             NamespaceScope::All => None,
         };
         match &scoped {

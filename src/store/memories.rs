@@ -470,6 +470,32 @@ pub fn keys_in(db: &Db, namespaces: &[String]) -> Result<Vec<MemoryKey>> {
     Ok(out)
 }
 
+/// Keys of the live memories in `namespaces` when there are at most `most` of them, else `None`:
+/// one pass that stops at the first key too many, where a count and then the keys read each
+/// row twice (every row is a table lookup: no index covers `deleted_at`).
+pub fn keys_in_at_most(
+    db: &Db,
+    namespaces: &[String],
+    most: usize,
+) -> Result<Option<Vec<MemoryKey>>> {
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let room = (most + 1 - out.len()) as i64;
+        db.for_each(
+            "SELECT key FROM memories WHERE namespace = ?1 AND deleted_at IS NULL LIMIT ?2",
+            args![ns, room],
+            |r| {
+                out.push(MemoryKey(r.get(0)?));
+                Ok(())
+            },
+        )?;
+        if out.len() > most {
+            return Ok(None);
+        }
+    }
+    Ok(Some(out))
+}
+
 /// Number of live relations between each of `keys` and a memory not forgotten.
 pub fn relation_counts(db: &Db, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey, i64>> {
     // Relations to forgotten memories are not counted (nor listed, nor walked).
@@ -876,6 +902,44 @@ mod tests {
                 Ok(())
             })
             .unwrap();
+    }
+
+    #[test]
+    fn keys_of_a_scope_are_read_only_while_there_are_few_enough() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&Config::for_db(dir.path().join("m.db"))).unwrap();
+        let keys = store
+            .write(|tx| {
+                let mut keys = Vec::new();
+                for (i, ns) in ["a", "a", "a", "b", "b", "c"].iter().enumerate() {
+                    let m = NewMemory {
+                        namespace: (*ns).into(),
+                        ..NewMemory::note(&format!("n {i}"))
+                    };
+                    keys.push(insert(tx, &format!("m_{i}"), &m, 1)?.key);
+                }
+                // A forgotten memory is not in its namespace any more.
+                tx.execute(
+                    "UPDATE memories SET deleted_at = 2 WHERE key = ?1",
+                    args![keys[1].0],
+                )?;
+                Ok(keys)
+            })
+            .unwrap();
+        let scope = |ns: &[&str], most: usize| {
+            let ns: Vec<String> = ns.iter().map(|n| (*n).to_owned()).collect();
+            store.read(|c| keys_in_at_most(c, &ns, most)).unwrap()
+        };
+        assert_eq!(scope(&["a"], 2), Some(vec![keys[0], keys[2]]));
+        assert_eq!(scope(&["a"], 1), None);
+        assert_eq!(
+            scope(&["a", "b"], 4),
+            Some(vec![keys[0], keys[2], keys[3], keys[4]])
+        );
+        assert_eq!(scope(&["a", "b"], 3), None);
+        assert_eq!(scope(&["b", "c"], 3), Some(vec![keys[3], keys[4], keys[5]]));
+        assert_eq!(scope(&["none"], 0), Some(vec![]));
+        assert_eq!(scope(&["c"], 0), None);
     }
 
     #[test]
