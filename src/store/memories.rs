@@ -1,4 +1,8 @@
 //! Memory rows: insert, look up by key, id, name or content hash, save a new version, soft delete.
+//!
+//! Size: every statement on the `memories` table lives here, so the columns, the live-row rule
+//! (`deleted_at IS NULL`) and the indexes each query leans on are read in one place, with their
+//! tests.
 
 use std::collections::HashMap;
 
