@@ -460,18 +460,7 @@ pub fn count_in(db: &Db, namespaces: &[String]) -> Result<i64> {
 
 /// Keys of the live memories in `namespaces`.
 pub fn keys_in(db: &Db, namespaces: &[String]) -> Result<Vec<MemoryKey>> {
-    let mut out = Vec::new();
-    for ns in namespaces {
-        db.for_each(
-            "SELECT key FROM memories WHERE namespace = ?1 AND deleted_at IS NULL",
-            args![ns],
-            |r| {
-                out.push(MemoryKey(r.get(0)?));
-                Ok(())
-            },
-        )?;
-    }
-    Ok(out)
+    Ok(keys_in_at_most(db, namespaces, usize::MAX)?.unwrap_or_default())
 }
 
 /// Keys of the live memories in `namespaces` when there are at most `most` of them, else `None`:
@@ -484,7 +473,10 @@ pub fn keys_in_at_most(
 ) -> Result<Option<Vec<MemoryKey>>> {
     let mut out = Vec::new();
     for ns in namespaces {
-        let room = (most + 1 - out.len()) as i64;
+        let room = most
+            .saturating_add(1)
+            .saturating_sub(out.len())
+            .min(i64::MAX as usize) as i64;
         db.for_each(
             "SELECT key FROM memories WHERE namespace = ?1 AND deleted_at IS NULL LIMIT ?2",
             args![ns, room],

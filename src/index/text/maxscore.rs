@@ -8,7 +8,7 @@
 //! memory only while that memory's score so far plus what the words left could add still passes
 //! the bar. As the bar rises, more words become non-essential and the walk thins.
 //!
-//! tantivy's block-max WAND, which this replaces for unfiltered searches, chooses a pivot and
+//! tantivy's block-max WAND, which this replaces, chooses a pivot and
 //! reorders its cursors at every step, and recomputes block bounds as it goes; on a memory
 //! store's queries (a few to a few dozen words over short texts) those steps cost more than the
 //! blocks it skips (text search 3.7 → 2.3 M instructions per recall at 100,000 memories). The
@@ -23,7 +23,7 @@ use tantivy::{DocId, DocSet, Score, SegmentReader, TERMINATED, Term};
 use crate::error::Result;
 
 /// One word's postings in a segment, scored as tantivy's term scorer scores them.
-struct Cursor {
+pub(super) struct Cursor {
     postings: SegmentPostings,
     norms: FieldNormReader,
     weight: Bm25Weight,
@@ -32,11 +32,47 @@ struct Cursor {
 }
 
 impl Cursor {
-    fn doc(&self) -> DocId {
+    /// The postings of `term` in `reader`, on their first document; `None` when it has none.
+    pub(super) fn open(
+        reader: &SegmentReader,
+        term: &Term,
+        weight: &Bm25Weight,
+    ) -> Result<Option<Cursor>> {
+        let inverted = reader.inverted_index(term.field())?;
+        let Some(postings) = inverted.read_postings(term, IndexRecordOption::WithFreqs)? else {
+            return Ok(None);
+        };
+        if postings.doc() == TERMINATED {
+            return Ok(None);
+        }
+        // As tantivy's term scorer: a field without norms scores as if one token long.
+        let norms = reader
+            .fieldnorms_readers()
+            .get_field(term.field())?
+            .unwrap_or_else(|| FieldNormReader::constant(reader.max_doc(), 1));
+        Ok(Some(Cursor {
+            postings,
+            norms,
+            weight: weight.clone(),
+            most: weight.max_score(),
+        }))
+    }
+
+    pub(super) fn doc(&self) -> DocId {
         self.postings.doc()
     }
 
-    fn score(&self) -> Score {
+    /// Moves to the first document at or after `doc` (never back).
+    pub(super) fn seek(&mut self, doc: DocId) -> DocId {
+        if self.postings.doc() < doc {
+            self.postings.seek(doc)
+        } else {
+            self.postings.doc()
+        }
+    }
+
+    /// This word's score in the document it is on.
+    pub(super) fn score(&self) -> Score {
         let doc = self.postings.doc();
         self.weight
             .score(self.norms.fieldnorm_id(doc), self.postings.term_freq())
@@ -57,23 +93,7 @@ pub(super) fn for_each_above(
 ) -> Result<()> {
     let mut cursors = Vec::with_capacity(clauses.len());
     for (term, weight) in clauses {
-        let inverted = reader.inverted_index(term.field())?;
-        let Some(postings) = inverted.read_postings(term, IndexRecordOption::WithFreqs)? else {
-            continue;
-        };
-        // As tantivy's term scorer: a field without norms scores as if one token long.
-        let norms = reader
-            .fieldnorms_readers()
-            .get_field(term.field())?
-            .unwrap_or_else(|| FieldNormReader::constant(reader.max_doc(), 1));
-        if postings.doc() != TERMINATED {
-            cursors.push(Cursor {
-                postings,
-                norms,
-                weight: weight.clone(),
-                most: weight.max_score(),
-            });
-        }
+        cursors.extend(Cursor::open(reader, term, weight)?);
     }
     cursors.sort_by(|a, b| a.most.total_cmp(&b.most));
     // `below[i]`: the most the first `i` cursors add together.
@@ -107,9 +127,7 @@ pub(super) fn for_each_above(
             }
             if next != doc {
                 for c in &mut cursors[first..] {
-                    if c.doc() < next {
-                        c.postings.seek(next);
-                    }
+                    c.seek(next);
                 }
                 continue;
             }
@@ -126,10 +144,7 @@ pub(super) fn for_each_above(
         while left > 0 && score + below[left] > bar {
             left -= 1;
             let c = &mut cursors[left];
-            if c.doc() < doc {
-                c.postings.seek(doc);
-            }
-            if c.doc() == doc {
+            if c.seek(doc) == doc {
                 score += c.score();
             }
         }

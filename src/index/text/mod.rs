@@ -677,7 +677,8 @@ impl TextIndex {
             / total
     }
 
-    /// The query of `q`'s words and filters; `None` when it has no word to search.
+    /// The scoring terms of `q`'s words and the query of its filters (see
+    /// [`TextIndex::query_of_terms`]); `None` when it has no word to search.
     #[cfg(test)]
     fn query_of(&self, q: &RecallQuery) -> Option<(Vec<Term>, Option<BooleanQuery>)> {
         self.query_of_terms(q, &self.query_terms(&q.text))

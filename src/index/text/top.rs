@@ -16,9 +16,7 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use tantivy::columnar::ColumnValues;
-use tantivy::postings::Postings;
 use tantivy::query::{Bm25StatisticsProvider, Bm25Weight, EnableScoring, Query};
-use tantivy::schema::IndexRecordOption;
 use tantivy::{DocAddress, DocSet, Score, Searcher, SegmentReader, Term};
 
 use super::maxscore;
@@ -191,25 +189,12 @@ fn rescored(
         }));
         let matches = &mut matches[first..];
         for (c, (term, weight)) in clauses.0.iter().enumerate() {
-            let inverted = reader.inverted_index(term.field())?;
-            let Some(mut postings) = inverted.read_postings(term, IndexRecordOption::WithFreqs)?
-            else {
+            let Some(mut cursor) = maxscore::Cursor::open(reader, term, weight)? else {
                 continue;
             };
-            // As tantivy's term scorer: a field without norms scores as if one token long.
-            let norms = reader
-                .fieldnorms_readers()
-                .get_field(term.field())?
-                .unwrap_or_else(|| {
-                    tantivy::fieldnorm::FieldNormReader::constant(reader.max_doc(), 1)
-                });
             for m in matches.iter_mut() {
-                let doc = m.address.doc_id;
-                if postings.doc() < doc {
-                    postings.seek(doc);
-                }
-                if postings.doc() == doc {
-                    m.score += weight.score(norms.fieldnorm_id(doc), postings.term_freq());
+                if cursor.seek(m.address.doc_id) == m.address.doc_id {
+                    m.score += cursor.score();
                     // A query has at most 65 clauses (64 terms and a name).
                     m.held |= 1u128.checked_shl(c as u32).unwrap_or(0);
                 }
