@@ -601,9 +601,10 @@ impl Engine {
         Ok(side)
     }
 
-    /// The `depth` nearest memories by vector, scoped to the query's namespaces (exactly when
-    /// they are small); other filters are applied by the caller, so a filtered query asks for
-    /// more: how many more per candidate of depth is returned beside them.
+    /// The `depth` nearest memories by vector, scoped to the query's namespaces (by the index's
+    /// record of each vector's namespace; by their keys while it lacks some); other filters are
+    /// applied by the caller, so a filtered query asks for more: how many more per candidate of
+    /// depth is returned beside them.
     fn vector_candidates(&self, q: &RecallQuery, depth: usize) -> Result<(Nearest, usize)> {
         let filtered = !q.kinds.is_empty()
             || !q.tags.is_empty()
@@ -612,6 +613,17 @@ impl Engine {
             || q.min_importance.is_some();
         let per_depth = if filtered { FILTER_OVERFETCH } else { 1 };
         let k = depth * per_depth;
+        if let NamespaceScope::Only(ns) = &q.namespaces
+            && let Some(unplaced) = self.vectors_unplaced()
+            && unplaced <= k
+        {
+            // The index knows each vector's namespace and searches the scope itself (by its
+            // graph or a scan, as the scope's share says), no key read from the database. A
+            // vector staged a moment ago may not be placed yet: it counts as in scope, so as
+            // many more are asked for (the rows are checked against the scope either way).
+            let nearest = self.vector_search(&q.text, k + unplaced, Scope::Namespaces(ns))?;
+            return Ok((nearest, per_depth));
+        }
         let scoped: Option<Vec<u64>> = match &q.namespaces {
             NamespaceScope::Only(ns) => self
                 .store

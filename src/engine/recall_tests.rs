@@ -209,3 +209,67 @@ fn a_neighbour_of_a_short_match_earns_its_place_by_its_own_meaning() {
         beside.score
     );
 }
+
+/// A recall scoped to namespaces searches by meaning within them through the vector index's own
+/// record of each vector's namespace (no keys read from the database), which a reopened index
+/// learns again from the database: its dump does not keep them.
+#[test]
+fn a_namespace_scoped_search_by_meaning_stays_in_its_namespaces_across_a_restart() {
+    use crate::model::NamespaceScope;
+    let dir = tempfile::tempdir().unwrap();
+    let in_ns = |content: &str, ns: &str| RememberItem {
+        namespace: Some(ns.into()),
+        ..fact(content, None)
+    };
+    let items = vec![
+        in_ns(TEA, "kitchen"),
+        in_ns("The kettle is descaled every Sunday", "kitchen"),
+        in_ns("Bob drinks black coffee with his lunch", "office"),
+        in_ns("The garage door opener needs new batteries", "garage"),
+    ];
+    let scoped = |e: &Engine, text: &str, ns: &str| -> Vec<String> {
+        e.recall(&RecallQuery {
+            text: text.into(),
+            limit: 10,
+            mode: RecallMode::Vector,
+            namespaces: NamespaceScope::Only(vec![ns.into()]),
+            ..RecallQuery::default()
+        })
+        .unwrap()
+        .hits
+        .into_iter()
+        .map(|h| {
+            assert_eq!(h.memory.namespace, ns, "{text:?} in {ns}");
+            h.memory.content
+        })
+        .collect()
+    };
+    let drinks = "what does she like to drink";
+    let before = {
+        let e = engine_with(dir.path(), &items);
+        let kitchen = scoped(&e, drinks, "kitchen");
+        assert_eq!(kitchen.first().map(String::as_str), Some(TEA));
+        let office = scoped(&e, drinks, "office");
+        assert_eq!(office, ["Bob drinks black coffee with his lunch"]);
+        assert_eq!(e.vectors_unplaced(), Some(0));
+        (kitchen, office)
+    };
+    // Reopened: the dump is loaded and its vectors placed again before any search.
+    let e = engine_with(dir.path(), &[]);
+    e.ensure_vectors(true).unwrap();
+    assert_eq!(e.vectors_unplaced(), Some(0));
+    assert_eq!(
+        (scoped(&e, drinks, "kitchen"), scoped(&e, drinks, "office")),
+        before
+    );
+    let oil = "Motor oil for the car is changed every spring";
+    e.remember(&[in_ns(oil, "garage")]).unwrap();
+    assert_eq!(
+        scoped(&e, "engine lubricant", "garage")
+            .first()
+            .map(String::as_str),
+        Some(oil)
+    );
+    assert!(!scoped(&e, "engine lubricant", "kitchen").contains(&oil.to_owned()));
+    assert_eq!(e.vectors_unplaced(), Some(0));
+}

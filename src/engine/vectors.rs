@@ -164,11 +164,12 @@ impl Vectors {
         overlay.head
     }
 
-    /// Puts changed memories into the overlay (each with its change's position and its vector,
-    /// `None` when it is not to be found by vector); complete up to `head` afterwards.
+    /// Puts changed memories into the overlay (each with its change's position and its vector
+    /// and namespace, `None` when it is not to be found by vector); complete up to `head`
+    /// afterwards.
     fn extend_overlay(
         &self,
-        changed: impl IntoIterator<Item = (i64, MemoryKey, Option<Vec<f32>>)>,
+        changed: impl IntoIterator<Item = (i64, MemoryKey, Option<Overlaid>)>,
         head: i64,
     ) {
         let mut overlay = lock::write_or_reset(&self.overlay, reset_overlay);
@@ -255,8 +256,11 @@ pub(crate) struct VectorOverlay {
     base: i64,
     /// The change-log position the overlay is complete up to (with the index beneath it).
     head: i64,
-    items: HashMap<u64, (i64, Option<Vec<f32>>)>,
+    items: HashMap<u64, (i64, Option<Overlaid>)>,
 }
+
+/// A memory of the overlay found by vector: its vector and its namespace.
+type Overlaid = (Vec<f32>, String);
 
 /// What a vector search found: the nearest memories, how current the index was, and why the
 /// search scanned instead of using the graph when it had to.
@@ -428,6 +432,10 @@ impl Engine {
             }
             other => other,
         };
+        if matches!(state, LoadState::Loaded) {
+            // Before the index is installed: no search meets it without its namespaces.
+            self.place_all(&index)?;
+        }
         match &state {
             LoadState::Loaded => tracing::info!(
                 vectors = index.len(),
@@ -542,6 +550,12 @@ impl Engine {
         }
     }
 
+    /// Vectors of the loaded index whose namespace it does not know (see
+    /// [`VectorIndex::place`]); `None` while it is not loaded.
+    pub(crate) fn vectors_unplaced(&self) -> Option<usize> {
+        self.vectors.with_loaded(|ix| ix.unplaced())
+    }
+
     /// Vectors searchable by exact scan that the HNSW graph does not hold yet.
     pub fn vectors_staged(&self) -> usize {
         self.vectors.with_index(|ix| ix.staged()).unwrap_or(0)
@@ -559,9 +573,14 @@ impl Engine {
     /// stored now; forgotten ones leave the index. Returns how many vectors were indexed.
     fn apply_vector_keys(&self, e: &dyn Embedder, keys: &[MemoryKey]) -> Result<usize> {
         let model = e.model_id();
-        let (live, gone, mut have) = self.store.read(|c| {
+        let (live, gone, mut have, placed) = self.store.read(|c| {
             let found = memories::by_keys(c, keys)?;
             let (live_keys, have) = vectors::current_of_live(c, model, &found)?;
+            let placed: Vec<(u64, String)> = found
+                .iter()
+                .filter(|m| m.deleted_at.is_none())
+                .map(|m| (m.key.0 as u64, m.namespace.clone()))
+                .collect();
             let live: Vec<Unembedded> = found
                 .into_iter()
                 .filter(|m| m.deleted_at.is_none())
@@ -578,7 +597,7 @@ impl Engine {
                 .filter(|k| !live_set.contains(k))
                 .map(|k| k.0 as u64)
                 .collect();
-            Ok((live, gone, have))
+            Ok((live, gone, have, placed))
         })?;
         let todo: Vec<&Unembedded> = live.iter().filter(|m| !have.contains_key(&m.key)).collect();
         let fresh = self.embed_and_store(e, &todo)?;
@@ -590,11 +609,35 @@ impl Engine {
         }
         items.extend(fresh);
         let n = items.len();
+        let placed: Vec<(u64, &str)> = placed.iter().map(|(k, ns)| (*k, ns.as_str())).collect();
         self.vectors.with_index(|ix| {
             ix.remove(&gone);
-            ix.stage(&items)
+            ix.stage(&items)?;
+            ix.place(&placed);
+            Ok::<_, Error>(())
         })??;
         Ok(n)
+    }
+
+    /// Tells `index` the namespace of every live memory, a page per statement (a loaded dump
+    /// knows none, and a fill stages vectors without them). Rows read after the index's
+    /// change-log position: what changes later is placed again as the log is applied.
+    fn place_all(&self, index: &VectorIndex) -> Result<()> {
+        let mut after = MemoryKey(0);
+        loop {
+            let page = self
+                .store
+                .read(|c| memories::namespaces_page(c, after, FILL_PAGE))?;
+            let Some(&(last, _)) = page.last() else {
+                return Ok(());
+            };
+            after = last;
+            let items: Vec<(u64, &str)> = page
+                .iter()
+                .map(|(k, ns)| (k.0 as u64, ns.as_str()))
+                .collect();
+            index.place(&items);
+        }
     }
 
     /// Fills an empty index from the database rather than by replaying the change log from its
@@ -625,6 +668,7 @@ impl Engine {
         for keys in bare.chunks(WINDOW as usize) {
             embedded += self.apply_vector_keys(e, keys)?;
         }
+        self.vectors.with_index(|ix| self.place_all(ix))??;
         tracing::info!(
             stored,
             embedded,
@@ -748,16 +792,35 @@ impl Engine {
         k: usize,
         scope: Scope<'_>,
     ) -> Result<Found> {
+        // The compact file knows no namespaces: their keys scope its scan.
+        let keys;
+        let scope = match scope {
+            Scope::Namespaces(names) if flat.is_some() => {
+                keys = self
+                    .store
+                    .read(|c| memories::keys_in(c, names))?
+                    .into_iter()
+                    .map(|k| k.0 as u64)
+                    .collect::<Vec<u64>>();
+                Scope::Keys(&keys)
+            }
+            other => other,
+        };
         let overlay = self.vectors.overlay();
         let n_over = overlay.items.len();
         // The overlaid memories in scope, with their vectors.
         let over: Vec<(u64, &[f32])> = if n_over > 0 {
             let wanted = ScopeFilter::new(&scope, n_over);
+            let in_namespaces = |ns: &String| match scope {
+                Scope::Namespaces(names) => names.contains(ns),
+                _ => true,
+            };
             overlay
                 .items
                 .iter()
-                .filter_map(|(&key, (_, v))| Some((key, v.as_deref()?)))
-                .filter(|&(key, _)| wanted.accepts(key))
+                .filter_map(|(&key, (_, v))| v.as_ref().map(|(v, ns)| (key, v, ns)))
+                .filter(|&(key, _, ns)| wanted.accepts(key) && in_namespaces(ns))
+                .map(|(key, v, _)| (key, v.as_slice()))
                 .collect()
         } else {
             Vec::new()
@@ -849,12 +912,13 @@ impl Engine {
         let mut computed: HashMap<MemoryKey, Vec<f32>> =
             todo.iter().map(|m| m.key).zip(fresh).collect();
         let vectors = changed.iter().map(|(seq, key, m)| {
-            let vector = if is_live(m) {
-                have.remove(key)
+            let vector = match m {
+                Some(m) if m.deleted_at.is_none() => have
+                    .remove(key)
                     .map(|v| v.vec)
                     .or_else(|| computed.remove(key))
-            } else {
-                None
+                    .map(|v| (v, m.namespace.clone())),
+                _ => None,
             };
             (*seq, *key, vector)
         });

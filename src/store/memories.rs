@@ -492,6 +492,16 @@ pub fn keys_in_at_most(
     Ok(Some(out))
 }
 
+/// Up to `n` live memories above `after` (in key order), each with its namespace.
+pub fn namespaces_page(db: &Db, after: MemoryKey, n: usize) -> Result<Vec<(MemoryKey, String)>> {
+    db.query_all(
+        "SELECT key, namespace FROM memories WHERE key > ?1 AND deleted_at IS NULL \
+         ORDER BY key LIMIT ?2",
+        args![after.0, n],
+        |r| Ok((MemoryKey(r.get(0)?), r.get(1)?)),
+    )
+}
+
 /// Number of live relations between each of `keys` and a memory not forgotten.
 pub fn relation_counts(db: &Db, keys: &[MemoryKey]) -> Result<HashMap<MemoryKey, i64>> {
     // Relations to forgotten memories are not counted (nor listed, nor walked).

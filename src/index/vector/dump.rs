@@ -322,7 +322,11 @@ pub(super) fn read_dump(
             meta.live
         ));
     }
+    // Namespaces are not dumped: unknown until the engine places the vectors again.
+    let unplaced = live.iter().filter(|&&l| l).count();
     let state = State {
+        spaces: vec![UNPLACED; keys.len()],
+        unplaced,
         keys,
         live,
         prints,

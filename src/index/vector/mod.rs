@@ -288,7 +288,7 @@ impl VectorIndex {
             if let Some(old) = st.slot_of.insert(key, slot) {
                 st.retire(old);
             }
-            st.live[slot as usize] = true;
+            st.make_live(slot);
         }
         Ok(())
     }
@@ -343,7 +343,7 @@ impl VectorIndex {
                 if let Some(old) = st.slot_of.insert(key, slot) {
                     st.retire(old);
                 }
-                st.live[slot as usize] = true;
+                st.make_live(slot);
                 st.staged.push(slot, &sketches[i]);
             }
         }
@@ -376,6 +376,27 @@ impl VectorIndex {
         st.settle(&slots);
         st.staged.take_front(taken);
         Ok(st.staged.len())
+    }
+
+    /// Records the namespace of each key's memory, which [`Scope::Namespaces`] searches by
+    /// (keys without a vector are skipped). A key's later vectors keep its namespace; a memory
+    /// that moves is placed again. Nothing on disk keeps them: after [`VectorIndex::load`],
+    /// every vector's namespace is unknown until placed again.
+    pub fn place(&self, items: &[(u64, &str)]) {
+        let _writer = self.writer();
+        // The write lock is taken per chunk, so searches wait at most for one.
+        for chunk in items.chunks(STAGE_CHUNK) {
+            let mut st = self.write();
+            for &(key, namespace) in chunk {
+                st.place(key, namespace);
+            }
+        }
+    }
+
+    /// Vectors whose namespace is not known (see [`VectorIndex::place`]): a search by
+    /// namespace counts them in every namespace's scope.
+    pub fn unplaced(&self) -> usize {
+        self.read().unplaced
     }
 
     /// Vectors searchable but not in the graph yet.
@@ -442,11 +463,20 @@ impl VectorIndex {
         }
         let st = self.read();
         let query = st.query(query);
+        let numbers;
         let hits = match scope {
             _ if st.live_count() == 0 => Vec::new(),
             Scope::Keys(_) => st.exact(&query, k, scope),
-            Scope::All => st.search_scope(&query, k, None, None),
-            Scope::Predicate(accept) => st.search_scope(&query, k, Some(accept), None),
+            Scope::All => st.search_scope(&query, k, Within::All, None),
+            Scope::Predicate(accept) => st.search_scope(&query, k, Within::Keys(accept), None),
+            Scope::Namespaces(names) => {
+                numbers = st.namespace_numbers(names);
+                if numbers.is_empty() && st.unplaced == 0 {
+                    // No vector is in these namespaces.
+                    return Vec::new();
+                }
+                st.search_scope(&query, k, Within::Spaces(&numbers), None)
+            }
         };
         hits.into_iter().map(|h| (h.key, h.score)).collect()
     }
@@ -463,7 +493,7 @@ impl VectorIndex {
         if k == 0 || st.live_count() == 0 {
             return Vec::new();
         }
-        let hits = st.search_scope(&st.query(query), k, None, Some(list));
+        let hits = st.search_scope(&st.query(query), k, Within::All, Some(list));
         hits.into_iter().map(|h| (h.key, h.score)).collect()
     }
 

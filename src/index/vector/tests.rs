@@ -617,10 +617,15 @@ fn scopes_only_return_keys_in_scope() {
 
     // Predicate through the graph: a third of the keys.
     let third = |k: u64| k.is_multiple_of(3);
-    assert!(index.read().graph_plan(10, Some(&third)).is_some());
+    assert!(
+        index
+            .read()
+            .graph_plan(10, state::Within::Keys(&third))
+            .is_some()
+    );
     let points = index.read().graph.len();
     assert_eq!(
-        index.read().graph_plan(10, None),
+        index.read().graph_plan(10, state::Within::All),
         Some(list_for(10, points))
     );
     for q in &queries {
@@ -634,7 +639,10 @@ fn scopes_only_return_keys_in_scope() {
 
     // A selective predicate (1%) is scanned: exact.
     let rare = |k: u64| k.is_multiple_of(100);
-    assert_eq!(index.read().graph_plan(10, Some(&rare)), None);
+    assert_eq!(
+        index.read().graph_plan(10, state::Within::Keys(&rare)),
+        None
+    );
     for q in &queries {
         let hits = index.search(q, 10, Scope::Predicate(&rare));
         assert!(hits.iter().all(|h| rare(h.0)));
@@ -646,6 +654,120 @@ fn scopes_only_return_keys_in_scope() {
         index
             .search(&queries[0], 10, Scope::Predicate(&none))
             .is_empty()
+    );
+}
+
+/// The namespace of key `i` in the namespace tests: one in a hundred in "small", the rest in
+/// "large".
+fn namespace_of(i: usize) -> &'static str {
+    if i.is_multiple_of(100) {
+        "small"
+    } else {
+        "large"
+    }
+}
+
+#[test]
+fn a_namespace_scope_finds_what_its_keys_find() {
+    let dim = 64;
+    let clusters = Clusters::new(60, 50, dim);
+    let points = clusters.points(61, 20_000);
+    let queries = clusters.points(62, 100);
+    let index = build(&points, dim);
+    assert_eq!(index.unplaced(), 20_000);
+    let names: Vec<(u64, &str)> = (0..points.len())
+        .map(|i| (key(i), namespace_of(i)))
+        .collect();
+    index.place(&names);
+    assert_eq!(index.unplaced(), 0);
+    let keys_in = |ns: &str| -> Vec<u64> {
+        (0..points.len())
+            .filter(|&i| namespace_of(i) == ns && index.contains(key(i)))
+            .map(key)
+            .collect()
+    };
+    let small = ["small".to_owned()];
+    let large = ["large".to_owned()];
+    let both = ["small".to_owned(), "large".to_owned()];
+    // One in a hundred is scanned: the very hits of its keys.
+    let small_keys = keys_in("small");
+    for q in &queries {
+        let hits = index.search(q, 10, Scope::Namespaces(&small));
+        assert_eq!(hits, index.exact(q, 10, Scope::Keys(&small_keys)));
+    }
+    // The rest go through the graph: the keys' exact hits, at the graph's recall.
+    let large_keys = keys_in("large");
+    let (mut found, mut total) = (0, 0);
+    for q in &queries {
+        let truth = keys_of(&index.exact(q, 10, Scope::Keys(&large_keys)));
+        let hits = index.search(q, 10, Scope::Namespaces(&large));
+        assert_eq!(hits.len(), 10);
+        assert!(hits.iter().all(|h| large_keys.contains(&h.0)));
+        found += hits.iter().filter(|h| truth.contains(&h.0)).count();
+        total += truth.len();
+    }
+    let r = found as f64 / total as f64;
+    report(format_args!("recall@10 in a namespace of 99/100: {r:.4}"));
+    assert!(r >= 0.95, "namespace recall@10 = {r:.4}");
+    let r = recall(&index, &queries, 10, Scope::Namespaces(&both));
+    assert!(r >= 0.95, "two namespaces' recall@10 = {r:.4}");
+    assert!(
+        index
+            .search(&queries[0], 10, Scope::Namespaces(&["nowhere".to_owned()]))
+            .is_empty()
+    );
+
+    // A key's new vector keeps its namespace; removing keys leaves none unplaced.
+    index.upsert(&[(key(100), points[101].clone())]).unwrap();
+    index.stage(&[(key(200), points[201].clone())]).unwrap();
+    index.remove(&[key(300)]);
+    assert_eq!(index.unplaced(), 0);
+    let small_keys = keys_in("small");
+    for q in queries.iter().take(20) {
+        assert_eq!(
+            index.search(q, 10, Scope::Namespaces(&small)),
+            index.exact(q, 10, Scope::Keys(&small_keys))
+        );
+    }
+    // A memory that moves is placed again.
+    index.place(&[(key(100), "large")]);
+    let near = index.search(&points[101], 5, Scope::Namespaces(&small));
+    assert!(!keys_of(&near).contains(&key(100)));
+    assert!(keys_of(&index.search(&points[101], 2, Scope::Namespaces(&large))).contains(&key(100)));
+
+    // A new key is unplaced, and searched in every namespace until placed.
+    index.stage(&[(key(20_000), points[5].clone())]).unwrap();
+    assert_eq!(index.unplaced(), 1);
+    assert_eq!(
+        index.search(&points[5], 1, Scope::Namespaces(&small))[0].0,
+        key(20_000)
+    );
+    index.place(&[(key(20_000), "large"), (key(99_999_999), "small")]);
+    assert_eq!(index.unplaced(), 0);
+    assert_ne!(
+        index.search(&points[5], 1, Scope::Namespaces(&small))[0].0,
+        key(20_000)
+    );
+
+    // Compaction keeps them; a dump does not: a loaded index knows no namespace.
+    let small_keys: Vec<u64> = small_keys.into_iter().filter(|&k| k != key(100)).collect();
+    index.index_staged(usize::MAX).unwrap();
+    index.compact().unwrap();
+    assert_eq!(index.unplaced(), 0);
+    for q in queries.iter().take(20) {
+        assert_eq!(
+            index.search(q, 10, Scope::Namespaces(&small)),
+            index.exact(q, 10, Scope::Keys(&small_keys))
+        );
+    }
+    index.set_seq(3);
+    let dir = tempfile::tempdir().unwrap();
+    index.dump(dir.path()).unwrap();
+    let (back, _) = VectorIndex::load(dir.path(), MODEL, dim).unwrap();
+    assert_eq!(back.unplaced(), back.len());
+    assert_eq!(
+        back.search(&queries[0], 10, Scope::Namespaces(&small)),
+        back.search(&queries[0], 10, Scope::All)
     );
 }
 

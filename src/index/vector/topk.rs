@@ -17,6 +17,11 @@ pub enum Scope<'a> {
     /// Only keys the function accepts. It is called many times per search, from the searching
     /// thread, and should be cheap.
     Predicate(&'a (dyn Fn(u64) -> bool + Sync)),
+    /// Only keys whose memory is in one of these namespaces, as [`VectorIndex::place`] recorded
+    /// them, and keys whose namespace is not recorded (the caller checks what it gets).
+    ///
+    /// [`VectorIndex::place`]: super::VectorIndex::place
+    Namespaces(&'a [String]),
 }
 
 impl fmt::Debug for Scope<'_> {
@@ -25,6 +30,7 @@ impl fmt::Debug for Scope<'_> {
             Scope::All => f.write_str("All"),
             Scope::Keys(keys) => write!(f, "Keys({} keys)", keys.len()),
             Scope::Predicate(_) => f.write_str("Predicate"),
+            Scope::Namespaces(names) => write!(f, "Namespaces({names:?})"),
         }
     }
 }
@@ -47,6 +53,9 @@ impl<'a> ScopeFilter<'a> {
             }
             Scope::Keys(keys) => ScopeFilter::Keys(keys.iter().copied().collect()),
             Scope::Predicate(accept) => ScopeFilter::Predicate(accept),
+            // A key's namespace is not known outside the index: every key passes, as a key not
+            // placed passes inside it, and the caller checks what it gets.
+            Scope::Namespaces(_) => ScopeFilter::All,
         }
     }
 
