@@ -194,6 +194,29 @@ impl Graph {
             .map_err(|e| format!("vector graph: search: {e}"))
     }
 
+    /// Up to `count` slots that `accept` passes nearest to `query`, as [`Graph::search`]: the
+    /// walk goes through every point, and only those passed enter its list of `count`, so it
+    /// walks on until it holds `count` of them.
+    pub(super) fn filtered_search(
+        &self,
+        query: &[f32],
+        count: usize,
+        accept: impl Fn(u32) -> bool,
+    ) -> Result<Vec<(u32, f32)>, String> {
+        let _permit = self.permits.take();
+        self.index
+            .filtered_search(query, count, |key| u32::try_from(key).is_ok_and(&accept))
+            .map(|found| {
+                found
+                    .keys
+                    .iter()
+                    .zip(&found.distances)
+                    .map(|(&k, &d)| (k as u32, d))
+                    .collect()
+            })
+            .map_err(|e| format!("vector graph: search: {e}"))
+    }
+
     /// The stored vector of `slot` (rounded to bfloat16), into `out`; false when the slot is
     /// not in the graph.
     pub(super) fn vector(&self, slot: u32, out: &mut [f32]) -> bool {

@@ -654,12 +654,11 @@ impl State {
             .collect()
     }
 
-    /// Top k of the live vectors in scope, by the graph or, where
-    /// cheaper, by a scan. The graph is searched unfiltered with a candidate list long enough that
-    /// as many of its members should be in scope (live and accepted) as an unscoped search's list
-    /// holds, and the candidates are
-    /// then filtered and scored; `list`, when given, is the candidate list instead (benchmarks
-    /// choosing its length).
+    /// Top k of the live vectors in scope, by the graph or, where cheaper, by a scan. A scope is
+    /// tested inside the graph's walk, whose candidate list then holds only slots in scope (live
+    /// and accepted), as many as an unscoped search's list; the plan prices that walk as an
+    /// unscoped one with a list that much longer ÷ the share (see [`State::graph_plan`]).
+    /// `list`, when given, is the candidate list instead (benchmarks choosing its length).
     pub(super) fn search_scope(
         &self,
         query: &Query,
@@ -751,7 +750,18 @@ impl State {
         within: Within<'_>,
     ) -> std::result::Result<Vec<Hit>, String> {
         let mut top = TopK::new(k);
-        for (slot, d) in self.graph.search(&query.toward, ef)? {
+        let found = if within.is_all() {
+            self.graph.search(&query.toward, ef)?
+        } else {
+            // The scope inside the walk: its list holds only slots in scope, as long as an
+            // unscoped search's, where a list of `ef` (that length ÷ the share) would be kept
+            // sorted with every point met.
+            let list = list_for(k, self.graph.len()).min(ef);
+            self.graph.filtered_search(&query.toward, list, |slot| {
+                self.is_live(slot as usize) && self.within(within, slot as usize)
+            })?
+        };
+        for (slot, d) in found {
             if self.is_live(slot as usize) && self.within(within, slot as usize) {
                 top.push(self.score_from_graph(query, slot, d));
             }

@@ -15,7 +15,8 @@ pub enum Scope<'a> {
     /// Only these keys (duplicates and unknown keys are fine); always answered by an exact scan.
     Keys(&'a [u64]),
     /// Only keys the function accepts. It is called many times per search, from the searching
-    /// thread, and should be cheap.
+    /// thread (also from inside the graph library's walk, where a panic aborts the process), and
+    /// should be cheap.
     Predicate(&'a (dyn Fn(u64) -> bool + Sync)),
     /// Only keys whose memory is in one of these namespaces, as [`VectorIndex::place`] recorded
     /// them, and keys whose namespace is not recorded (the caller checks what it gets).
