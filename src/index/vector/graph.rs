@@ -181,17 +181,7 @@ impl Graph {
     /// never taken for "nothing near".
     pub(super) fn search(&self, query: &[f32], count: usize) -> Result<Vec<(u32, f32)>, String> {
         let _permit = self.permits.take();
-        self.index
-            .search(query, count)
-            .map(|found| {
-                found
-                    .keys
-                    .iter()
-                    .zip(&found.distances)
-                    .map(|(&k, &d)| (k as u32, d))
-                    .collect()
-            })
-            .map_err(|e| format!("vector graph: search: {e}"))
+        slots(self.index.search(query, count))
     }
 
     /// Up to `count` slots that `accept` passes nearest to `query`, as [`Graph::search`]: the
@@ -204,17 +194,10 @@ impl Graph {
         accept: impl Fn(u32) -> bool,
     ) -> Result<Vec<(u32, f32)>, String> {
         let _permit = self.permits.take();
-        self.index
-            .filtered_search(query, count, |key| u32::try_from(key).is_ok_and(&accept))
-            .map(|found| {
-                found
-                    .keys
-                    .iter()
-                    .zip(&found.distances)
-                    .map(|(&k, &d)| (k as u32, d))
-                    .collect()
-            })
-            .map_err(|e| format!("vector graph: search: {e}"))
+        slots(
+            self.index
+                .filtered_search(query, count, |key| u32::try_from(key).is_ok_and(&accept)),
+        )
     }
 
     /// The stored vector of `slot` (rounded to bfloat16), into `out`; false when the slot is
@@ -240,6 +223,19 @@ impl Graph {
             .save(path)
             .map_err(|e| format!("vector graph: save: {e}"))
     }
+}
+
+/// A search's answer as slots and their distances, nearest first; its failure as text.
+fn slots(
+    answer: Result<usearch::ffi::Matches, impl std::fmt::Display>,
+) -> Result<Vec<(u32, f32)>, String> {
+    let found = answer.map_err(|e| format!("vector graph: search: {e}"))?;
+    Ok(found
+        .keys
+        .iter()
+        .zip(&found.distances)
+        .map(|(&k, &d)| (k as u32, d))
+        .collect())
 }
 
 #[cfg(test)]
