@@ -195,9 +195,9 @@ impl Engine {
             let mut after = crate::model::MemoryKey(0);
             loop {
                 let page = vectors::current_page(c, model, after, PAGE)?;
-                let Some(last) = page.last() else { break };
+                let Some((last, _)) = page.last() else { break };
                 after = last.key;
-                stored.extend(page.into_iter().map(|v| (v.key.0 as u64, v.vec)));
+                stored.extend(page.into_iter().map(|(v, _)| (v.key.0 as u64, v.vec)));
             }
             Ok((Some(position), stored))
         })?;

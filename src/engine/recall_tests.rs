@@ -272,4 +272,16 @@ fn a_namespace_scoped_search_by_meaning_stays_in_its_namespaces_across_a_restart
     );
     assert!(!scoped(&e, "engine lubricant", "kitchen").contains(&oil.to_owned()));
     assert_eq!(e.vectors_unplaced(), Some(0));
+    // Without the dump and the compact file, the index is filled from the stored vectors, each
+    // placed from the row that brings it: the same answers, no memory read again for them.
+    let vector_dir = Config::for_db(dir.path().join("memory.db")).vector_index_dir();
+    drop(e);
+    std::fs::remove_dir_all(vector_dir).unwrap();
+    let e = engine_with(dir.path(), &[]);
+    e.ensure_vectors(true).unwrap();
+    assert_eq!(e.vectors_unplaced(), Some(0));
+    assert_eq!(
+        (scoped(&e, drinks, "kitchen"), scoped(&e, drinks, "office")),
+        before
+    );
 }

@@ -620,7 +620,7 @@ impl Engine {
     }
 
     /// Tells `index` the namespace of every live memory, a page per statement (a loaded dump
-    /// knows none, and a fill stages vectors without them). Rows read after the index's
+    /// knows none). Rows read after the index's
     /// change-log position: what changes later is placed again as the log is applied.
     fn place_all(&self, index: &VectorIndex) -> Result<()> {
         let mut after = MemoryKey(0);
@@ -655,20 +655,31 @@ impl Engine {
             let mut after = MemoryKey(0);
             loop {
                 let page = vectors::current_page(c, model, after, FILL_PAGE)?;
-                let Some(last) = page.last() else { break };
+                let Some((last, _)) = page.last() else { break };
                 after = last.key;
-                let items: Vec<(u64, Vec<f32>)> =
-                    page.into_iter().map(|v| (v.key.0 as u64, v.vec)).collect();
+                let (items, spaces): (Vec<(u64, Vec<f32>)>, Vec<String>) = page
+                    .into_iter()
+                    .map(|(v, ns)| ((v.key.0 as u64, v.vec), ns))
+                    .unzip();
+                let placed: Vec<(u64, &str)> = items
+                    .iter()
+                    .zip(&spaces)
+                    .map(|((key, _), ns)| (*key, ns.as_str()))
+                    .collect();
                 stored += items.len();
-                self.vectors.with_index(|ix| ix.stage(&items))??;
+                self.vectors.with_index(|ix| {
+                    ix.stage(&items)?;
+                    ix.place(&placed);
+                    Ok::<_, Error>(())
+                })??;
             }
             Ok((head, stored, vectors::unembedded_keys(c, model)?))
         })?;
+        // Each memory embedded here is placed as its vector is staged.
         let mut embedded = 0usize;
         for keys in bare.chunks(WINDOW as usize) {
             embedded += self.apply_vector_keys(e, keys)?;
         }
-        self.vectors.with_index(|ix| self.place_all(ix))??;
         tracing::info!(
             stored,
             embedded,

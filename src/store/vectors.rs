@@ -151,19 +151,30 @@ pub fn current_of_live(
     Ok((live, have))
 }
 
-/// Up to `n` current vectors of live memories with keys above `after`, in key order.
-pub fn current_page(db: &Db, model: &str, after: MemoryKey, n: usize) -> Result<Vec<StoredVector>> {
+/// Up to `n` current vectors of live memories with keys above `after`, in key order, each with
+/// its memory's namespace (read in the same join: an index filled from these pages knows where
+/// each vector belongs without reading the memories again).
+pub fn current_page(
+    db: &Db,
+    model: &str,
+    after: MemoryKey,
+    n: usize,
+) -> Result<Vec<(StoredVector, String)>> {
     db.query_all(
-        "SELECT v.memory_key, v.version, v.vec FROM vectors v JOIN memories m ON m.key = v.memory_key \
+        "SELECT v.memory_key, v.version, v.vec, m.namespace FROM vectors v \
+         JOIN memories m ON m.key = v.memory_key \
          WHERE v.memory_key > ?1 AND v.model = ?2 AND v.version = m.version AND m.deleted_at IS NULL \
          ORDER BY v.memory_key LIMIT ?3",
         args![after.0, model, n],
         |r| {
-            Ok(StoredVector {
-                key: MemoryKey(r.get(0)?),
-                version: r.get(1)?,
-                vec: decode(r.get_blob(2)?),
-            })
+            Ok((
+                StoredVector {
+                    key: MemoryKey(r.get(0)?),
+                    version: r.get(1)?,
+                    vec: decode(r.get_blob(2)?),
+                },
+                r.get(3)?,
+            ))
         },
     )
 }

@@ -970,9 +970,12 @@ fn vectors_import_keys_and_history_read_back_alike() {
                 let current = vectors::current(db, "model", &[a.key, b.key])?;
                 assert_eq!(current[&a.key].vec, vec![0.25, 0.5], "{backend}");
                 assert!(!current.contains_key(&b.key));
+                let page = vectors::current_page(db, "model", MemoryKey(0), 10)?;
+                assert_eq!(page.len(), 1, "{backend}");
                 assert_eq!(
-                    vectors::current_page(db, "model", MemoryKey(0), 10)?.len(),
-                    1
+                    (page[0].0.key, &page[0].1),
+                    (a.key, &a.namespace),
+                    "{backend}"
                 );
                 let todo = vectors::unembedded_page(db, "model", MemoryKey(0), 10)?;
                 assert_eq!(todo.iter().map(|u| u.key).collect::<Vec<_>>(), vec![b.key]);

@@ -463,20 +463,17 @@ impl VectorIndex {
         }
         let st = self.read();
         let query = st.query(query);
-        let numbers;
+        let mut numbers = Vec::new();
         let hits = match scope {
             _ if st.live_count() == 0 => Vec::new(),
             Scope::Keys(_) => st.exact(&query, k, scope),
             Scope::All => st.search_scope(&query, k, Within::All, None),
             Scope::Predicate(accept) => st.search_scope(&query, k, Within::Keys(accept), None),
-            Scope::Namespaces(names) => {
-                numbers = st.namespace_numbers(names);
-                if numbers.is_empty() && st.unplaced == 0 {
-                    // No vector is in these namespaces.
-                    return Vec::new();
-                }
-                st.search_scope(&query, k, Within::Spaces(&numbers), None)
-            }
+            Scope::Namespaces(names) => match st.spaces(names, &mut numbers) {
+                Some(within) => st.search_scope(&query, k, within, None),
+                // No vector is in these namespaces.
+                None => Vec::new(),
+            },
         };
         hits.into_iter().map(|h| (h.key, h.score)).collect()
     }

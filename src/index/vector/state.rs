@@ -243,10 +243,10 @@ impl State {
             Some(&id) => id,
             // Numbers stop short of `UNPLACED`: past 2^32 − 1 namespaces, the last one is
             // shared (its slots are searched for either, and the caller filters).
-            None if next < UNPLACED - 1 => *self
-                .namespace_ids
-                .entry(namespace.to_owned())
-                .or_insert(next),
+            None if next < UNPLACED - 1 => {
+                self.namespace_ids.insert(namespace.to_owned(), next);
+                next
+            }
             None => UNPLACED - 1,
         };
         let s = slot as usize;
@@ -604,14 +604,14 @@ impl State {
 
     /// Brute force over the live vectors in scope.
     pub(super) fn exact(&self, query: &Query, k: usize, scope: Scope<'_>) -> Vec<Hit> {
-        let numbers;
+        let mut numbers = Vec::new();
         let within = match scope {
             Scope::All => Within::All,
             Scope::Predicate(accept) => Within::Keys(accept),
-            Scope::Namespaces(names) => {
-                numbers = self.namespace_numbers(names);
-                Within::Spaces(&numbers)
-            }
+            Scope::Namespaces(names) => match self.spaces(names, &mut numbers) {
+                Some(within) => within,
+                None => return Vec::new(),
+            },
             Scope::Keys(keys) => {
                 let mut top = TopK::new(k);
                 let mut buf = vec![0.0; self.dim];
@@ -646,12 +646,21 @@ impl State {
         top.into_sorted()
     }
 
-    /// The numbers of these namespaces (those never named are left out: no slot is in them).
-    pub(super) fn namespace_numbers(&self, names: &[String]) -> Vec<u32> {
-        names
-            .iter()
-            .filter_map(|n| self.namespace_ids.get(n).copied())
-            .collect()
+    /// The test of a scope of these namespaces, their numbers written into `numbers` (those
+    /// never named are left out: no slot is in them); `None` when no live slot can pass it (no
+    /// name known and every vector placed).
+    pub(super) fn spaces<'n>(
+        &self,
+        names: &[String],
+        numbers: &'n mut Vec<u32>,
+    ) -> Option<Within<'n>> {
+        numbers.clear();
+        numbers.extend(
+            names
+                .iter()
+                .filter_map(|n| self.namespace_ids.get(n).copied()),
+        );
+        (!numbers.is_empty() || self.unplaced > 0).then_some(Within::Spaces(numbers))
     }
 
     /// Top k of the live vectors in scope, by the graph or, where cheaper, by a scan. A scope is
@@ -751,20 +760,20 @@ impl State {
     ) -> std::result::Result<Vec<Hit>, String> {
         let mut top = TopK::new(k);
         let found = if within.is_all() {
-            self.graph.search(&query.toward, ef)?
+            let mut found = self.graph.search(&query.toward, ef)?;
+            found.retain(|&(slot, _)| self.is_live(slot as usize));
+            found
         } else {
-            // The scope inside the walk: its list holds only slots in scope, as long as an
-            // unscoped search's, where a list of `ef` (that length ÷ the share) would be kept
-            // sorted with every point met.
+            // The scope inside the walk: its list holds only slots in scope (live and
+            // accepted), as long as an unscoped search's, where a list of `ef` (that length ÷
+            // the share) would be kept sorted with every point met.
             let list = list_for(k, self.graph.len()).min(ef);
             self.graph.filtered_search(&query.toward, list, |slot| {
                 self.is_live(slot as usize) && self.within(within, slot as usize)
             })?
         };
         for (slot, d) in found {
-            if self.is_live(slot as usize) && self.within(within, slot as usize) {
-                top.push(self.score_from_graph(query, slot, d));
-            }
+            top.push(self.score_from_graph(query, slot, d));
         }
         Ok(top.into_sorted())
     }
