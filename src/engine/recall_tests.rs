@@ -254,14 +254,19 @@ fn a_namespace_scoped_search_by_meaning_stays_in_its_namespaces_across_a_restart
         assert_eq!(e.vectors_unplaced(), Some(0));
         (kitchen, office)
     };
-    // Reopened: the dump is loaded and its vectors placed again before any search.
-    let e = engine_with(dir.path(), &[]);
-    e.ensure_vectors(true).unwrap();
-    assert_eq!(e.vectors_unplaced(), Some(0));
-    assert_eq!(
-        (scoped(&e, drinks, "kitchen"), scoped(&e, drinks, "office")),
-        before
-    );
+    // Reopened: every vector placed before any search, the same answers.
+    let reopened = || {
+        let e = engine_with(dir.path(), &[]);
+        e.ensure_vectors(true).unwrap();
+        assert_eq!(e.vectors_unplaced(), Some(0));
+        assert_eq!(
+            (scoped(&e, drinks, "kitchen"), scoped(&e, drinks, "office")),
+            before
+        );
+        e
+    };
+    // The dump is loaded and its vectors placed again.
+    let e = reopened();
     let oil = "Motor oil for the car is changed every spring";
     e.remember(&[in_ns(oil, "garage")]).unwrap();
     assert_eq!(
@@ -273,15 +278,9 @@ fn a_namespace_scoped_search_by_meaning_stays_in_its_namespaces_across_a_restart
     assert!(!scoped(&e, "engine lubricant", "kitchen").contains(&oil.to_owned()));
     assert_eq!(e.vectors_unplaced(), Some(0));
     // Without the dump and the compact file, the index is filled from the stored vectors, each
-    // placed from the row that brings it: the same answers, no memory read again for them.
+    // placed from the row that brings it, no memory read again for them.
     let vector_dir = Config::for_db(dir.path().join("memory.db")).vector_index_dir();
     drop(e);
     std::fs::remove_dir_all(vector_dir).unwrap();
-    let e = engine_with(dir.path(), &[]);
-    e.ensure_vectors(true).unwrap();
-    assert_eq!(e.vectors_unplaced(), Some(0));
-    assert_eq!(
-        (scoped(&e, drinks, "kitchen"), scoped(&e, drinks, "office")),
-        before
-    );
+    reopened();
 }
