@@ -174,6 +174,11 @@ async fn load(
     }
 }
 
+/// A row's verdict against its floor.
+fn verdict(met: bool) -> &'static str {
+    if met { "yes" } else { "no" }
+}
+
 fn args() -> Result<(usize, u64), String> {
     let mut clients = 64;
     let mut seconds = 10;
@@ -330,11 +335,7 @@ fn main() -> ExitCode {
             ),
             _ => (String::new(), None),
         };
-        let meets = match ok {
-            Some(true) => "yes",
-            Some(false) => "no",
-            None => "",
-        };
+        let meets = ok.map_or("", verdict);
         let cpu = l
             .server_cpu_ms
             .map_or(String::new(), |c| format!("{c:.2} ms"));
@@ -348,7 +349,7 @@ fn main() -> ExitCode {
             l.p99
         );
     }
-    let meets = |ms: f64| if ms <= FLOOR_AUTH_MS { "yes" } else { "no" };
+    let meets = |ms: f64| verdict(ms <= FLOOR_AUTH_MS);
     out!(
         "| checking a bearer token (header, SHA-256, lookup) | {checks} | | | {auth_ms:.5} ms | | | ≤ {FLOOR_AUTH_MS} ms | {} |",
         meets(auth_ms)
