@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use crate::engine::graph::GraphView;
-use crate::engine::overlap::{jaccard, may_reach, word_set_borrowed};
+use crate::engine::overlap::{jaccard, may_reach, word_hashes};
 use crate::engine::vectors::{Nearest, VectorSync};
 use crate::engine::{Engine, cursor, halves, snippet};
 use crate::error::{Error, Result};
@@ -667,10 +667,10 @@ impl Engine {
         rows: &KeyMap<Memory>,
     ) -> Vec<(MemoryKey, Candidate, Vec<String>)> {
         let mut kept: Vec<(MemoryKey, Candidate, Vec<String>)> = Vec::with_capacity(ranked.len());
-        let mut kept_words: Vec<(usize, Vec<std::borrow::Cow<'_, str>>)> = Vec::new();
+        let mut kept_words: Vec<(usize, Vec<u64>)> = Vec::new();
         for (i, (key, c, dups)) in ranked.into_iter().enumerate() {
             let words = match rows.get(&key) {
-                Some(m) if i < window * 2 => word_set_borrowed(&m.content),
+                Some(m) if i < window * 2 => word_hashes(&m.content),
                 _ => {
                     kept.push((key, c, dups));
                     continue;
