@@ -8,6 +8,7 @@ pub mod engine;
 pub mod error;
 pub mod formats;
 pub mod graph;
+mod huge_pages;
 pub mod index;
 mod lock;
 pub mod mcp;

@@ -1,0 +1,256 @@
+//! 2 MiB pages under the memory a vector search reads. A graph search reads a few thousand
+//! vectors of 512 bytes at random places among tens of megabytes (100,000 memories: about 70 MB
+//! of vectors and links); with 4 KiB pages nearly every read also misses the TLB, and while
+//! the text half and the database run beside it the page tables' own lines leave the caches,
+//! so a read can cost two trips to memory. With 2 MiB pages the tables of the whole graph fit
+//! in a few dozen TLB entries.
+//!
+//! usearch maps its memory itself (anonymous mappings that grow by doubling), so the index
+//! cannot ask for huge pages when it allocates. Instead, once the graph is loaded and each time
+//! it has doubled since, a background pass asks Linux (6.1 or later, `MADV_COLLAPSE`) to back
+//! every 2 MiB stretch of the process's anonymous memory that is wholly resident with one huge
+//! page. Only wholly resident stretches: a stretch with untouched pages would be filled, and the
+//! process would grow by memory it never used. Best effort: on other systems, older kernels or
+//! with transparent huge pages turned off, nothing changes.
+
+#[cfg(target_os = "linux")]
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Fewest graph points worth a pass: below it the graph's pages fit the TLB anyway.
+pub(crate) const MIN_POINTS: usize = 16_384;
+
+/// Whether a graph of `points` is due a pass, the last having been made at `paged` points (0:
+/// none yet): once it is large enough to gain, then at each doubling.
+pub(crate) fn due(points: usize, paged: usize) -> bool {
+    points >= MIN_POINTS && points >= paged.saturating_mul(2)
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Collapsed {
+    /// Bytes now backed by huge pages (those already were count too).
+    pub bytes: usize,
+    /// Wholly resident 2 MiB stretches the kernel would not collapse.
+    pub refused: usize,
+}
+
+/// Whether the kernel can collapse at all; `false` after it answered that it cannot.
+#[cfg(target_os = "linux")]
+static SUPPORTED: AtomicBool = AtomicBool::new(true);
+
+/// A pass is running: another request waits for the next doubling.
+#[cfg(target_os = "linux")]
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// Starts a pass on a background thread of low priority, unless one is running or the kernel
+/// cannot collapse.
+pub(crate) fn collapse_in_background() {
+    #[cfg(target_os = "linux")]
+    {
+        if !SUPPORTED.load(Ordering::Relaxed) || RUNNING.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let started = std::thread::Builder::new()
+            .name("mnemograph-pages".into())
+            .spawn(|| {
+                crate::priority::lower_this_thread();
+                let done = collapse_resident();
+                tracing::debug!(
+                    bytes = done.bytes,
+                    refused = done.refused,
+                    "vector memory on huge pages"
+                );
+                RUNNING.store(false, Ordering::Release);
+            });
+        if started.is_err() {
+            RUNNING.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Backs each wholly resident 2 MiB stretch of the process's private anonymous memory with a
+/// huge page (see the module's comment).
+pub(crate) fn collapse_resident() -> Collapsed {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+            return Collapsed::default();
+        };
+        let mut done = Collapsed::default();
+        let mut unadvisable = 0;
+        for (start, end) in anonymous_regions(&maps) {
+            collapse_region(start, end, &mut done, &mut unadvisable);
+        }
+        if done.bytes == 0 && unadvisable > 0 {
+            // No such advice (before 6.1), or transparent huge pages turned off: no pass again.
+            SUPPORTED.store(false, Ordering::Relaxed);
+        }
+        done
+    }
+    #[cfg(not(target_os = "linux"))]
+    Collapsed::default()
+}
+
+/// 2 MiB.
+#[cfg(target_os = "linux")]
+const HUGE: usize = 2 << 20;
+
+/// `MADV_COLLAPSE` (Linux 6.1), which the `libc` crate does not name yet.
+#[cfg(target_os = "linux")]
+const MADV_COLLAPSE: libc::c_int = 25;
+
+/// Start and end of each private, writable mapping of no file (the heap included) that spans at
+/// least one aligned 2 MiB stretch, from the text of `/proc/self/maps`.
+#[cfg(target_os = "linux")]
+fn anonymous_regions(maps: &str) -> Vec<(usize, usize)> {
+    maps.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let (range, perms) = (f.next()?, f.next()?);
+            // offset, device, inode, then the path if any.
+            let path = f.nth(3);
+            if perms != "rw-p" || path.is_some_and(|p| p != "[heap]") {
+                return None;
+            }
+            let (a, b) = range.split_once('-')?;
+            let start = usize::from_str_radix(a, 16).ok()?.next_multiple_of(HUGE);
+            let end = usize::from_str_radix(b, 16).ok()? / HUGE * HUGE;
+            (end > start).then_some((start, end))
+        })
+        .collect()
+}
+
+/// Collapses the wholly resident stretches of `start..end` (2 MiB aligned), counting those the
+/// kernel refused as advice it does not take (`EINVAL`: before 6.1, huge pages turned off, or a
+/// mapping that must not have them, such as a thread's stack) in `unadvisable`.
+#[cfg(target_os = "linux")]
+fn collapse_region(start: usize, end: usize, done: &mut Collapsed, unadvisable: &mut usize) {
+    let pages = HUGE / 4096;
+    let mut resident = vec![0u8; pages];
+    for at in (start..end).step_by(HUGE) {
+        // SAFETY: `at..at + HUGE` lies in a mapping just listed; `resident` has a byte per page.
+        // Had the mapping gone meanwhile, the call fails with ENOMEM and the stretch is skipped.
+        let rc = unsafe { libc::mincore(at as *mut libc::c_void, HUGE, resident.as_mut_ptr()) };
+        if rc != 0 || resident.iter().any(|&r| r & 1 == 0) {
+            continue;
+        }
+        // SAFETY: advice only: the contents stay as they are, whatever the answer.
+        let rc = unsafe { libc::madvise(at as *mut libc::c_void, HUGE, MADV_COLLAPSE) };
+        if rc == 0 {
+            done.bytes += HUGE;
+            continue;
+        }
+        done.refused += 1;
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+            *unadvisable += 1;
+        }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_is_due_from_the_smallest_graph_that_gains_then_at_each_doubling() {
+        assert!(!due(MIN_POINTS - 1, 0));
+        assert!(due(MIN_POINTS, 0));
+        assert!(!due(MIN_POINTS + 1, MIN_POINTS));
+        assert!(!due(2 * MIN_POINTS - 1, MIN_POINTS));
+        assert!(due(2 * MIN_POINTS, MIN_POINTS));
+        assert!(due(100_000, 40_000));
+    }
+
+    #[test]
+    fn maps_give_private_anonymous_writable_regions_aligned_inward() {
+        let maps = "\
+55d0a0000000-55d0a0800000 rw-p 00000000 00:00 0                          [heap]
+7f0000100000-7f0000700000 rw-p 00000000 00:00 0 
+7f0000800000-7f0000900000 rw-p 00000000 00:00 0 
+7f0001000000-7f0001400000 r--p 00000000 08:01 123                        /usr/lib/libc.so.6
+7f0002000000-7f0002400000 rw-s 00000000 00:05 77                         /dev/zero (deleted)
+7f0003000000-7f0003400000 rw-p 00000000 08:01 124                        /data/memory.db
+7ffc00000000-7ffc00400000 rw-p 00000000 00:00 0                          [stack]
+";
+        assert_eq!(
+            anonymous_regions(maps),
+            [
+                (0x55d0a0000000, 0x55d0a0800000),
+                (0x7f0000200000, 0x7f0000600000),
+            ]
+        );
+    }
+
+    /// A mapping of `len` bytes and a 2 MiB more, none of it touched, and its first 2 MiB
+    /// boundary.
+    fn mapping(len: usize) -> (*mut libc::c_void, *mut u8) {
+        // SAFETY: a fresh private anonymous mapping; unmapped by the test.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len + HUGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        (p, (p as usize).next_multiple_of(HUGE) as *mut u8)
+    }
+
+    fn resident_pages(at: *mut u8, len: usize) -> usize {
+        let mut v = vec![0u8; len / 4096];
+        // SAFETY: `at..at + len` is mapped (see `mapping`).
+        assert_eq!(unsafe { libc::mincore(at.cast(), len, v.as_mut_ptr()) }, 0);
+        v.iter().filter(|&&r| r & 1 == 1).count()
+    }
+
+    #[test]
+    fn resident_stretches_are_collapsed_and_untouched_ones_stay_unbacked() {
+        let len = 4 * HUGE;
+        let (base, at) = mapping(len);
+        // The first two stretches written through, the third half, the fourth never.
+        for i in (0..2 * HUGE + HUGE / 2).step_by(4096) {
+            // SAFETY: within the mapping.
+            unsafe { at.add(i).write_volatile(i as u8 | 1) };
+        }
+        let done = collapse_resident();
+        if !SUPPORTED.load(Ordering::Relaxed) {
+            // This kernel cannot collapse memory into huge pages: nothing to check.
+            return;
+        }
+        assert!(done.bytes >= 2 * HUGE, "{done:?}");
+        // Nothing was filled in: the half-written stretch and the untouched one stay as they were.
+        assert_eq!(resident_pages(at, len), (2 * HUGE + HUGE / 2) / 4096);
+        // And the contents are what was written.
+        for i in (0..2 * HUGE + HUGE / 2).step_by(4096) {
+            // SAFETY: within the mapping.
+            assert_eq!(unsafe { at.add(i).read_volatile() }, i as u8 | 1);
+        }
+        // The kernel's own account: the mapping (merged with neighbours, maybe) holds huge
+        // pages, at least the two written through.
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let holds = |line: &str| {
+            let range = line.split_whitespace().next().unwrap_or("");
+            range.split_once('-').is_some_and(|(a, b)| {
+                let a = usize::from_str_radix(a, 16).unwrap_or(usize::MAX);
+                let b = usize::from_str_radix(b, 16).unwrap_or(0);
+                a <= at as usize && (at as usize) < b
+            })
+        };
+        let region: Vec<&str> = smaps
+            .lines()
+            .skip_while(|l| !holds(l))
+            .take_while(|l| !l.starts_with("VmFlags"))
+            .collect();
+        let huge_kb: usize = region
+            .iter()
+            .find_map(|l| l.strip_prefix("AnonHugePages:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("AnonHugePages of the mapping");
+        assert!(huge_kb >= 2 * HUGE / 1024, "{region:#?}");
+        // SAFETY: the mapping made above, no longer used.
+        assert_eq!(unsafe { libc::munmap(base, len + HUGE) }, 0);
+    }
+}
