@@ -33,7 +33,10 @@ const OWNERS: &[(&str, &[&str])] = &[
     ("jsonwebtoken", &["src/mcp/oauth.rs", "tests/", "examples/"]),
     ("tracing_subscriber", &["src/cli/", "examples/"]),
     ("clap", &["src/cli/"]),
-    ("libc", &["src/priority.rs", "src/open_files.rs"]),
+    (
+        "libc",
+        &["src/priority.rs", "src/open_files.rs", "src/huge_pages.rs"],
+    ),
     ("axum", &["src/mcp/"]),
     ("hyper", &["src/mcp/"]),
     ("hyper_util", &["src/mcp/"]),
