@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Fewest graph points worth a pass: below it the graph's pages fit the TLB anyway.
-pub(crate) const MIN_POINTS: usize = 16_384;
+const MIN_POINTS: usize = 16_384;
 
 /// Whether a graph of `points` is due a pass, the last having been made at `paged` points (0:
 /// none yet): once it is large enough to gain, then at each doubling.
@@ -26,12 +26,16 @@ pub(crate) fn due(points: usize, paged: usize) -> bool {
 }
 
 /// What a pass did.
+#[cfg(target_os = "linux")]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Collapsed {
+struct Collapsed {
     /// Bytes now backed by huge pages (those already were count too).
-    pub bytes: usize,
-    /// Wholly resident 2 MiB stretches the kernel would not collapse.
-    pub refused: usize,
+    bytes: usize,
+    /// Wholly resident 2 MiB stretches the kernel would not collapse…
+    refused: usize,
+    /// …of which those it takes no such advice for (`EINVAL`: before 6.1, huge pages turned
+    /// off, or a mapping that must not have them, such as a thread's stack).
+    unadvisable: usize,
 }
 
 /// Whether the kernel can collapse at all; `false` after it answered that it cannot.
@@ -70,25 +74,20 @@ pub(crate) fn collapse_in_background() {
 
 /// Backs each wholly resident 2 MiB stretch of the process's private anonymous memory with a
 /// huge page (see the module's comment).
-pub(crate) fn collapse_resident() -> Collapsed {
-    #[cfg(target_os = "linux")]
-    {
-        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-            return Collapsed::default();
-        };
-        let mut done = Collapsed::default();
-        let mut unadvisable = 0;
-        for (start, end) in anonymous_regions(&maps) {
-            collapse_region(start, end, &mut done, &mut unadvisable);
-        }
-        if done.bytes == 0 && unadvisable > 0 {
-            // No such advice (before 6.1), or transparent huge pages turned off: no pass again.
-            SUPPORTED.store(false, Ordering::Relaxed);
-        }
-        done
+#[cfg(target_os = "linux")]
+fn collapse_resident() -> Collapsed {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return Collapsed::default();
+    };
+    let mut done = Collapsed::default();
+    for (start, end) in anonymous_regions(&maps) {
+        collapse_region(start, end, &mut done);
     }
-    #[cfg(not(target_os = "linux"))]
-    Collapsed::default()
+    if done.bytes == 0 && done.unadvisable > 0 {
+        // No such advice (before 6.1), or transparent huge pages turned off: no pass again.
+        SUPPORTED.store(false, Ordering::Relaxed);
+    }
+    done
 }
 
 /// 2 MiB.
@@ -120,11 +119,10 @@ fn anonymous_regions(maps: &str) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Collapses the wholly resident stretches of `start..end` (2 MiB aligned), counting those the
-/// kernel refused as advice it does not take (`EINVAL`: before 6.1, huge pages turned off, or a
-/// mapping that must not have them, such as a thread's stack) in `unadvisable`.
+/// Collapses the wholly resident stretches of `start..end` (2 MiB aligned), counting them in
+/// `done`.
 #[cfg(target_os = "linux")]
-fn collapse_region(start: usize, end: usize, done: &mut Collapsed, unadvisable: &mut usize) {
+fn collapse_region(start: usize, end: usize, done: &mut Collapsed) {
     let pages = HUGE / 4096;
     let mut resident = vec![0u8; pages];
     for at in (start..end).step_by(HUGE) {
@@ -142,7 +140,7 @@ fn collapse_region(start: usize, end: usize, done: &mut Collapsed, unadvisable: 
         }
         done.refused += 1;
         if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
-            *unadvisable += 1;
+            done.unadvisable += 1;
         }
     }
 }

@@ -32,7 +32,7 @@ pub(crate) fn word_hashes(text: &str) -> Vec<u64> {
     } else {
         for w in text.split(|c: char| !c.is_alphanumeric()) {
             if !w.is_empty() {
-                words.push(w.to_lowercase().bytes().fold(FNV_OFFSET, fnv));
+                words.push(word_hash(&w.to_lowercase()));
             }
         }
     }
@@ -42,6 +42,11 @@ pub(crate) fn word_hashes(text: &str) -> Vec<u64> {
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// The 64-bit FNV-1a hash of a word as it is.
+fn word_hash(w: &str) -> u64 {
+    w.bytes().fold(FNV_OFFSET, fnv)
+}
 
 /// One byte into a 64-bit FNV-1a hash.
 fn fnv(h: u64, b: u8) -> u64 {
@@ -90,10 +95,7 @@ mod tests {
             ["42", "and", "or", "strasse", "straße", "tea", "ünïcode"]
         );
         let hashed = |t: &str| {
-            let mut h: Vec<u64> = word_set(t)
-                .iter()
-                .map(|w| w.bytes().fold(FNV_OFFSET, fnv))
-                .collect();
+            let mut h: Vec<u64> = word_set(t).iter().map(|w| word_hash(w)).collect();
             h.sort_unstable();
             h
         };
