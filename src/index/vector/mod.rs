@@ -39,7 +39,7 @@ use std::fmt;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::error::{Error, Result};
@@ -76,8 +76,6 @@ pub struct VectorIndex {
     state: RwLock<State>,
     /// The position recorded in the dump it was loaded from.
     origin: Option<LogPosition>,
-    /// Graph points when its memory was last put on huge pages (see [`crate::huge_pages`]).
-    paged: AtomicUsize,
 }
 
 impl fmt::Debug for VectorIndex {
@@ -108,7 +106,6 @@ impl VectorIndex {
             writer: Mutex::new(()),
             state: RwLock::new(state),
             origin: None,
-            paged: AtomicUsize::new(0),
         }
     }
 
@@ -123,9 +120,12 @@ impl VectorIndex {
     pub fn load(dir: &Path, model: &str, dim: usize) -> Result<(VectorIndex, LoadState)> {
         Ok(match read_dump(dir, model, dim) {
             Ok(Some((state, seq, origin))) => {
+                // Before any search reads the graph (see `huge_pages`).
+                if state.graph.len() >= crate::huge_pages::MIN_POINTS {
+                    crate::huge_pages::collapse();
+                }
                 let mut index = VectorIndex::with_state(model, dim, seq, state);
                 index.origin = origin;
-                index.page_after_growth();
                 (index, LoadState::Loaded)
             }
             Ok(None) => (VectorIndex::new(model, dim)?, LoadState::Missing),
@@ -294,8 +294,6 @@ impl VectorIndex {
             }
             st.make_live(slot);
         }
-        drop(st);
-        self.page_after_growth();
         Ok(())
     }
 
@@ -378,34 +376,10 @@ impl VectorIndex {
             return Ok(0);
         }
         self.read().insert_into_graph(&slots)?;
-        let left = {
-            let mut st = self.write();
-            st.settle(&slots);
-            st.staged.take_front(taken);
-            st.staged.len()
-        };
-        self.page_after_growth();
-        Ok(left)
-    }
-
-    /// Puts the graph's memory on huge pages in the background once it is large enough to
-    /// gain from them, and again each time it has doubled since.
-    fn page_after_growth(&self) {
-        let points = self.read().graph.len();
-        let paged = self.paged.load(AtomicOrdering::Relaxed);
-        if crate::huge_pages::due(points, paged)
-            && self
-                .paged
-                .compare_exchange(
-                    paged,
-                    points,
-                    AtomicOrdering::Relaxed,
-                    AtomicOrdering::Relaxed,
-                )
-                .is_ok()
-        {
-            crate::huge_pages::collapse_in_background();
-        }
+        let mut st = self.write();
+        st.settle(&slots);
+        st.staged.take_front(taken);
+        Ok(st.staged.len())
     }
 
     /// Records the namespace of each key's memory, which [`Scope::Namespaces`] searches by
