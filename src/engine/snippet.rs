@@ -12,17 +12,9 @@ pub fn snippet(content: &str, query: &str) -> String {
     if content.len() <= SNIPPET_CHARS || content.chars().count() <= SNIPPET_CHARS {
         return content.to_owned();
     }
-    let wanted_stems: Vec<String> = word_spans(query)
-        .map(|(from, to)| stem(&query[from..to]))
-        .collect();
-    // The content's words compared by their stems without a string per word: most words match
-    // no stem, and lower-casing only what is compared is the same as lower-casing it all.
+    let wanted = Stems::of(query);
     let hits: Vec<usize> = word_spans(content)
-        .filter(|&(from, to)| {
-            wanted_stems
-                .iter()
-                .any(|s| same_stem(&content[from..to], s))
-        })
+        .filter(|&(from, to)| wanted.holds(&content[from..to]))
         .map(|(from, _)| from)
         .collect();
     let window_bytes = |start: usize| -> usize {
@@ -87,6 +79,47 @@ fn densest(content: &str, hits: &[usize]) -> usize {
     best.0
 }
 
+/// The stems of a query's words, each also packed into a number when it is ASCII.
+struct Stems {
+    stems: Vec<String>,
+    packed: Vec<u64>,
+}
+
+impl Stems {
+    fn of(query: &str) -> Stems {
+        let stems: Vec<String> = word_spans(query)
+            .map(|(from, to)| stem(&query[from..to]))
+            .collect();
+        let packed = stems.iter().filter_map(|s| packed(s.as_bytes())).collect();
+        Stems { stems, packed }
+    }
+
+    /// Whether `word` has one of the stems: most content words begin with ASCII letters, and
+    /// their first five lower-cased bytes are one number to look up; the rest are compared
+    /// character by character (a character outside ASCII may lower-case into it: K, the
+    /// kelvin sign, is `k`).
+    fn holds(&self, word: &str) -> bool {
+        let start = &word.as_bytes()[..word.len().min(STEM_CHARS)];
+        match packed(start) {
+            Some(key) => self.packed.contains(&key),
+            None => self.stems.iter().any(|s| same_stem(word, s)),
+        }
+    }
+}
+
+/// Up to [`STEM_CHARS`] ASCII bytes lower-cased, and their count, in one number (`None` when
+/// one is not ASCII).
+fn packed(bytes: &[u8]) -> Option<u64> {
+    if bytes.len() > STEM_CHARS || !bytes.is_ascii() {
+        return None;
+    }
+    let mut key = (bytes.len() as u64) << 56;
+    for (i, b) in bytes.iter().enumerate() {
+        key |= u64::from(b.to_ascii_lowercase()) << (8 * i);
+    }
+    Some(key)
+}
+
 /// The first five characters of a word, lower-cased character by character (one character may
 /// lower-case to several).
 fn stem(word: &str) -> String {
@@ -138,6 +171,50 @@ mod tests {
         assert!(s.contains("zebra"), "{s}");
         assert!(s.starts_with('…') && s.ends_with('…'));
         assert!(s.chars().count() <= SNIPPET_CHARS + 2);
+    }
+
+    #[test]
+    fn stems_are_held_as_compared_one_by_one() {
+        let queries = [
+            "tea",
+            "Teapots and CAFÉS",
+            "İstanbul straße",
+            "kilo 咖啡 x",
+            "",
+            "a ab abc",
+        ];
+        let words = [
+            "tea",
+            "Teas",
+            "TEAPOT",
+            "teapoté",
+            "teapé",
+            "cafés",
+            "CAFE",
+            "istanbul",
+            "i̇stanbul",
+            "STRASSE",
+            "straße",
+            "\u{212a}ilo",
+            "kilos",
+            "咖",
+            "x",
+            "X",
+            "a",
+            "ab",
+            "abcd",
+            "",
+        ];
+        for query in queries {
+            let stems = Stems::of(query);
+            for word in words {
+                assert_eq!(
+                    stems.holds(word),
+                    stems.stems.iter().any(|s| same_stem(word, s)),
+                    "{word:?} in {query:?}"
+                );
+            }
+        }
     }
 
     #[test]

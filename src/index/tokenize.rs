@@ -28,6 +28,43 @@ impl Iterator for WordSpans<'_> {
     type Item = (usize, usize);
 
     fn next(&mut self) -> Option<(usize, usize)> {
+        // ASCII read byte by byte (most text is), the rest character by character: an ASCII
+        // character is a letter or digit exactly when its byte is, and no ideograph.
+        let bytes = self.text.as_bytes();
+        let mut at = self.pos;
+        while at < bytes.len() && bytes[at].is_ascii() && !bytes[at].is_ascii_alphanumeric() {
+            at += 1;
+        }
+        self.pos = at;
+        if at == bytes.len() {
+            return None;
+        }
+        if !bytes[at].is_ascii_alphanumeric() {
+            return self.next_from_char();
+        }
+        let from = at;
+        while at < bytes.len() && bytes[at].is_ascii_alphanumeric() {
+            at += 1;
+        }
+        if at < bytes.len() && !bytes[at].is_ascii() {
+            // A letter of another script may go on with the word.
+            for (i, c) in self.text[at..].char_indices() {
+                if !c.is_alphanumeric() || is_ideographic(c) {
+                    at += i;
+                    self.pos = at;
+                    return Some((from, at));
+                }
+            }
+            at = bytes.len();
+        }
+        self.pos = at;
+        Some((from, at))
+    }
+}
+
+impl WordSpans<'_> {
+    /// [`Iterator::next`] from a character that is not ASCII.
+    fn next_from_char(&mut self) -> Option<(usize, usize)> {
         let rest = &self.text[self.pos..];
         let mut chars = rest.char_indices();
         let Some((start_rel, first)) = chars.find(|(_, c)| c.is_alphanumeric()) else {
@@ -111,6 +148,70 @@ mod tests {
     #[test]
     fn other_scripts_split_on_spaces() {
         assert_eq!(texts("Привет, мир! café"), ["привет", "мир", "café"]);
+    }
+
+    /// The words of `text` found character by character, as before ASCII was read by bytes.
+    fn spans_plainly(text: &str) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        loop {
+            let mut chars = text[pos..].char_indices();
+            let Some((start, first)) = chars.find(|(_, c)| c.is_alphanumeric()) else {
+                return out;
+            };
+            let mut end = start + first.len_utf8();
+            if !is_ideographic(first) {
+                for (i, c) in chars {
+                    if !c.is_alphanumeric() || is_ideographic(c) {
+                        break;
+                    }
+                    end = i + c.len_utf8();
+                }
+            }
+            out.push((pos + start, pos + end));
+            pos += end;
+        }
+    }
+
+    #[test]
+    fn ascii_read_by_bytes_splits_as_characters_do() {
+        let pieces = [
+            "tea",
+            "Caf",
+            "é",
+            "42",
+            " ",
+            ", ",
+            "-",
+            "咖",
+            "啡",
+            "Привет",
+            "\u{a0}",
+            "ǅ",
+            "²",
+            "½",
+            "'",
+            "\n",
+            "x",
+            "🍵",
+            "٣",
+            "İ",
+        ];
+        let mut seed = 11u64;
+        for round in 0..2_000 {
+            let mut text = String::new();
+            for _ in 0..round % 23 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                text.push_str(pieces[(seed >> 33) as usize % pieces.len()]);
+            }
+            assert_eq!(
+                word_spans(&text).collect::<Vec<_>>(),
+                spans_plainly(&text),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]
