@@ -164,22 +164,26 @@ pub async fn serve_http(
         max_bytes: http.max_body_bytes,
         timeout: http.body_timeout,
     });
-    // Route layers: they run for `/mcp` only, not for other paths nor for the fallback (an
-    // unknown path is 404 with or without a token).
-    let mut app = axum::Router::new()
-        .route_service(MCP_PATH, service)
-        .route_layer(axum::middleware::from_fn(session_ended))
-        .route_layer(axum::middleware::from_fn_with_state(body, read_body))
-        .route_layer(axum::middleware::from_fn_with_state(admission, admit))
-        .route_layer(axum::middleware::from_fn_with_state(owners, owned_session));
     // The page's own requests pass rmcp's origin check where `Host` is checked or tokens needed.
     let hosts = Arc::new(allowed_hosts(&http, local));
-    if !hosts.is_empty() || http.auth.is_some() {
-        app = app.route_layer(axum::middleware::from_fn(super::ui::same_origin));
-    }
-    if let Some(gate) = http.auth.clone() {
-        app = app.route_layer(axum::middleware::from_fn_with_state(gate, authenticate));
-    }
+    let same_origin = !hosts.is_empty() || http.auth.is_some();
+    // The layers of `/mcp` only, not of other paths nor of the fallback (an unknown path is 404
+    // with or without a token), outermost first. One stack under one route: layered route by
+    // route, each layer boxed the route below it and a request cloned the boxes all the way
+    // down at every layer (0.14 M instructions of a recall's 7.2 M over HTTP).
+    let mcp = tower::ServiceBuilder::new()
+        .option_layer(
+            http.auth
+                .clone()
+                .map(|gate| axum::middleware::from_fn_with_state(gate, authenticate)),
+        )
+        .option_layer(same_origin.then(|| axum::middleware::from_fn(super::ui::same_origin)))
+        .layer(axum::middleware::from_fn_with_state(owners, owned_session))
+        .layer(axum::middleware::from_fn_with_state(admission, admit))
+        .layer(axum::middleware::from_fn_with_state(body, read_body))
+        .layer(axum::middleware::from_fn(session_ended))
+        .service(service);
+    let mut app = axum::Router::new().route_service(MCP_PATH, mcp);
     if let Some(oauth) = http.auth.as_ref().and_then(|g| g.oauth.as_ref()) {
         // RFC 9728: at the root, and with the resource's path inserted; never behind a token.
         let doc = oauth.metadata().to_string();

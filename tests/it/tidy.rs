@@ -40,6 +40,7 @@ const OWNERS: &[(&str, &[&str])] = &[
     ("axum", &["src/mcp/"]),
     ("hyper", &["src/mcp/"]),
     ("hyper_util", &["src/mcp/"]),
+    ("tower", &["src/mcp/"]),
     ("petgraph", &["src/graph/"]),
     // The engine and everything below it are synchronous; the runtime lives in the front ends
     // (and in the TLS stream the PostgreSQL driver is given).
