@@ -324,7 +324,39 @@ fn ceil_boundary(s: &str, mut i: usize) -> usize {
 /// Bytes a tool result takes in a client's window: its content blocks and its structured
 /// content, as compact JSON.
 pub(crate) fn result_bytes(r: &CallToolResult) -> usize {
-    size(&r.content) + r.structured_content.as_ref().map_or(0, size)
+    content_bytes(&r.content) + r.structured_content.as_ref().map_or(0, size)
+}
+
+/// [`size`] of content blocks, a plain text block (no annotations, no `_meta`) counted from its
+/// text without writing its JSON: a result's text is its structured content written out, so
+/// escaping it only to count was a pass over the whole result.
+fn content_bytes(blocks: &[ContentBlock]) -> usize {
+    // `{"type":"text","text":` and `}` around the string.
+    const TEXT_BLOCK: usize = 23;
+    let items: usize = blocks
+        .iter()
+        .map(|b| match b {
+            ContentBlock::Text(t) if t.meta.is_none() && t.annotations.is_none() => {
+                TEXT_BLOCK + string_bytes(&t.text)
+            }
+            other => size(other),
+        })
+        .sum();
+    // The brackets and the commas between items.
+    items + 2 + blocks.len().saturating_sub(1)
+}
+
+/// Bytes of `s` as a JSON string, quotes and escapes included, as serde_json writes it.
+fn string_bytes(s: &str) -> usize {
+    let escapes: usize = s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 1,
+            0x00..=0x1f => 5,
+            _ => 0,
+        })
+        .sum();
+    s.len() + 2 + escapes
 }
 
 /// Whether `r` must be cut to take at most `tokens`: a result (not an error) over the budget
@@ -375,6 +407,44 @@ mod tests {
             .map(|i| json!({"id": format!("m_{i:04}"), "content": "x".repeat(40), "score": 1.0}))
             .collect();
         json!({"reached": n, "nodes": list})
+    }
+
+    #[test]
+    fn content_is_counted_as_serde_json_writes_it() {
+        let texts = [
+            String::new(),
+            "plain".to_owned(),
+            "quotes \" and \\ back\\slash".to_owned(),
+            "\u{8}\t\n\u{c}\r: short escapes".to_owned(),
+            (0u8..0x20).map(char::from).collect::<String>() + "\u{7f}",
+            "ünïcödé 咖啡 🍵 \u{2028}".to_owned(),
+            nodes(40).to_string(),
+        ];
+        for text in &texts {
+            let block = ContentBlock::text(text.clone());
+            assert_eq!(
+                content_bytes(std::slice::from_ref(&block)),
+                size(&[&block]),
+                "{text:?}"
+            );
+        }
+        let mut annotated = rmcp::model::TextContent::new("with meta");
+        annotated.meta = Some(rmcp::model::MetaObject::default());
+        let blocks: Vec<ContentBlock> = texts
+            .iter()
+            .map(|t| ContentBlock::text(t.clone()))
+            .chain([
+                ContentBlock::Text(annotated),
+                ContentBlock::image("aGk=", "image/png"),
+            ])
+            .collect();
+        assert_eq!(content_bytes(&blocks), size(&blocks));
+        assert_eq!(content_bytes(&[]), size(&Vec::<ContentBlock>::new()));
+        let r = CallToolResult::structured(nodes(5));
+        assert_eq!(
+            result_bytes(&r),
+            size(&r.content) + size(r.structured_content.as_ref().unwrap())
+        );
     }
 
     #[test]

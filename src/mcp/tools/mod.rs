@@ -173,6 +173,15 @@ fn structured(value: impl serde::Serialize) -> Result<CallToolResult> {
     Ok(CallToolResult::structured(serde_json::to_value(value)?))
 }
 
+/// [`CallToolResult::structured`] of `value` whose text, `value` as compact JSON, is already
+/// written: a result is not serialised once more to make it.
+fn structured_as(value: Value, text: String) -> CallToolResult {
+    let mut result = CallToolResult::structured(Value::Null);
+    result.content = vec![rmcp::model::ContentBlock::text(text)];
+    result.structured_content = Some(value);
+    result
+}
+
 /// A time argument (RFC 3339, or a date).
 fn time(field: &str, s: Option<&str>) -> Result<Option<Millis>> {
     s.map(|s| {

@@ -7,7 +7,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    Call, Descriptor, Hints, Long, Pending, blocking, input_schema, parse, read, structured, time,
+    Call, Descriptor, Hints, Long, Pending, blocking, input_schema, parse, read, structured_as,
+    time,
 };
 use crate::engine::Access;
 use crate::engine::control::Progressing;
@@ -101,22 +102,24 @@ fn now(c: Call, args: JsonObject) -> Pending {
         };
         let ctl = Progressing::default();
         let mut out = blocking(&c.engine, move |e| work.run(e, &ctl)).await?;
-        page_within(&mut out, &query, c.budget);
-        structured(out)
+        let text = page_within(&mut out, &query, c.budget);
+        Ok(structured_as(out, text))
     })
 }
 
 /// Shows as many hits as the result budget allows, the best first, and points the cursor at
 /// the first one left out, so that the next page starts there (the budget counts the result
-/// twice: as structured content and as its text).
-fn page_within(out: &mut Value, q: &RecallQuery, tokens: usize) {
+/// twice: as structured content and as its text). Returns the page as compact JSON, the text
+/// of the result, written once.
+fn page_within(out: &mut Value, q: &RecallQuery, tokens: usize) -> String {
     let room = (budget::bytes(tokens) / 2).saturating_sub(PAGE_MARGIN);
-    let mut total = budget::size(out);
+    let text = out.to_string();
+    let mut total = text.len();
     if total <= room {
-        return;
+        return text;
     }
     let Some(hits) = out.get_mut("hits").and_then(Value::as_array_mut) else {
-        return;
+        return text;
     };
     let listed = hits.len();
     while total > room && hits.len() > 1 {
@@ -134,6 +137,7 @@ fn page_within(out: &mut Value, q: &RecallQuery, tokens: usize) {
         let cursor = next_cursor(q, shown);
         out["next_cursor"] = Value::String(cursor);
     }
+    out.to_string()
 }
 
 /// Bytes left for what a cut may add (its note, links) when recall fits its own page.
