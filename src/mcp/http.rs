@@ -2,7 +2,7 @@
 //! protocol eras (2025-11-25 sessions with `Mcp-Session-Id`, 2026-07-28 stateless requests that
 //! any instance can answer), beside `/healthz` (liveness), `/readyz` (the database answers,
 //! the indexes have caught up) and `/metrics` (Prometheus). rmcp checks `Origin` (403) for `/mcp`;
-//! this module checks `Host` on every endpoint (DNS rebinding: 403), and adds bearer tokens (401),
+//! `hosts` checks `Host` on every endpoint (DNS rebinding: 403); this module adds bearer tokens (401),
 //! sessions that belong to the caller that opened them (404 for another's), a body read within a
 //! deadline (408) and refused by its declared length (413), JSON-RPC errors for bodies that are
 //! not JSON-RPC (400), a per-request timeout (504), a cap on requests in flight (503) with a share
@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::mcp::auth::{Caller, Gate, Refusal};
+use crate::mcp::hosts::{allowed_hosts, check_host};
 use crate::mcp::listener::{self, Limits};
 use crate::mcp::metrics::Metrics;
 use crate::mcp::sessions::{OwnedSessions, Owners, Whose};
@@ -112,9 +113,6 @@ const LOOPBACK_ORIGINS: [&str; 6] = [
     "https://[::1]:*",
 ];
 
-/// Loopback names a `Host` header may carry.
-const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
-
 /// Serves MCP over HTTP until `shutdown` resolves; then stops accepting, lets requests in flight
 /// finish within the grace period, and stops the task runner (running task rows are left for
 /// the next process to adopt). Logs the endpoint's URL once listening.
@@ -164,13 +162,11 @@ pub async fn serve_http(
         max_bytes: http.max_body_bytes,
         timeout: http.body_timeout,
     });
-    // The page's own requests pass rmcp's origin check where `Host` is checked or tokens needed.
     let hosts = Arc::new(allowed_hosts(&http, local));
+    // The page's own requests pass rmcp's origin check where `Host` is checked or tokens needed.
     let same_origin = !hosts.is_empty() || http.auth.is_some();
-    // The layers of `/mcp` only, not of other paths nor of the fallback (an unknown path is 404
-    // with or without a token), outermost first. One stack under one route: layered route by
-    // route, each layer boxed the route below it and a request cloned the boxes all the way
-    // down at every layer (0.14 M instructions of a recall's 7.2 M over HTTP).
+    // `/mcp`'s layers, outermost first: one stack, not route layers (each boxed the route below
+    // it, cloned all the way down at every layer of every request); an unknown path is 404.
     let mcp = tower::ServiceBuilder::new()
         .option_layer(
             http.auth
@@ -286,83 +282,6 @@ fn transport_config(
     } else {
         config.with_allowed_hosts(hosts)
     }
-}
-
-/// The `Host` values admitted (names or `name:port`): the loopback names and the ones asked
-/// for; empty (any host) on a non-loopback address when none was asked for.
-fn allowed_hosts(http: &HttpOptions, local: SocketAddr) -> Vec<String> {
-    if local.ip().is_loopback() || !http.allowed_hosts.is_empty() {
-        LOOPBACK_HOSTS
-            .iter()
-            .map(|h| (*h).to_owned())
-            .chain(http.allowed_hosts.iter().cloned())
-            .collect()
-    } else {
-        Vec::new()
-    }
-}
-
-/// A host and its port, as a `Host` header or an allowed entry names them (brackets of an IPv6
-/// address dropped, the name lower-cased).
-fn authority(value: &str) -> Option<(String, Option<u16>)> {
-    let value = value.trim();
-    if value.is_empty() {
-        return None;
-    }
-    let a = value.parse::<axum::http::uri::Authority>().ok()?;
-    let host = a
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase();
-    Some((host, a.port_u16()))
-}
-
-/// Whether a `Host` header's value is admitted by `allowed` (an entry without a port admits
-/// every port); an empty list admits every host.
-fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    if allowed.is_empty() {
-        return true;
-    }
-    let Some((name, port)) = authority(host) else {
-        return false;
-    };
-    allowed.iter().any(|entry| {
-        let (a_name, a_port) =
-            authority(entry).unwrap_or_else(|| (entry.trim().to_ascii_lowercase(), None));
-        a_name == name && a_port.is_none_or(|p| Some(p) == port)
-    })
-}
-
-/// Refuses a request whose `Host` is not admitted (403; 400 without a readable one), whatever
-/// its path: a page of another site that rebinds its name to this address reads no endpoint.
-async fn check_host(
-    State(hosts): State<Arc<Vec<String>>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if !hosts.is_empty() {
-        let host = match request.headers().get(header::HOST) {
-            Some(v) => v.to_str().ok().map(str::to_owned),
-            None => request.uri().authority().map(|a| a.as_str().to_owned()),
-        };
-        let Some(host) = host else {
-            return (
-                StatusCode::BAD_REQUEST,
-                "Bad Request: missing or unreadable Host header\n",
-            )
-                .into_response();
-        };
-        if !host_allowed(&host, &hosts) {
-            tracing::warn!(host = %host.escape_debug(), "refused a request for another host (possible DNS rebinding)");
-            return (
-                StatusCode::FORBIDDEN,
-                "Forbidden: Host header is not allowed\n",
-            )
-                .into_response();
-        }
-    }
-    next.run(request).await
 }
 
 /// Changes the indexes may lag the database by and the server still be ready.
@@ -916,36 +835,6 @@ pub async fn termination() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hosts_are_matched_by_name_and_by_port_when_one_is_given() {
-        let allowed: Vec<String> = ["localhost", "127.0.0.1", "::1", "Memory.Example.com:8443"]
-            .iter()
-            .map(|h| (*h).to_owned())
-            .collect();
-        for ok in [
-            "localhost",
-            "localhost:8080",
-            "127.0.0.1:1",
-            "[::1]:80",
-            "memory.example.com:8443",
-            "LOCALHOST",
-        ] {
-            assert!(host_allowed(ok, &allowed), "{ok}");
-        }
-        for bad in [
-            "attacker.example",
-            "memory.example.com",
-            "memory.example.com:80",
-            "127.0.0.2",
-            "",
-            "local host",
-            "localhost.attacker.example",
-        ] {
-            assert!(!host_allowed(bad, &allowed), "{bad}");
-        }
-        assert!(host_allowed("anything.example", &[]));
-    }
 
     #[test]
     fn one_caller_holds_at_most_its_share_of_the_slots() {

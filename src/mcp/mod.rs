@@ -10,6 +10,7 @@ mod errors;
 mod fixtures;
 mod gate;
 mod guard;
+mod hosts;
 pub mod http;
 mod listener;
 pub mod metrics;
