@@ -150,27 +150,11 @@ mod tests {
         assert_eq!(texts("Привет, мир! café"), ["привет", "мир", "café"]);
     }
 
-    /// The words of `text` found character by character, as before ASCII was read by bytes.
+    /// The words of `text` found character by character only, as before ASCII was read by
+    /// bytes.
     fn spans_plainly(text: &str) -> Vec<(usize, usize)> {
-        let mut out = Vec::new();
-        let mut pos = 0;
-        loop {
-            let mut chars = text[pos..].char_indices();
-            let Some((start, first)) = chars.find(|(_, c)| c.is_alphanumeric()) else {
-                return out;
-            };
-            let mut end = start + first.len_utf8();
-            if !is_ideographic(first) {
-                for (i, c) in chars {
-                    if !c.is_alphanumeric() || is_ideographic(c) {
-                        break;
-                    }
-                    end = i + c.len_utf8();
-                }
-            }
-            out.push((pos + start, pos + end));
-            pos += end;
-        }
+        let mut spans = WordSpans { text, pos: 0 };
+        std::iter::from_fn(|| spans.next_from_char()).collect()
     }
 
     #[test]
