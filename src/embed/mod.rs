@@ -63,6 +63,9 @@ pub trait Embedder: Send + Sync {
     fn dim(&self) -> usize;
     /// One unit vector per text, in order. Fails as a whole (callers fall back to text search).
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>>;
+    /// Readies what the first `embed` would otherwise load (a model parsed on first use), so a
+    /// serving process's first recall does not wait for it; never calls out of the process.
+    fn warm(&self) {}
 }
 
 /// Scales `v` to unit length in place; a zero vector stays zero.

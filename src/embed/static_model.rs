@@ -246,6 +246,11 @@ impl Embedder for StaticModel {
         self.dim
     }
 
+    fn warm(&self) {
+        // A bad table is reported by the first `embed`, as without the warm-up.
+        let _ = self.table();
+    }
+
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         let table = self.table()?;
         let mut ids = Vec::new();
@@ -309,6 +314,24 @@ mod tests {
         assert!((v[0][0] - h).abs() < 1e-3 && (v[0][1] - h).abs() < 1e-3);
         assert_eq!(v[1], vec![0.0; 4]);
         assert_eq!(v[2], vec![0.0, 0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn warming_parses_the_table_and_a_bad_one_still_fails_at_embed() {
+        let m = StaticModel::builtin();
+        assert!(
+            m.loaded.get().is_none(),
+            "parsed on first use, not when made"
+        );
+        m.warm();
+        assert!(m.loaded.get().is_some_and(Result::is_ok));
+        let dir = tempfile::tempdir().unwrap();
+        tiny_model(dir.path());
+        std::fs::write(dir.path().join(EMBEDDINGS), b"not a table").unwrap();
+        let bad = StaticModel::from_dir(dir.path()).unwrap();
+        bad.warm();
+        let err = bad.embed(&["red"]).unwrap_err().to_string();
+        assert!(err.contains("safetensors"), "{err}");
     }
 
     #[test]

@@ -83,6 +83,14 @@ impl Engine {
             // The first tick loads the vector index; reads until then answer by text.
             self.vectors.set_loading(true);
         }
+        if let Some(e) = self.embedder.clone() {
+            // The model is parsed beside the index's load and the first reads, not by the
+            // first recall (64 ms for the built-in one); a failed spawn leaves it to that
+            // recall, as before.
+            let _ = std::thread::Builder::new()
+                .name("mnemograph-warm".into())
+                .spawn(move || e.warm());
+        }
         self.background.store(true, Ordering::Release);
         let weak: Weak<Engine> = Arc::downgrade(self);
         let stop = Arc::new(AtomicBool::new(false));
