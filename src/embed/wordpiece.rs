@@ -14,7 +14,9 @@ const MAX_WORD_CHARS: usize = 100;
 /// An uncased WordPiece vocabulary and the rules to cut text with it.
 #[derive(Debug, Clone)]
 pub struct WordPiece {
-    vocab: HashMap<String, u32>,
+    vocab: HashMap<String, u32, TokenHash>,
+    /// Bytes of the longest token: no longer piece is looked up.
+    longest: usize,
     size: usize,
     unk: u32,
     cls: Option<u32>,
@@ -30,13 +32,15 @@ impl WordPiece {
             reason: "it has no [UNK] token".into(),
         })?;
         let size = vocab.values().map(|&i| i as usize + 1).max().unwrap_or(0);
+        let longest = vocab.keys().map(String::len).max().unwrap_or(0);
         Ok(WordPiece {
             cls: vocab.get("[CLS]").copied(),
             sep: vocab.get("[SEP]").copied(),
             pad: vocab.get("[PAD]").copied(),
             unk,
             size,
-            vocab,
+            longest,
+            vocab: vocab.into_iter().collect(),
         })
     }
 
@@ -159,7 +163,14 @@ impl WordPiece {
         let mut start = 0;
         let mut buf = String::with_capacity(word.len() + 2);
         while start < word.len() {
-            let mut end = word.len();
+            // The longest piece that could be a token, on a character boundary.
+            let prefix = if start > 0 { 2 } else { 0 };
+            let mut end = word
+                .len()
+                .min(start.saturating_add(self.longest.saturating_sub(prefix)));
+            while !word.is_char_boundary(end) {
+                end -= 1;
+            }
             let mut found = None;
             while start < end {
                 buf.clear();
@@ -191,6 +202,37 @@ impl WordPiece {
         }
     }
 }
+
+/// The vocabulary's hasher: FNV-1a over the bytes, where the standard SipHash was a fifth of
+/// tokenizing (a word not in the vocabulary is looked up once per shorter prefix). The table
+/// is fixed when built, so a lookup of chosen text cannot make it slower than it is.
+#[derive(Clone, Copy)]
+pub(crate) struct TokenHasher(u64);
+
+impl Default for TokenHasher {
+    fn default() -> TokenHasher {
+        TokenHasher(FNV_OFFSET)
+    }
+}
+
+impl std::hash::Hasher for TokenHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = self.0;
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(FNV_PRIME);
+        }
+        self.0 = h;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+type TokenHash = std::hash::BuildHasherDefault<TokenHasher>;
 
 /// BERT's punctuation: ASCII symbol ranges and Unicode punctuation.
 fn is_punctuation(c: char) -> bool {
@@ -237,6 +279,29 @@ mod tests {
         assert_eq!(wp.encode("Hello, WORLD!"), vec![7, 8, 9, 10]);
         assert_eq!(wp.encode("running xyz"), vec![14, 15, 1]);
         assert_eq!(wp.encode("  \t\n"), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn no_piece_longer_than_the_longest_token_is_looked_up_and_nothing_changes() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(crate::embed::static_model::BUILTIN_DIR)
+            .join("tokenizer.json");
+        let wp = WordPiece::from_tokenizer_json(&std::fs::read(path).unwrap()).unwrap();
+        assert!(wp.longest > 10 && wp.longest < 40, "{}", wp.longest);
+        let mut every_length = wp.clone();
+        every_length.longest = usize::MAX;
+        let texts = [
+            "Antidisestablishmentarianism and pneumonoultramicroscopicsilicovolcanoconiosis",
+            "unbelievably-overcomplicated internationalisation of électroencéphalographie",
+            "x".repeat(99).as_str(),
+            "ab".repeat(60).as_str(),
+            "Донауданпфшиффартсгезельшафт 東京都庁舎 🍵🍵🍵 naïveté",
+            "supercalifragilisticexpialidocious!!! state-of-the-art, well-known",
+        ]
+        .map(str::to_owned);
+        for text in &texts {
+            assert_eq!(wp.encode(text), every_length.encode(text), "{text}");
+        }
     }
 
     #[test]
