@@ -48,40 +48,36 @@ impl Iterator for WordSpans<'_> {
         }
         if at < bytes.len() && !bytes[at].is_ascii() {
             // A letter of another script may go on with the word.
-            for (i, c) in self.text[at..].char_indices() {
-                if !c.is_alphanumeric() || is_ideographic(c) {
-                    at += i;
-                    self.pos = at;
-                    return Some((from, at));
-                }
-            }
-            at = bytes.len();
+            at = word_end(self.text, at);
         }
         self.pos = at;
         Some((from, at))
     }
 }
 
+/// Where the word going on at byte `at` of `text` ends: at the first character that is not a
+/// letter or digit, or is an ideograph (a word of its own).
+fn word_end(text: &str, at: usize) -> usize {
+    text[at..]
+        .char_indices()
+        .find(|&(_, c)| !c.is_alphanumeric() || is_ideographic(c))
+        .map_or(text.len(), |(i, _)| at + i)
+}
+
 impl WordSpans<'_> {
     /// [`Iterator::next`] from a character that is not ASCII.
     fn next_from_char(&mut self) -> Option<(usize, usize)> {
         let rest = &self.text[self.pos..];
-        let mut chars = rest.char_indices();
-        let Some((start_rel, first)) = chars.find(|(_, c)| c.is_alphanumeric()) else {
+        let Some((start_rel, first)) = rest.char_indices().find(|(_, c)| c.is_alphanumeric())
+        else {
             self.pos = self.text.len();
             return None;
         };
-        let mut end_rel = start_rel + first.len_utf8();
-        if !is_ideographic(first) {
-            for (i, c) in chars {
-                if !c.is_alphanumeric() || is_ideographic(c) {
-                    break;
-                }
-                end_rel = i + c.len_utf8();
-            }
-        }
         let from = self.pos + start_rel;
-        let to = self.pos + end_rel;
+        let mut to = from + first.len_utf8();
+        if !is_ideographic(first) {
+            to = word_end(self.text, to);
+        }
         self.pos = to;
         Some((from, to))
     }
