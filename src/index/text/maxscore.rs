@@ -4,9 +4,20 @@
 //! Each word has a most it can add to a score (its BM25 weight at an unbounded term frequency).
 //! Taken from the smallest up, the words whose mosts sum to no more than the bar cannot lift a
 //! memory over it on their own; they are *non-essential*. Only the other words' postings are
-//! walked, memory by memory; a non-essential word is looked up (a seek into its postings) for a
-//! memory only while that memory's score so far plus what the words left could add still passes
-//! the bar. As the bar rises, more words become non-essential and the walk thins.
+//! walked; a non-essential word is looked up (a seek into its postings) for a memory only while
+//! that memory's score so far plus what the words left could add still passes the bar. As the
+//! bar rises, more words become non-essential and the walk thins.
+//!
+//! The essential words are walked over a window of [`WINDOW`] documents at a time, one word
+//! after the other, their scores summed into an array by document (as Lucene's MaxScore bulk
+//! scorer does); then the window's documents are taken in order. Walked memory by memory,
+//! every step found the least document among the essential words' cursors and checked each of
+//! them against it: at 100,000 memories the text search took 2.4 M of a text recall's 3.6 M
+//! instructions, by windows 1.6 M of 2.8 M (windows of 256–2,048 documents alike; 16,384: 3.3 M
+//! a recall, as the essential words are chosen anew only between windows). A window's sums may
+//! differ in the last bits from a walk memory by memory (its essential words are those of the
+//! window's start); [`top`](super::top) keeps a margin and sums the matches anew in the
+//! query's order, so the pages are the same.
 //!
 //! tantivy's block-max WAND, which this replaces, chooses a pivot and
 //! reorders its cursors at every step, and recomputes block bounds as it goes; on a memory
@@ -21,6 +32,10 @@ use tantivy::schema::IndexRecordOption;
 use tantivy::{DocId, DocSet, Score, SegmentReader, TERMINATED, Term};
 
 use crate::error::Result;
+
+/// How many documents the essential words are summed over at a time: 4 KB of scores, the
+/// documents holding one of them kept in a bit set, in order.
+const WINDOW: DocId = 1_024;
 
 /// One word's postings in a segment, scored as tantivy's term scorer scores them.
 pub(super) struct Cursor {
@@ -107,51 +122,79 @@ pub(super) fn for_each_above(
     let count = cursors.len();
     let essential_from = |bar: Score| (0..count).find(|&i| below[i + 1] > bar).unwrap_or(count);
     let mut first = essential_from(bar);
+    // A window's essential scores by document (less its start), and which documents hold one.
+    let mut scores = vec![0.0 as Score; WINDOW as usize];
+    let mut held = [0u64; WINDOW as usize / 64];
     while first < count {
-        let doc = cursors[first..]
+        let mut start = cursors[first..]
             .iter()
             .map(Cursor::doc)
             .min()
             .unwrap_or(TERMINATED);
-        if doc == TERMINATED {
+        if start == TERMINATED {
             break;
         }
         // Leapfrog with the filters: the words' cursors jump to the next memory they let in.
         if let Some(within) = within.as_mut() {
             let mut next = within.doc();
-            if next < doc {
-                next = within.seek(doc);
+            if next < start {
+                next = within.seek(start);
             }
             if next == TERMINATED {
                 break;
             }
-            if next != doc {
+            if next != start {
                 for c in &mut cursors[first..] {
                     c.seek(next);
                 }
-                continue;
+                start = next;
             }
         }
-        let mut score: Score = 0.0;
+        // The essential words' postings in the window, one word at a time.
+        let end = start.saturating_add(WINDOW);
         for c in &mut cursors[first..] {
-            if c.doc() == doc {
-                score += c.score();
-                c.postings.advance();
+            let mut doc = c.doc();
+            while doc < end {
+                let i = (doc - start) as usize;
+                scores[i] += c.score();
+                held[i / 64] |= 1 << (i % 64);
+                doc = c.postings.advance();
             }
         }
-        // The non-essential words, the largest first, while they can still lift it over the bar.
-        let mut left = first;
-        while left > 0 && score + below[left] > bar {
-            left -= 1;
-            let c = &mut cursors[left];
-            if c.seek(doc) == doc {
-                score += c.score();
+        // Its documents in order: the non-essential words, the largest first, while they can
+        // still lift one over the bar.
+        let window_first = first;
+        for (w, word) in held.iter_mut().enumerate() {
+            let mut bits = std::mem::take(word);
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let mut score = std::mem::take(&mut scores[i]);
+                let doc = start + i as DocId;
+                if let Some(within) = within.as_mut() {
+                    let next = if within.doc() < doc {
+                        within.seek(doc)
+                    } else {
+                        within.doc()
+                    };
+                    if next != doc {
+                        continue;
+                    }
+                }
+                let mut left = window_first;
+                while left > 0 && score + below[left] > bar {
+                    left -= 1;
+                    let c = &mut cursors[left];
+                    if c.seek(doc) == doc {
+                        score += c.score();
+                    }
+                }
+                if left == 0 && score > bar {
+                    bar = found(doc, score);
+                }
             }
         }
-        if left == 0 && score > bar {
-            bar = found(doc, score);
-            first = essential_from(bar);
-        }
+        first = essential_from(bar);
     }
     Ok(())
 }

@@ -1364,6 +1364,58 @@ mod tests {
     }
 
     #[test]
+    fn a_search_over_many_windows_finds_the_best_matches() {
+        // One segment of 6,000 memories: the walk sums its essential words over windows of
+        // documents, so the best matches lie in many windows, some on their edges. Common and
+        // rare words (the 1st of 30 words about half the time, the 30th about one time in
+        // 900), a namespace filter letting in one memory in seven, and deleted memories.
+        let idx = TextIndex::open_in_ram().unwrap();
+        let words: Vec<String> = (0..30).map(|i| format!("w{i}x")).collect();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let text = |next: &mut dyn FnMut(u64) -> u64| {
+            let len = 1 + next(9) as usize;
+            (0..len)
+                .map(|_| {
+                    let u = next(1 << 20) as f64 / f64::from(1 << 20);
+                    words[(u * u * u * words.len() as f64) as usize].as_str()
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let ops: Vec<TextOp> = (1..=6_000i64)
+            .map(|key| {
+                let ns = if key % 7 == 0 { "b" } else { "a" };
+                TextOp::Upsert(doc(key, ns, &text(&mut next)))
+            })
+            .collect();
+        idx.update(|_| Ok((ops, at(6_000)))).unwrap();
+        let gone: Vec<TextOp> = (0..300)
+            .map(|_| TextOp::Delete(MemoryKey(1 + next(6_000) as i64)))
+            .collect();
+        idx.update(|_| Ok((gone, at(6_300)))).unwrap();
+        let searcher = idx.reader.searcher();
+        let largest = searcher.segment_readers().iter().map(|r| r.max_doc()).max();
+        assert!(largest >= Some(4 * 1_024), "{largest:?}");
+        for round in 0..40 {
+            let mut q = query(&text(&mut next));
+            if round % 3 == 1 {
+                q.namespaces = NamespaceScope::Only(vec!["b".into()]);
+            }
+            pages_match_the_full_ordering(
+                &idx,
+                &q,
+                &[(0, 1), (0, 10), (0, 50), (0, 100), (13, 40)],
+            );
+        }
+    }
+
+    #[test]
     fn finds_by_stemmed_words_and_filters() {
         let idx = filled();
         assert_eq!(keys(idx.search(&query("teas"), 10).unwrap()).len(), 2);
