@@ -151,7 +151,8 @@ pub(super) fn for_each_above(
             }
         }
         // The essential words' postings in the window, one word at a time.
-        let end = start.saturating_add(WINDOW);
+        // Never past the last document, so the end of the postings is never a window's slot.
+        let end = start.saturating_add(WINDOW).min(TERMINATED);
         for c in &mut cursors[first..] {
             let mut doc = c.doc();
             while doc < end {
