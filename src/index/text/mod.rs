@@ -1201,6 +1201,17 @@ mod tests {
         }
     }
 
+    /// Numbers below `n` from a seeded xorshift, the same on every run.
+    fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut state = seed;
+        move |n| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        }
+    }
+
     fn query(text: &str) -> RecallQuery {
         RecallQuery {
             text: text.into(),
@@ -1316,13 +1327,7 @@ mod tests {
         let words = [
             "lake", "river", "stone", "tea", "garden", "north", "bridge", "song",
         ];
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let text = |next: &mut dyn FnMut(u64) -> u64| {
             let len = 1 + next(12) as usize;
             (0..len)
@@ -1371,13 +1376,7 @@ mod tests {
         // 900), a namespace filter letting in one memory in seven, and deleted memories.
         let idx = TextIndex::open_in_ram().unwrap();
         let words: Vec<String> = (0..30).map(|i| format!("w{i}x")).collect();
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let text = |next: &mut dyn FnMut(u64) -> u64| {
             let len = 1 + next(9) as usize;
             (0..len)
