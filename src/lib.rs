@@ -6,6 +6,7 @@ pub mod config;
 pub mod embed;
 pub mod engine;
 pub mod error;
+mod fnv;
 pub mod formats;
 pub mod graph;
 mod huge_pages;

@@ -211,26 +211,19 @@ pub(crate) struct TokenHasher(u64);
 
 impl Default for TokenHasher {
     fn default() -> TokenHasher {
-        TokenHasher(FNV_OFFSET)
+        TokenHasher(crate::fnv::OFFSET)
     }
 }
 
 impl std::hash::Hasher for TokenHasher {
     fn write(&mut self, bytes: &[u8]) {
-        let mut h = self.0;
-        for &b in bytes {
-            h = (h ^ u64::from(b)).wrapping_mul(FNV_PRIME);
-        }
-        self.0 = h;
+        self.0 = bytes.iter().fold(self.0, |h, &b| crate::fnv::step(h, b));
     }
 
     fn finish(&self) -> u64 {
         self.0
     }
 }
-
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 type TokenHash = std::hash::BuildHasherDefault<TokenHasher>;
 

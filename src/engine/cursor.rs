@@ -12,6 +12,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use crate::error::{Error, Result};
+use crate::fnv::hash as fnv1a;
 use crate::model::RecallQuery;
 
 /// Bytes of one shown hit's mark (eight characters in the cursor).
@@ -57,13 +58,6 @@ fn legacy_fingerprint(q: &RecallQuery) -> u64 {
         .map(|(t, v)| (t.to_bits(), v.to_bits()))
         .hash(&mut h);
     h.finish()
-}
-
-/// 64-bit FNV-1a.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 /// The mark a cursor carries for a shown memory: 48 bits of the FNV-1a hash of its id (stable

@@ -1,6 +1,8 @@
 //! Word overlap: the distinct words of a text and the Jaccard similarity of two such sets, for
 //! recall's duplicate collapse and curation's merges and summaries.
 
+use crate::fnv;
+
 /// The distinct lower-cased words (letters and digits) of a text, sorted.
 pub(crate) fn word_set(text: &str) -> Vec<String> {
     let mut words: Vec<String> = text
@@ -23,7 +25,7 @@ pub(crate) fn word_hashes(text: &str) -> Vec<u64> {
         let mut h = None;
         for &b in text.as_bytes() {
             if b.is_ascii_alphanumeric() {
-                h = Some(fnv(h.unwrap_or(FNV_OFFSET), b.to_ascii_lowercase()));
+                h = Some(fnv::step(h.unwrap_or(fnv::OFFSET), b.to_ascii_lowercase()));
             } else if let Some(w) = h.take() {
                 words.push(w);
             }
@@ -41,16 +43,9 @@ pub(crate) fn word_hashes(text: &str) -> Vec<u64> {
     words
 }
 
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-
 /// The 64-bit FNV-1a hash of a word as it is.
 fn word_hash(w: &str) -> u64 {
-    w.bytes().fold(FNV_OFFSET, fnv)
-}
-
-/// One byte into a 64-bit FNV-1a hash.
-fn fnv(h: u64, b: u8) -> u64 {
-    (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    fnv::hash(w.as_bytes())
 }
 
 /// `J(a, b)`, shared over all, of two sorted lists without repeats (1 when both are empty).

@@ -35,7 +35,7 @@ use crate::error::Result;
 
 /// How many documents the essential words are summed over at a time: 4 KB of scores, the
 /// documents holding one of them kept in a bit set, in order.
-const WINDOW: DocId = 1_024;
+pub(super) const WINDOW: DocId = 1_024;
 
 /// One word's postings in a segment, scored as tantivy's term scorer scores them.
 pub(super) struct Cursor {
@@ -79,11 +79,7 @@ impl Cursor {
 
     /// Moves to the first document at or after `doc` (never back).
     pub(super) fn seek(&mut self, doc: DocId) -> DocId {
-        if self.postings.doc() < doc {
-            self.postings.seek(doc)
-        } else {
-            self.postings.doc()
-        }
+        at_or_after(&mut self.postings, doc)
     }
 
     /// This word's score in the document it is on.
@@ -136,10 +132,7 @@ pub(super) fn for_each_above(
         }
         // Leapfrog with the filters: the words' cursors jump to the next memory they let in.
         if let Some(within) = within.as_mut() {
-            let mut next = within.doc();
-            if next < start {
-                next = within.seek(start);
-            }
+            let next = at_or_after(*within, start);
             if next == TERMINATED {
                 break;
             }
@@ -172,15 +165,8 @@ pub(super) fn for_each_above(
                 bits &= bits - 1;
                 let mut score = std::mem::take(&mut scores[i]);
                 let doc = start + i as DocId;
-                if let Some(within) = within.as_mut() {
-                    let next = if within.doc() < doc {
-                        within.seek(doc)
-                    } else {
-                        within.doc()
-                    };
-                    if next != doc {
-                        continue;
-                    }
+                if within.as_mut().is_some_and(|w| at_or_after(*w, doc) != doc) {
+                    continue;
                 }
                 let mut left = window_first;
                 while left > 0 && score + below[left] > bar {
@@ -198,4 +184,14 @@ pub(super) fn for_each_above(
         first = essential_from(bar);
     }
     Ok(())
+}
+
+/// Moves `set` to its first document at or after `doc`, never back (tantivy's `seek` asks for a
+/// target not behind the set).
+fn at_or_after<D: DocSet + ?Sized>(set: &mut D, doc: DocId) -> DocId {
+    if set.doc() < doc {
+        set.seek(doc)
+    } else {
+        set.doc()
+    }
 }

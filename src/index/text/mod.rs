@@ -1400,7 +1400,7 @@ mod tests {
         idx.update(|_| Ok((gone, at(6_300)))).unwrap();
         let searcher = idx.reader.searcher();
         let largest = searcher.segment_readers().iter().map(|r| r.max_doc()).max();
-        assert!(largest >= Some(4 * 1_024), "{largest:?}");
+        assert!(largest >= Some(4 * super::maxscore::WINDOW), "{largest:?}");
         for round in 0..40 {
             let mut q = query(&text(&mut next));
             if round % 3 == 1 {
