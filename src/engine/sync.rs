@@ -166,6 +166,14 @@ impl Engine {
     /// head is behind (see [`Engine::text_history_changed`]).
     fn text_positions(&self) -> Result<(i64, i64)> {
         let head = self.store.read(changes::max_seq)?;
+        // The reader already holds every change the log has: a commit by another process can
+        // only hold changes up to the head, so the index's metadata file is not read (a file
+        // opened and read on every recall). A head below the reader's position (an older copy
+        // of the database) or above it (changes the reader lacks) still looks.
+        let seen = self.text.reader_seq();
+        if head == seen {
+            return Ok((head, seen));
+        }
         let committed = self.text.refresh()?;
         if head < committed {
             self.text_history_changed(head, committed)?;
