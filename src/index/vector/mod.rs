@@ -436,7 +436,7 @@ impl VectorIndex {
 
     /// Top k keys by similarity to `query` (dot product of unit vectors, higher is closer), best
     /// first, only live keys in scope. `All` and `Predicate` search the graph with a candidate
-    /// list of `max(2k, 0.5 √points)` (within 128–384), lengthened to about 2k/share when a
+    /// list of `max(1.5k, 0.5 √points)` (within 128–384), lengthened to about that ÷ share when a
     /// sample of the keys says only a share of them is in scope (liveness ANDed with the
     /// predicate), then filter it; when the keys in scope are few enough (a few thousand) that
     /// reading them all is cheaper, they are scanned instead, exactly. `Keys` always scans

@@ -26,9 +26,11 @@ pub(super) const LIST_MAX_BY_SIZE: usize = 384;
 /// harder: 160 at 100,000 (0.955). So 0.5 √n, between [`LIST_MIN`] (small graphs, whose
 /// searches cost little, and vectors less structured than real text's: 0.99 on 3,000 random
 /// points in a cone) and [`LIST_MAX_BY_SIZE`] (from about 600,000 points; a million real turns
-/// then reach 0.956 at the latency they had), and at least 2k. `examples/vector_scale.rs
-/// --lists` measures recall and time by list. Before, every search had a list of 384 whatever
-/// the size.
+/// then reach 0.956 at the latency they had), and at least 1.5k: the points the walk meets
+/// beyond the k-th, and room for slots no longer live. A recall's vector half asks for 100, so
+/// at 100,000 its list is 158 (recall@10 of its first ten 0.973, of all 100 0.929; 2k, a list
+/// of 200, found 0.977 and 0.951 for a quarter more time). `examples/vector_scale.rs --lists`
+/// measures recall and time by list. Before, every search had a list of 384 whatever the size.
 pub(super) const LIST_PER_ROOT: f64 = 0.5;
 
 /// Graph searches of this process that failed and were answered by an exact scan instead.
@@ -741,8 +743,8 @@ impl State {
                 (share, share * points as f64 + calls)
             }
         };
-        // As many members in scope as an unscoped search's whole list (which is at least 2k):
-        // a list of 2k/share found a scope's top 10 at 0.76 of the exact scan's where the
+        // As many members in scope as an unscoped search's whole list (at least 1.5k): a
+        // list of 2k/share found a scope's top 10 at 0.76 of the exact scan's where the
         // whole graph's was found at 0.87 (an eighth of 100,000 seeded memories). A share of
         // 0 asks for an infinite list, which saturates: scanned.
         let ef = (list_for(k, points) as f64 / share).ceil() as usize;
@@ -821,6 +823,5 @@ pub(super) fn mix(mut z: u64) -> u64 {
 /// The candidate list of a search for `k` among `points` graph points (see [`LIST_PER_ROOT`]).
 pub(super) fn list_for(k: usize, points: usize) -> usize {
     let by_size = (LIST_PER_ROOT * (points as f64).sqrt()).ceil() as usize;
-    k.saturating_mul(2)
-        .max(by_size.clamp(LIST_MIN, LIST_MAX_BY_SIZE))
+    (k + k / 2).max(by_size.clamp(LIST_MIN, LIST_MAX_BY_SIZE))
 }
